@@ -1,0 +1,26 @@
+# LightPipe: the README's two commands are `make demo` and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.lightpipe-setup
+SCENARIO ?= scenarios/quickstart.yaml
+OUT ?= runs/quickstart
+
+.PHONY: setup demo test lint clean-runs
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh $(VENV)
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/lightpipe run $(SCENARIO) --out $(OUT)
+
+test: setup
+	$(BIN)/python -m pytest tests
+
+lint: setup
+	$(BIN)/ruff check testbed controllers workloads tests bench
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,1 @@
+"""SDN controller (os-ken / Ryu app API) that provisions lightpaths for LightPipe."""

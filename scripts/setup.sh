@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what LightPipe needs: system packages (when root, Debian/Ubuntu) and the
+# project with its dev extras in a virtual environment. Idempotent; quick when done.
+set -euo pipefail
+VENV="${1:-.venv}"
+SYS_PKGS=(mininet openvswitch-switch iperf3 ethtool iptables nftables prometheus iproute2 tcpdump)
+
+log() { echo "setup: $*" >&2; }
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  missing=()
+  for p in "${SYS_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing system packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
+  else
+    log "system packages present"
+  fi
+else
+  log "not root (or no apt-get): skipping system packages; emulation will be unavailable"
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+fi
+log "installing lightpipe[dev] (torch==2.13.0 pinned)"
+"$VENV/bin/pip" install -q -e '.[dev]'
+log "done: $VENV/bin/lightpipe"

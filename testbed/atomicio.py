@@ -1,0 +1,60 @@
+"""Atomic file and directory writes: results appear whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write text to path via a temporary file in the same directory and a rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
+    """Write data as indented JSON atomically."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a staging directory that replaces `out` only if the block succeeds.
+
+    Files are written into a hidden sibling directory; on success the old `out`
+    (if any) is swapped out and removed, so readers never see a half-written run.
+    On failure the staging directory is removed and `out` is left as it was.
+    """
+    target = Path(out).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.replace(target, old)
+    os.replace(stage, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

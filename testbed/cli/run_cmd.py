@@ -1,0 +1,58 @@
+"""`lightpipe run SPEC --out DIR`: run on emulation where the machine can, else simulation."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
+
+HELP = "run a scenario (emulation where possible, else simulation; --backend to choose)"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spec_arg(parser)
+    add_out_arg(parser)
+    add_quiet_arg(parser)
+    parser.add_argument("--backend", default="auto", choices=["auto", "sim", "emu", "both"],
+                        help="auto: emu if this machine can emulate the scenario, else sim")
+
+
+def choose_backend(requested: str) -> tuple[list[str], str]:
+    """Backends to run and a sentence saying why."""
+    from testbed.backends import get_backend
+
+    if requested == "both":
+        return ["sim", "emu"], "running both backends"
+    if requested != "auto":
+        return [requested], f"running the {requested} backend (asked for)"
+    ok, reason = get_backend("emu").available()
+    if ok:
+        return ["emu"], "running the emulation backend (this machine can emulate)"
+    return ["sim"], f"running the simulation backend (emulation unavailable: {reason})"
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from testbed.backends import get_backend
+    from testbed.errors import RuntimeFailure
+    from testbed.spec import load_scenario
+
+    scenario = load_scenario(args.spec)
+    names, why = choose_backend(args.backend)
+    emit(f"lightpipe: {why}")
+    out = Path(args.out)
+    for name in names:
+        backend = get_backend(name)
+        ok, reason = backend.available()
+        if not ok:
+            raise RuntimeFailure(f"backend {name} unavailable: {reason}")
+        target = out / name if len(names) > 1 else out
+        summary = backend.run(scenario, target, quiet=args.quiet)
+        emit(f"{name}: results in {target}/ (summary.json, manifest.json)")
+        for key in ("requests", "jobs", "blocking_ratio", "mean_iteration_time_s", "wall_s"):
+            if key in summary:
+                emit(f"  {key}: {summary[key]}")
+    return 0

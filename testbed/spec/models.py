@@ -1,0 +1,317 @@
+"""Typed, frozen scenario spec objects (pydantic v2); cross-field checks live in check.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from testbed import names
+from testbed.catalog import GPUS
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _checked(regex, what):  # type: ignore[no-untyped-def]
+    def validate(value: str) -> str:
+        return names.check(regex, value, what)
+
+    return validate
+
+
+class Frozen(BaseModel):
+    """Base: immutable, unknown keys rejected, strict about numbers given as text."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+NodeName = Annotated[str, Field(min_length=1, max_length=32)]
+DCName = Annotated[str, Field(min_length=1, max_length=15)]
+
+
+class LinkSpec(Frozen):
+    """One fibre of an explicit topology."""
+
+    u: NodeName
+    v: NodeName
+    length_km: Annotated[float, Field(gt=0, le=40000, allow_inf_nan=False)]
+
+    @field_validator("u", "v", mode="before")
+    @classmethod
+    def _node_ids(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, str):
+            names.check(names.NODE_NAME_RE, value, "node id")
+        return value
+
+    @model_validator(mode="after")
+    def _no_self_loop(self) -> LinkSpec:
+        if self.u == self.v:
+            raise ValueError(f"self-loop {self.u}-{self.v}")
+        return self
+
+
+class TopologySpec(Frozen):
+    """Either a library topology, a CSV file, or explicit nodes and links."""
+
+    library: str | None = None
+    file: str | None = None
+    nodes: list[NodeName] | None = None
+    links: list[LinkSpec] | None = None
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _node_list(cls, value: object) -> object:
+        if isinstance(value, list):
+            value = [str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                     for v in value]
+            for v in value:
+                if isinstance(v, str):
+                    names.check(names.NODE_NAME_RE, v, "node id")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TopologySpec:
+        given = [k for k in ("library", "file", "links") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of library, file, or links (+ optional nodes)")
+        if self.nodes is not None and self.links is None:
+            raise ValueError("nodes is only used together with links")
+        if self.links is not None and not self.links:
+            raise ValueError("empty topology: links must not be empty")
+        return self
+
+
+class DCSpec(Frozen):
+    """A datacenter attached to an optical node."""
+
+    name: DCName
+    node: NodeName
+    gpus: Annotated[int, Field(ge=1, le=1_000_000)]
+    gpu: str = "h100"
+    price_usd_per_kwh: NonNegFloat = 0.10
+    price_curve_usd_per_kwh: list[NonNegFloat] | None = Field(
+        default=None, description="24 hourly prices (local time = simulation hour mod 24)"
+    )
+    hosts: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="emulated hosts in this DC (default: emulation.hosts_per_dc)"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return names.check(names.DC_NAME_RE, value, "DC name")
+
+    @field_validator("node", mode="before")
+    @classmethod
+    def _node_id(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        if value not in GPUS:
+            raise ValueError(f"unknown GPU type {value!r} (known: {', '.join(GPUS)})")
+        return value
+
+    @field_validator("price_curve_usd_per_kwh")
+    @classmethod
+    def _curve_24(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and len(value) != 24:
+            raise ValueError(f"needs 24 hourly prices, got {len(value)}")
+        return value
+
+
+class ModulationSpec(Frozen):
+    """A modulation format: maximum reach and capacity per 12.5 GHz slot."""
+
+    name: Annotated[str, Field(min_length=1, max_length=16, pattern=r"^[A-Za-z0-9_-]+$")]
+    reach_km: PositiveFloat
+    gbps_per_slot: PositiveFloat
+
+
+class OpticalSpec(Frozen):
+    """The optical layer: flex grid (slots) or fixed grid (wavelengths)."""
+
+    grid: Literal["flex", "fixed"] = "flex"
+    slots: Annotated[int, Field(ge=1, le=4096)] = 80
+    slot_ghz: PositiveFloat = 12.5
+    guard_slots: Annotated[int, Field(ge=0, le=16)] = 0
+    k_paths: Annotated[int, Field(ge=1, le=32)] = 3
+    modulations: Literal["default"] | list[ModulationSpec] = "default"
+    wavelengths: Annotated[int, Field(ge=1, le=4096)] | None = None
+    gbps_per_wavelength: PositiveFloat | None = None
+    spectrum_sharing: Literal["shared", "per_direction"] = Field(
+        default="shared",
+        description="shared: one spectrum per link for both directions (RMSA convention); "
+        "per_direction: one fibre per direction",
+    )
+    propagation_us_per_km: PositiveFloat = 5.0
+    node_delay_ms: NonNegFloat = 0.0
+
+    @model_validator(mode="after")
+    def _grid_fields(self) -> OpticalSpec:
+        if self.grid == "fixed":
+            if self.wavelengths is None or self.gbps_per_wavelength is None:
+                raise ValueError("fixed grid needs wavelengths and gbps_per_wavelength")
+        elif self.wavelengths is not None or self.gbps_per_wavelength is not None:
+            raise ValueError("wavelengths/gbps_per_wavelength belong to grid: fixed")
+        if isinstance(self.modulations, list):
+            if not self.modulations:
+                raise ValueError("modulations: list must not be empty")
+            seen = [m.name for m in self.modulations]
+            if len(set(seen)) != len(seen):
+                raise ValueError("modulations: duplicate names")
+        return self
+
+
+class LightpathRequestsWorkload(Frozen):
+    """Classic dynamic RMSA traffic: Poisson arrivals, exponential holding times."""
+
+    kind: Literal["lightpath_requests"]
+    load_erlang: PositiveFloat = 50.0
+    mean_holding_s: PositiveFloat = 1.0
+    requests: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000
+    bitrate_gbps: list[PositiveFloat] = Field(default_factory=lambda: [100.0, 200.0, 400.0])
+    endpoints: Literal["all_nodes", "dcs"] = "all_nodes"
+    trace: str | None = Field(default=None, description="CSV of requests instead of Poisson")
+    seed: int = 1
+
+    @field_validator("bitrate_gbps")
+    @classmethod
+    def _nonempty(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("must list at least one bitrate")
+        return value
+
+
+class ModelSpec(Frozen):
+    """A custom model architecture added to the catalogue by the spec."""
+
+    name: Annotated[str, Field(pattern=names.KEY_RE.pattern)]
+    layers: Annotated[int, Field(ge=1, le=10_000)]
+    hidden: Annotated[int, Field(ge=1, le=1_000_000)]
+    seq_len: Annotated[int, Field(ge=1, le=10_000_000)]
+    micro_batch: Annotated[int, Field(ge=1, le=65_536)] = 1
+    bytes_per_value: Annotated[int, Field(ge=1, le=8)] = 2
+    heads: Annotated[int, Field(ge=1, le=4096)] = 32
+    ffn_hidden: Annotated[int, Field(ge=1)] | None = None
+    vocab: Annotated[int, Field(ge=1)] = 50257
+
+
+class JobTemplate(Frozen):
+    """One kind of pipeline job in the generated mix."""
+
+    model: str
+    stages: Annotated[int, Field(ge=1, le=1024)] = 4
+    gpus_per_stage: Annotated[int, Field(ge=1, le=65_536)] = 8
+    microbatches: Annotated[int, Field(ge=1, le=100_000)] = 8
+    iterations: Annotated[int, Field(ge=1, le=100_000_000)] = 100
+    weight: PositiveFloat = 1.0
+
+
+class PPJobsWorkload(Frozen):
+    """Pipeline-parallel training jobs: a Poisson generator over a mix, or a trace file."""
+
+    kind: Literal["pp_jobs"]
+    jobs: Annotated[int, Field(ge=1, le=10_000_000)] = 100
+    mean_interarrival_s: PositiveFloat = 600.0
+    mix: list[JobTemplate] = Field(default_factory=list)
+    trace: str | None = Field(default=None, description="job trace CSV (see docs/traces.md)")
+    models: list[ModelSpec] = Field(default_factory=list, description="extra catalogue entries")
+    seed: int = 1
+
+    @model_validator(mode="after")
+    def _mix_or_trace(self) -> PPJobsWorkload:
+        if self.trace is None and not self.mix:
+            raise ValueError("give a job mix (at least one template) or a trace file")
+        return self
+
+
+Workload = Annotated[LightpathRequestsWorkload | PPJobsWorkload, Field(discriminator="kind")]
+
+SPECTRUM_POLICIES = ("first_fit", "last_fit", "random_fit", "best_fit")
+PLACEMENT_POLICIES = ("sp-ff", "delay-first", "cost-first", "cba", "cba-ilp", "bace-pipe",
+                      "joint")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
+             "crosspipe-opt", "geopipe")
+
+
+class PolicySpec(Frozen):
+    """Which policies decide spectrum, placement, admission and the pipeline schedule."""
+
+    spectrum: Literal["first_fit", "last_fit", "random_fit", "best_fit"] = "first_fit"
+    placement: Literal["sp-ff", "delay-first", "cost-first", "cba", "cba-ilp", "bace-pipe",
+                       "joint"] = "sp-ff"
+    admission: Literal["block", "queue"] = "block"
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
+                      "crosspipe-opt", "geopipe"] = "1f1b"
+
+
+class EventSpec(Frozen):
+    """A network event at a time: fibre cut or repair, or loss of a block of slots."""
+
+    at_s: NonNegFloat
+    kind: Literal["fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair"]
+    link: Annotated[list[NodeName], Field(min_length=2, max_length=2)]
+    first_slot: Annotated[int, Field(ge=0)] | None = None
+    slots: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("link", mode="before")
+    @classmethod
+    def _ids(cls, value: object) -> object:
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                    for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _slot_fields(self) -> EventSpec:
+        slot_event = self.kind.startswith("wavelength")
+        if slot_event and (self.first_slot is None or self.slots is None):
+            raise ValueError(f"{self.kind} needs first_slot and slots")
+        if not slot_event and (self.first_slot is not None or self.slots is not None):
+            raise ValueError(f"{self.kind} takes no first_slot/slots")
+        return self
+
+
+class EmulationSpec(Frozen):
+    """How real rates and times map onto what one machine can carry."""
+
+    bandwidth_divisor: Annotated[float, Field(ge=1, le=1e9, allow_inf_nan=False)] = Field(
+        default=1000.0, description="emulated link rate = real rate / bandwidth_divisor"
+    )
+    time_factor: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = Field(
+        default=1.0, description="emulated delay and compute time = real time x time_factor"
+    )
+    link_mode: Literal["auto", "netem", "userspace"] = "auto"
+    datapath: Literal["auto", "user", "kernel"] = "auto"
+    hosts_per_dc: Annotated[int, Field(ge=1, le=64)] = 2
+    dc_fabric: Literal["single", "leaf_spine"] = "single"
+    max_rate_mbps: Annotated[float, Field(gt=0, le=100_000)] = Field(
+        default=1000.0, description="refuse to emulate a link faster than this (one machine)"
+    )
+
+
+class Scenario(Frozen):
+    """A whole scenario: topology, DCs, optical layer, workload, policies, events."""
+
+    version: Literal[1] = 1
+    name: str
+    description: str = ""
+    topology: TopologySpec
+    dcs: list[DCSpec] = Field(default_factory=list)
+    optical: OpticalSpec = Field(default_factory=OpticalSpec)
+    workload: Workload
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    events: list[EventSpec] = Field(default_factory=list)
+    emulation: EmulationSpec = Field(default_factory=EmulationSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return names.check(names.SCENARIO_NAME_RE, value, "scenario name")

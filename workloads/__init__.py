@@ -1,0 +1,1 @@
+"""PyTorch pipeline workers that generate LightPipe's real traffic."""
