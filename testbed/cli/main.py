@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as exc:  # argparse --help / --version
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    except Exception as exc:  # noqa: BLE001 - the CLI must never end in a bare traceback
+    except Exception as exc:
         if debug:
             raise
         sys.stderr.write(f"lightpipe: error: {type(exc).__name__}: {exc} "

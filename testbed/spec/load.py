@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from testbed.errors import SpecError
+from testbed.errors import InputError, SpecError
 from testbed.spec.check import check_scenario
 from testbed.spec.models import Scenario
 
@@ -53,8 +53,7 @@ def parse_scenario(data: Any, base_dir: Path | None = None, source: str | None =
         scenario = _absolute_paths(scenario, base_dir)
     try:
         check_scenario(scenario)
-    except SpecError as exc:
-        exc.source = source
+    except InputError as exc:
         raise SpecError(exc.path, exc.message, source=source) from None
     return scenario
 
@@ -95,14 +94,47 @@ def format_validation_error(exc: ValidationError) -> tuple[str, str]:
         return path, "unknown key"
     if kind == "missing":
         return path, "required key missing"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        ctx = best.get("ctx", {})
+        field = ctx.get("discriminator", "kind").strip("'")
+        expected = ctx.get("expected_tags") or ", ".join(repr(t) for t in sorted(_UNION_TAGS))
+        got = ctx.get("tag")
+        what = f"unknown {field} {got!r}" if got is not None else "required key missing"
+        return f"{path}.{field}", f"{what} (one of: {expected})"
     msg = best["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
-    msg = msg[0].lower() + msg[1:] if msg else msg
+    msg = _plain(msg)
     if kind not in ("value_error", "assertion_error") and "input" in best:
         shown = _short(best["input"])
         msg = f"{msg} (got {shown})"
     return path, msg
+
+
+_PHRASES = (
+    ("Input should be greater than or equal to ", "must be >= "),
+    ("Input should be greater than ", "must be > "),
+    ("Input should be less than or equal to ", "must be <= "),
+    ("Input should be less than ", "must be < "),
+    ("Input should be a valid integer, got a number with a fractional part",
+     "must be an integer"),
+    ("Input should be a valid integer, unable to parse string as an integer",
+     "must be an integer"),
+    ("Input should be ", "must be "),
+    ("String should have at most ", "must have at most "),
+    ("String should have at least ", "must have at least "),
+    ("List should have at most ", "must have at most "),
+    ("List should have at least ", "must have at least "),
+    ("String should match pattern ", "must match "),
+)
+
+
+def _plain(msg: str) -> str:
+    """Shorten pydantic's wording into 'must be ...' phrases."""
+    for old, new in _PHRASES:
+        if msg.startswith(old):
+            return new + msg[len(old):]
+    return msg[0].lower() + msg[1:] if msg else msg
 
 
 def _is_tag(part: int | str) -> bool:

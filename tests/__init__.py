@@ -1,0 +1,1 @@
+"""LightPipe test suite."""
