@@ -1,0 +1,1 @@
+"""Pipeline-parallel jobs across DCs: job model, placement policies, job simulator."""

@@ -1,0 +1,252 @@
+"""cba-ilp: exact joint choice of DC per stage and lightpath (route, slot block) per boundary.
+
+The instance is plain data (built by ``testbed.jobs.policies`` from the optical layer):
+per-stage compute per DC, free GPUs per DC, and for every stage boundary and DC pair a
+list of candidate lightpaths (route, first slot, slot count, latency, capacity) that are
+free in the current spectrum. The MILP (HiGHS via highspy) minimises the analytic 1F1B
+iteration-time model, linear in the choices::
+
+    T = sum_s (f_s + b_s) + 2 * sum_b (lat_b + tx_b) + (m - 1) * C
+        + slot_weight_ms * sum_b slots_b * fibres_b
+    C >= f_s + b_s  for every stage,   C >= tx_b  for every boundary
+
+with ``tx_b = 8 * activation_mb / capacity_gbps`` ms. Constraints: one DC per stage,
+GPU capacity per DC, flow-linking of boundary choices to the stage DCs, and no two
+boundaries of the job on one (fibre, slot). ``brute_force`` enumerates the same space.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LinkOption:
+    """One way to carry a boundary between two different DCs."""
+
+    route: tuple[str, ...]
+    fibres: tuple[int, ...]  # fibre ids (indices into the network's fibre list)
+    first_slot: int
+    slots: int
+    latency_ms: float
+    capacity_gbps: float
+    modulation: str = ""
+
+
+@dataclass
+class JointInstance:
+    """One job's placement problem."""
+
+    dcs: Sequence[str]
+    free_gpus: Sequence[int]
+    gpus_per_stage: int
+    compute_ms: Sequence[Sequence[float]]  # [stage][dc] forward + backward of one micro-batch
+    activation_mb: float
+    microbatches: int
+    fabric_latency_ms: float
+    fabric_gbps: float
+    # options[b][(d1, d2)] for boundary b (stage b -> b+1), DC indices d1 != d2
+    options: Sequence[dict[tuple[int, int], list[LinkOption]]] = field(default_factory=list)
+    slot_weight_ms: float = 1e-3
+
+    @property
+    def stages(self) -> int:
+        return len(self.compute_ms)
+
+
+@dataclass(frozen=True)
+class JointSolution:
+    """A placement: DC index per stage, LinkOption (or None for same DC) per boundary."""
+
+    stage_dcs: tuple[int, ...]
+    links: tuple[LinkOption | None, ...]
+    objective_ms: float
+    status: str = "optimal"
+    gap: float = 0.0
+    solve_s: float = 0.0
+
+
+def tx_ms(activation_mb: float, gbps: float) -> float:
+    return 8.0 * activation_mb / gbps
+
+
+def objective(inst: JointInstance, stage_dcs: Sequence[int],
+              links: Sequence[LinkOption | None]) -> float:
+    """The model's objective for a complete choice (used by brute force and checks)."""
+    comp = [inst.compute_ms[s][d] for s, d in enumerate(stage_dcs)]
+    cyc = max(comp)
+    total = sum(comp)
+    for lk in links:
+        if lk is None:
+            lat, extra = inst.fabric_latency_ms, 0.0
+            tx = tx_ms(inst.activation_mb, inst.fabric_gbps)
+        else:
+            lat, tx = lk.latency_ms, tx_ms(inst.activation_mb, lk.capacity_gbps)
+            extra = inst.slot_weight_ms * lk.slots * len(lk.fibres)
+        total += 2.0 * (lat + tx) + extra
+        cyc = max(cyc, tx)
+    return total + (inst.microbatches - 1) * cyc
+
+
+def _conflict(a: LinkOption, b: LinkOption) -> bool:
+    if not set(a.fibres) & set(b.fibres):
+        return False
+    return a.first_slot < b.first_slot + b.slots and b.first_slot < a.first_slot + a.slots
+
+
+def brute_force(inst: JointInstance) -> JointSolution | None:
+    """Exhaustive optimum over the same choice space (small instances only)."""
+    best: JointSolution | None = None
+    nd, p, g = len(inst.dcs), inst.stages, inst.gpus_per_stage
+    for assign in itertools.product(range(nd), repeat=p):
+        if any(assign.count(d) * g > inst.free_gpus[d] for d in range(nd)):
+            continue
+        choices: list[list[LinkOption | None]] = []
+        for b in range(p - 1):
+            d1, d2 = assign[b], assign[b + 1]
+            if d1 == d2:
+                choices.append([None])
+            else:
+                choices.append(list(inst.options[b].get((d1, d2), [])))
+        for links in itertools.product(*choices):
+            real = [lk for lk in links if lk is not None]
+            if any(_conflict(a, b) for a, b in itertools.combinations(real, 2)):
+                continue
+            val = objective(inst, assign, links)
+            if best is None or val < best.objective_ms - 1e-9:
+                best = JointSolution(tuple(assign), tuple(links), val)
+    return best
+
+
+class _Rows:
+    def __init__(self) -> None:
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.starts: list[int] = []
+        self.idx: list[int] = []
+        self.val: list[float] = []
+
+    def add(self, idx: Sequence[int], val: Sequence[float], lo: float, hi: float) -> None:
+        self.starts.append(len(self.idx))
+        self.idx.extend(idx)
+        self.val.extend(val)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+
+def solve(inst: JointInstance, time_limit_s: float = 10.0,
+          mip_rel_gap: float = 1e-6) -> JointSolution | None:
+    """Solve the MILP with HiGHS; None when infeasible (the job is blocked)."""
+    import highspy
+
+    t0 = time.perf_counter()
+    nd, p, g, m = len(inst.dcs), inst.stages, inst.gpus_per_stage, inst.microbatches
+    cost: list[float] = []
+    upper: list[float] = []
+    integ: list[int] = []
+
+    def var(c: float, ub: float = 1.0, integer: bool = True) -> int:
+        cost.append(c)
+        upper.append(ub)
+        integ.append(1 if integer else 0)
+        return len(cost) - 1
+
+    x = [[var(inst.compute_ms[s][d]) if inst.free_gpus[d] >= g else -1 for d in range(nd)]
+         for s in range(p)]
+    fab_tx = tx_ms(inst.activation_mb, inst.fabric_gbps)
+    fab_cost = 2.0 * (inst.fabric_latency_ms + fab_tx)
+    y: list[dict[int, int]] = []
+    z: list[list[tuple[int, int, int, LinkOption]]] = []  # (var, d1, d2, option)
+    for b in range(p - 1):
+        y.append({d: var(fab_cost) for d in range(nd) if x[b][d] >= 0 and x[b + 1][d] >= 0})
+        zb = []
+        for (d1, d2), opts in inst.options[b].items():
+            if x[b][d1] < 0 or x[b + 1][d2] < 0:
+                continue
+            for o in opts:
+                c = 2.0 * (o.latency_ms + tx_ms(inst.activation_mb, o.capacity_gbps)) \
+                    + inst.slot_weight_ms * o.slots * len(o.fibres)
+                zb.append((var(c), d1, d2, o))
+        z.append(zb)
+    cyc = var(float(m - 1), ub=highspy.kHighsInf, integer=False)
+
+    rows = _Rows()
+    for s in range(p):
+        ids = [x[s][d] for d in range(nd) if x[s][d] >= 0]
+        rows.add(ids, [1.0] * len(ids), 1.0, 1.0)
+        rows.add([*ids, cyc], [inst.compute_ms[s][d] for d in range(nd) if x[s][d] >= 0]
+                 + [-1.0], -highspy.kHighsInf, 0.0)
+    for d in range(nd):
+        ids = [x[s][d] for s in range(p) if x[s][d] >= 0]
+        if ids:
+            rows.add(ids, [float(g)] * len(ids), -highspy.kHighsInf, float(inst.free_gpus[d]))
+    cover: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for b in range(p - 1):
+        for d in range(nd):
+            out = [v for v, d1, _, _ in z[b] if d1 == d]
+            inn = [v for v, _, d2, _ in z[b] if d2 == d]
+            same = [y[b][d]] if d in y[b] else []
+            if x[b][d] >= 0:
+                ids = same + out + [x[b][d]]
+                rows.add(ids, [1.0] * (len(ids) - 1) + [-1.0], 0.0, 0.0)
+            if x[b + 1][d] >= 0:
+                ids = same + inn + [x[b + 1][d]]
+                rows.add(ids, [1.0] * (len(ids) - 1) + [-1.0], 0.0, 0.0)
+        txs = [(v, tx_ms(inst.activation_mb, o.capacity_gbps)) for v, _, _, o in z[b]]
+        txs += [(v, fab_tx) for v in y[b].values()]
+        rows.add([v for v, _ in txs] + [cyc], [t for _, t in txs] + [-1.0],
+                 -highspy.kHighsInf, 0.0)
+        for v, _, _, o in z[b]:
+            for e in o.fibres:
+                for t in range(o.first_slot, o.first_slot + o.slots):
+                    cover.setdefault((e, t), []).append((b, v))
+    for users in cover.values():
+        if len({b for b, _ in users}) > 1:
+            ids = [v for _, v in users]
+            rows.add(ids, [1.0] * len(ids), -highspy.kHighsInf, 1.0)
+
+    h = highspy.Highs()
+    h.silent()
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
+    h.setOptionValue("threads", 1)
+    n = len(cost)
+    h.addVars(n, np.zeros(n), np.array(upper, dtype=float))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(cost, dtype=float))
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                            np.array([highspy.HighsVarType.kInteger if i else
+                                      highspy.HighsVarType.kContinuous for i in integ]))
+    h.addRows(len(rows.lo), np.array(rows.lo), np.array(rows.hi), len(rows.idx),
+              np.array(rows.starts, dtype=np.int32), np.array(rows.idx, dtype=np.int32),
+              np.array(rows.val, dtype=float))
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    elapsed = time.perf_counter() - t0
+    if status == highspy.HighsModelStatus.kInfeasible or info.primal_solution_status == 0:
+        log.debug("cba-ilp: infeasible or no solution (%s)", h.modelStatusToString(status))
+        return None
+    sol = np.asarray(h.getSolution().col_value)
+    stage_dcs = tuple(max((d for d in range(nd) if x[s][d] >= 0), key=lambda d: sol[x[s][d]])
+                      for s in range(p))
+    links: list[LinkOption | None] = []
+    for b in range(p - 1):
+        d1, d2 = stage_dcs[b], stage_dcs[b + 1]
+        if d1 == d2:
+            links.append(None)
+            continue
+        picked = [o for v, e1, e2, o in z[b] if e1 == d1 and e2 == d2 and sol[v] > 0.5]
+        links.append(picked[0])
+    state = "optimal" if status == highspy.HighsModelStatus.kOptimal else \
+        h.modelStatusToString(status).lower().replace(" ", "_")
+    gap = float(info.mip_gap) if info.mip_gap < 1e30 else float("inf")
+    return JointSolution(stage_dcs, tuple(links), objective(inst, stage_dcs, links),
+                         status=state, gap=max(0.0, gap), solve_s=elapsed)
