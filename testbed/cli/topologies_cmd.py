@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
              f"{'max_km':>7}  source")
         for r in rows:
             emit(f"{r['name']:<10} {r['nodes']:>5} {r['fibres']:>6} {r['min_km']:>7g} "
-                 f"{r['mean_km']:>8g} {r['max_km']:>7g}  {r['source']}")
+                 f"{r['mean_km']:>8g} {r['max_km']:>7g}  {_short(str(r['source']))}")
         return 0
     topo = load_library(args.name)
     info = summary(topo)
@@ -49,3 +49,7 @@ def run(args: argparse.Namespace) -> int:
     for f in topo.fibres:
         emit(f"  {f.u:>4} {f.v:>4} {f.length_km:g}")
     return 0
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
