@@ -98,6 +98,11 @@ class DCSpec(Frozen):
     hosts: Annotated[int, Field(ge=1, le=64)] | None = Field(
         default=None, description="emulated hosts in this DC (default: emulation.hosts_per_dc)"
     )
+    fabric_gbps: PositiveFloat = Field(
+        default=400.0, description="intra-DC fabric bandwidth between two pipeline stages "
+        "placed in this DC (Gb/s per stage boundary)")
+    fabric_latency_ms: NonNegFloat = Field(
+        default=0.005, description="intra-DC one-way latency between two stages (ms)")
 
     @field_validator("name")
     @classmethod
@@ -250,6 +255,15 @@ class PolicySpec(Frozen):
     admission: Literal["block", "queue"] = "block"
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
                       "crosspipe-opt", "geopipe"] = "1f1b"
+    fixed_slots: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=4, description="pp_jobs: slots per lightpath for the fixed-count baselines "
+        "(sp-ff, cost-first), guard slots excluded")
+    max_slots: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=16, description="pp_jobs: most slots one stage-boundary lightpath may take")
+    mfu: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+        default=0.4, description="pp_jobs: model FLOPs utilisation of every stage")
+    ilp_time_limit_s: PositiveFloat = Field(
+        default=5.0, description="pp_jobs cba-ilp: HiGHS time limit per job (s)")
 
 
 class EventSpec(Frozen):
