@@ -1,0 +1,101 @@
+"""Lightpath request streams: seeded Poisson generator and the request trace CSV reader.
+
+A request is a tuple (id, arrival_s, holding_s, src, dst, bitrate_gbps); streams are
+iterators so nothing per request is kept in memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from testbed.errors import InputError
+from testbed.spec.models import LightpathRequestsWorkload
+
+Request = tuple[int, float, float, str, str, float]
+
+TRACE_COLUMNS = ("arrival_s", "holding_s", "src", "dst", "bitrate_gbps")  # + optional id
+
+
+def poisson_requests(workload: LightpathRequestsWorkload, endpoints: list[str],
+                     rng: random.Random | None = None) -> Iterator[Request]:
+    """workload.requests Poisson arrivals (rate load/holding), exponential holding times,
+    uniform ordered endpoint pair (src != dst), uniform bitrate from the list."""
+    rng = rng or random.Random(workload.seed)
+    hold = workload.mean_holding_s
+    rate = workload.load_erlang / hold
+    n = len(endpoints)
+    bitrates = list(workload.bitrate_gbps)
+    nb = len(bitrates)
+    expo = rng.expovariate
+    rnd = rng.random
+    t = 0.0
+    for rid in range(workload.requests):
+        t += expo(rate)
+        i = int(rnd() * n)
+        j = int(rnd() * (n - 1))
+        if j >= i:
+            j += 1
+        yield (rid, t, expo(1.0 / hold), endpoints[i], endpoints[j], bitrates[int(rnd() * nb)])
+
+
+def count_trace_rows(path: str | Path) -> int:
+    """Number of data rows of a trace (a cheap first pass, for batch sizes and progress)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return max(0, sum(1 for line in fh if line.strip()) - 1)
+    except OSError as exc:
+        raise InputError("workload.trace", f"cannot read {str(path)!r}: {exc.strerror}") \
+            from None
+
+
+def read_request_trace(path: str | Path, nodes: set[str]) -> Iterator[Request]:
+    """Stream a request trace CSV: arrival_s,holding_s,src,dst,bitrate_gbps[,id].
+
+    Rows must be in non-decreasing arrival order; errors name the row and column.
+    """
+    where = "workload.trace"
+    try:
+        fh = open(path, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise InputError(where, f"cannot read {str(path)!r}: {exc.strerror}") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        cols = set(reader.fieldnames or [])
+        missing = [c for c in TRACE_COLUMNS if c not in cols]
+        if missing:
+            raise InputError(where, f"{path}: missing column(s) {', '.join(missing)} "
+                             f"(need {','.join(TRACE_COLUMNS)}[,id])")
+        last_t = -math.inf
+        for rowno, row in enumerate(reader):
+            line = rowno + 2
+            try:
+                arrival = float(row["arrival_s"])
+                holding = float(row["holding_s"])
+                bitrate = float(row["bitrate_gbps"])
+                rid = int(row["id"]) if "id" in cols and row["id"] not in (None, "") \
+                    else rowno
+            except (TypeError, ValueError):
+                raise InputError(where, f"{path}: row {line}: arrival_s, holding_s, "
+                                 "bitrate_gbps must be numbers and id an integer") from None
+            src, dst = (row["src"] or "").strip(), (row["dst"] or "").strip()
+            if not (math.isfinite(arrival) and arrival >= 0):
+                raise InputError(where, f"{path}: row {line}: arrival_s must be >= 0")
+            if arrival < last_t:
+                raise InputError(where, f"{path}: row {line}: arrival_s {arrival} is before "
+                                 f"the previous row's {last_t} (sort by arrival)")
+            if not (math.isfinite(holding) and holding > 0):
+                raise InputError(where, f"{path}: row {line}: holding_s must be > 0")
+            if not (math.isfinite(bitrate) and bitrate > 0):
+                raise InputError(where, f"{path}: row {line}: bitrate_gbps must be > 0")
+            for name, node in (("src", src), ("dst", dst)):
+                if node not in nodes:
+                    raise InputError(where, f"{path}: row {line}: {name} {node!r} is not a "
+                                     "node of the topology")
+            if src == dst:
+                raise InputError(where, f"{path}: row {line}: src and dst are the same")
+            last_t = arrival
+            yield (rid, arrival, holding, src, dst, bitrate)
