@@ -309,6 +309,13 @@ class EmulationSpec(Frozen):
     max_rate_mbps: Annotated[float, Field(gt=0, le=100_000)] = Field(
         default=1000.0, description="refuse to emulate a link faster than this (one machine)"
     )
+    lightpath_gbps: PositiveFloat = Field(
+        default=100.0, description="real bitrate of the static DC-pair lightpaths the emulator "
+        "sets up before an SDN controller manages them (slots = ceil(rate / per-slot rate))"
+    )
+    fibre_loss: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = Field(
+        default=0.0, description="random loss probability on every emulated fibre (0..0.5)"
+    )
 
 
 class Scenario(Frozen):
