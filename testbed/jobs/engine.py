@@ -1,0 +1,291 @@
+"""Discrete-event simulator of pipeline jobs: arrivals, departures, queueing, network events.
+
+Events are processed in time order (ties: departures and repairs before arrivals, so
+freed resources are seen by a job arriving at the same instant). Admission ``block``
+refuses a job that cannot be placed on arrival; ``queue`` keeps it waiting and retries
+after every departure or repair: FIFO with head-of-line blocking for the baselines and
+cba, dynamic priority without head-of-line blocking for bace-pipe and joint.
+
+A fibre cut (or wavelength loss) takes down the lightpaths on it; each hit job is
+restored on other routes when possible (its iteration time is re-timed) or else
+interrupted: under ``block`` it ends with reason ``interrupted``; under ``queue`` it
+returns to the queue with its remaining iterations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from testbed.jobs.cluster import Allocation, Cluster
+from testbed.jobs.model import energy_kwh, price_integral_usd_per_kwh_h
+from testbed.jobs.policies import Job, Placed, Planner, Refused
+from testbed.spec.models import EventSpec
+
+log = logging.getLogger(__name__)
+
+PRIORITY_QUEUE_POLICIES = ("bace-pipe", "joint")
+
+# event kinds in tie-break order
+_DEPART, _NET, _ARRIVE = 0, 1, 2
+
+
+@dataclass
+class JobState:
+    """Everything the simulator tracks for one job."""
+
+    job: Job
+    arrival_s: float
+    remaining_iter: float
+    start_s: float | None = None
+    end_s: float | None = None
+    alloc: Allocation | None = None
+    iteration_ms: float = 0.0
+    bubble_ratio: float = 0.0
+    schedule: str = ""
+    seg_start_s: float = 0.0
+    version: int = 0
+    energy_kwh: float = 0.0
+    cost_usd: float = 0.0
+    run_s: float = 0.0
+    iterations_done: float = 0.0
+    blocked: bool = False
+    reason: str = ""
+    restored: int = 0
+    interrupted: int = 0
+    routes: list[str] = field(default_factory=list)
+    placement: list[str] = field(default_factory=list)
+    solver: dict[str, object] | None = None
+
+
+class JobSimulator:
+    """Runs a list of jobs through one policy on one cluster."""
+
+    def __init__(self, cluster: Cluster, planner: Planner, admission: str,
+                 events: Sequence[EventSpec] = (),
+                 on_change: Callable[[JobSimulator], None] | None = None) -> None:
+        self.cluster = cluster
+        self.planner = planner
+        self.admission = admission
+        self.events = list(events)
+        self.on_change = on_change  # test hook: called after every event
+        self.now = 0.0
+        self.queue: list[JobState] = []
+        self.running: dict[int, JobState] = {}
+        self.done: list[JobState] = []
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = itertools.count()
+        self._gpu_area = 0.0
+        self._spec_area = 0.0
+        self._last_t = 0.0
+        self.restored_lightpaths = 0
+        self.lost_lightpaths = 0
+
+    # ---- bookkeeping ---------------------------------------------------------------
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        heapq.heappush(self._heap, (t, kind, next(self._seq), payload))
+
+    def _advance(self, t: float) -> None:
+        dt = t - self._last_t
+        if dt > 0:
+            self._gpu_area += dt * self.cluster.used_gpus
+            self._spec_area += dt * self.cluster.network.utilization()
+        self._last_t = t
+        self.now = t
+
+    def _settle(self, st: JobState) -> None:
+        """Account the running segment up to now: iterations, energy, cost."""
+        assert st.alloc is not None
+        dur = self.now - st.seg_start_s
+        if dur <= 0:
+            return
+        st.run_s += dur
+        done = dur * 1000.0 / st.iteration_ms
+        st.iterations_done += done
+        st.remaining_iter = max(0.0, st.remaining_iter - done)
+        for d in st.alloc.stage_dcs:
+            dc = self.cluster.dcs[d]
+            power_kwh_per_h = energy_kwh(st.job.req.gpus_per_stage, dc.gpu.power_w, 3600.0)
+            st.energy_kwh += power_kwh_per_h * dur / 3600.0
+            st.cost_usd += power_kwh_per_h * price_integral_usd_per_kwh_h(
+                dc.price_usd_per_kwh, dc.price_curve, st.seg_start_s, self.now)
+        st.seg_start_s = self.now
+
+    def _schedule_departure(self, st: JobState) -> None:
+        st.version += 1
+        end = self.now + st.remaining_iter * st.iteration_ms / 1000.0
+        self._push(end, _DEPART, (st, st.version))
+
+    # ---- placement -------------------------------------------------------------------
+    def _try_start(self, st: JobState) -> Placed | Refused:
+        res = self.planner.place(st.job, self.now)
+        if isinstance(res, Refused):
+            return res
+        if st.start_s is None:
+            st.start_s = self.now
+        st.alloc = res.alloc
+        st.iteration_ms = res.timing.iteration_ms
+        st.bubble_ratio = res.timing.bubble_ratio
+        st.schedule = res.timing.schedule
+        st.solver = res.solver
+        st.seg_start_s = self.now
+        dcs = self.cluster.dcs
+        st.placement = [dcs[d].name for d in res.alloc.stage_dcs]
+        st.routes = [_lp_text(lp) for lp in res.alloc.lightpaths]
+        self.running[st.job.req.job_id] = st
+        self._schedule_departure(st)
+        return res
+
+    def _priority(self, st: JobState) -> float:
+        """bace-pipe: response ratio (wait + run) / run, damped for bandwidth-heavy jobs
+        when the network is busy (higher first)."""
+        req = st.job.req
+        f, b = self.planner.stage_fb(st.job, [0] * req.stages)
+        run_s = max(1e-9, st.remaining_iter * (req.microbatches + req.stages - 1)
+                    * max(fi + bi for fi, bi in zip(f, b, strict=True)) / 1000.0)
+        # bandwidth intensity: baseline transfer (fixed slots at 25 Gb/s/slot) / forward time
+        tx_ms = 8.0 * st.job.act_mb / (self.planner.policy.fixed_slots * 25.0)
+        heavy = min(1.0, tx_ms / min(f))
+        util = self.cluster.network.utilization()
+        wait = self.now - st.arrival_s
+        return (wait + run_s) / run_s * (1.0 - 0.5 * util * heavy)
+
+    def _serve_queue(self) -> None:
+        if not self.queue:
+            return
+        if self.planner.name in PRIORITY_QUEUE_POLICIES:
+            order = sorted(self.queue, key=lambda s: (-self._priority(s), s.arrival_s))
+            still = []
+            for st in order:
+                if isinstance(self._try_start(st), Refused):
+                    still.append(st)
+            self.queue = sorted(still, key=lambda s: s.arrival_s)
+            return
+        while self.queue:
+            if isinstance(self._try_start(self.queue[0]), Refused):
+                return  # head-of-line blocking
+            self.queue.pop(0)
+
+    def _finish(self, st: JobState, reason: str = "") -> None:
+        self._settle(st)
+        assert st.alloc is not None
+        self.cluster.free_allocation(st.alloc, st.job.req.gpus_per_stage)
+        self.running.pop(st.job.req.job_id, None)
+        st.version += 1
+        st.end_s = self.now
+        st.reason = reason
+        self.done.append(st)
+
+    # ---- network events --------------------------------------------------------------
+    def _network_event(self, ev: EventSpec) -> None:
+        net = self.cluster.network
+        u, v = ev.link
+        if ev.kind == "fiber_cut":
+            hit = net.fail_link(u, v)
+        elif ev.kind == "wavelength_loss":
+            assert ev.first_slot is not None and ev.slots is not None
+            hit = net.block_slots(u, v, ev.first_slot, ev.slots)
+        elif ev.kind == "fiber_repair":
+            net.repair_link(u, v)
+            hit = []
+        else:
+            assert ev.first_slot is not None and ev.slots is not None
+            net.unblock_slots(u, v, ev.first_slot, ev.slots)
+            hit = []
+        self.lost_lightpaths += len(hit)
+        ids = {lp.id for lp in hit}
+        for st in list(self.running.values()):
+            assert st.alloc is not None
+            lost = [b for b, lp in enumerate(st.alloc.lightpaths) if lp is not None
+                    and lp.id in ids]
+            if not lost:
+                continue
+            self._settle(st)
+            if self.planner.restore(st.job, st.alloc, lost):
+                self.restored_lightpaths += len(lost)
+                st.restored += 1
+                t = self.planner.timing(st.job, st.alloc.stage_dcs, st.alloc.lightpaths,
+                                        st.schedule)
+                st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
+                st.routes = [_lp_text(lp) for lp in st.alloc.lightpaths]
+                self._schedule_departure(st)
+                continue
+            st.interrupted += 1
+            if self.admission == "queue":
+                self.cluster.free_allocation(st.alloc, st.job.req.gpus_per_stage)
+                self.running.pop(st.job.req.job_id)
+                st.version += 1
+                st.alloc = None
+                self.queue.append(st)
+                self.queue.sort(key=lambda s: s.arrival_s)
+            else:
+                self._finish(st, "interrupted")
+        self._serve_queue()
+
+    # ---- main loop -------------------------------------------------------------------
+    def run(self, jobs: Sequence[Job], arrivals_s: Sequence[float],
+            tick: Callable[[], None] | None = None) -> list[JobState]:
+        for job, t in zip(jobs, arrivals_s, strict=True):
+            self._push(t, _ARRIVE, JobState(job, t, float(job.req.iterations)))
+        for ev in self.events:
+            self._push(ev.at_s, _NET, ev)
+        while self._heap or self.queue:
+            if not self._heap:  # only waiting jobs left: the head never fits an idle cluster
+                st = self.queue.pop(0)
+                st.blocked = st.start_s is None  # a re-queued interrupted job ran already
+                st.reason = "never_fits" if st.blocked else "interrupted"
+                st.end_s = self.now
+                self.done.append(st)
+                self._serve_queue()
+                continue
+            t, kind, _, payload = heapq.heappop(self._heap)
+            if kind == _DEPART:
+                st, version = payload  # type: ignore[misc]
+                if version != st.version:
+                    continue  # stale (re-timed or interrupted)
+                self._advance(t)
+                self._settle(st)
+                st.remaining_iter = 0.0
+                self._finish(st)
+                self._serve_queue()
+            elif kind == _NET:
+                self._advance(t)
+                self._network_event(payload)  # type: ignore[arg-type]
+            else:
+                self._advance(t)
+                st = payload  # type: ignore[assignment]
+                if self.admission == "queue":
+                    self.queue.append(st)
+                    self._serve_queue()
+                else:
+                    res = self._try_start(st)
+                    if isinstance(res, Refused):
+                        st.blocked, st.reason, st.end_s = True, res.reason, t
+                        self.done.append(st)
+                if tick is not None:
+                    tick()
+            if self.on_change is not None:
+                self.on_change(self)
+        return self.done
+
+    @property
+    def makespan_s(self) -> float:
+        return self._last_t
+
+    def gpu_utilization(self) -> float:
+        span = self._last_t
+        return self._gpu_area / (span * self.cluster.total_gpus) if span > 0 else 0.0
+
+    def spectrum_utilization(self) -> float:
+        span = self._last_t
+        return self._spec_area / span if span > 0 else 0.0
+
+
+def _lp_text(lp: object) -> str:
+    if lp is None:
+        return "fabric"
+    return (f"{'-'.join(lp.nodes)}:{lp.first_slot}+{lp.n_slots}:"  # type: ignore[attr-defined]
+            f"{lp.modulation}:{lp.capacity_gbps:g}G")  # type: ignore[attr-defined]

@@ -1,0 +1,202 @@
+"""pp_jobs entry points: `run_jobs` (the sim backend) and `plan_jobs` (`lightpipe plan`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed.atomicio import atomic_write_json, atomic_write_text
+from testbed.errors import InputError
+from testbed.jobs.cluster import Cluster
+from testbed.jobs.engine import JobSimulator, JobState
+from testbed.jobs.model import model_catalog
+from testbed.jobs.policies import Job, Placed, Planner
+from testbed.jobs.timing import Timer
+from testbed.progress import progress
+from testbed.records import write_manifest
+from testbed.spec.check import check_scenario
+from testbed.spec.models import PPJobsWorkload, Scenario
+from testbed.traces import JobRequest, generate_jobs
+
+log = logging.getLogger(__name__)
+
+JOBS_COLUMNS = ("job_id", "model", "stages", "gpus_per_stage", "microbatches", "iterations",
+                "arrival_s", "start_s", "end_s", "placement", "lightpaths", "schedule",
+                "iteration_time_s", "bubble_ratio", "wait_s", "jct_s", "energy_kwh",
+                "cost_usd", "blocked", "reason")
+
+SUMMARY_KEYS = ("jobs", "blocked", "blocking_ratio", "blocking_ci95", "mean_iteration_time_s",
+                "mean_bubble_ratio", "mean_wait_s", "mean_jct_s", "jct_ci95",
+                "total_energy_kwh", "total_cost_usd", "gpu_utilization",
+                "spectrum_utilization", "interrupted", "restored_lightpaths")
+
+
+def resolve_jobs(workload: PPJobsWorkload, requests: Sequence[JobRequest]) -> list[Job]:
+    cat = model_catalog(workload.models)
+    out = []
+    for r in requests:
+        if r.model not in cat:
+            raise InputError("workload.trace", f"job {r.job_id}: unknown model {r.model!r} "
+                             f"(known: {', '.join(sorted(cat))})")
+        out.append(Job(r, cat[r.model]))
+    return out
+
+
+def simulate(scenario: Scenario, quiet: bool = True,
+             requests: Sequence[JobRequest] | None = None,
+             timer: Timer | None = None) -> tuple[list[JobState], dict[str, Any]]:
+    """Run the scenario's jobs through its policy; return (job states, summary)."""
+    wl = scenario.workload
+    if not isinstance(wl, PPJobsWorkload):
+        raise InputError("workload.kind", "expected a pp_jobs workload")
+    check_scenario(scenario)
+    t0 = time.perf_counter()
+    reqs = list(requests) if requests is not None else generate_jobs(wl)
+    jobs = resolve_jobs(wl, reqs)
+    cluster = Cluster.from_scenario(scenario)
+    planner = Planner(cluster, scenario.policy, timer or Timer(), random.Random(wl.seed))
+    sim = JobSimulator(cluster, planner, scenario.policy.admission, scenario.events)
+    with progress(len(jobs), f"jobs ({scenario.policy.placement})", quiet) as bar:
+        states = sim.run(jobs, [r.arrival_s for r in reqs], tick=bar.advance)
+    states.sort(key=lambda s: s.job.req.job_id)
+    summary = summarize(states, sim, planner)
+    wall = time.perf_counter() - t0
+    summary["wall_s"] = round(wall, 4)
+    summary["jobs_per_s"] = round(len(states) / wall, 1) if wall > 0 else None
+    return states, summary
+
+
+def _ci95(values: Sequence[float], batches: int = 10) -> float:
+    """Half-width of a 95 % confidence interval by batch means (normal approximation)."""
+    n = len(values)
+    if n < 2 * batches:
+        if n < 2:
+            return 0.0
+        return 1.96 * statistics.stdev(values) / math.sqrt(n)
+    size = n // batches
+    means = [statistics.fmean(values[i * size:(i + 1) * size]) for i in range(batches)]
+    return 1.96 * statistics.stdev(means) / math.sqrt(batches)
+
+
+def summarize(states: Sequence[JobState], sim: JobSimulator, planner: Planner) -> dict[str, Any]:
+    placed = [s for s in states if not s.blocked]
+    done = [s for s in placed if s.reason == ""]
+    blocked_flags = [1.0 if s.blocked else 0.0 for s in states]
+    jct = [s.end_s - s.arrival_s for s in done if s.end_s is not None]
+    iters = [s.run_s / s.iterations_done for s in placed if s.iterations_done > 0]
+    out: dict[str, Any] = {
+        "policy": planner.name,
+        "admission": sim.admission,
+        "schedule": planner.policy.schedule,
+        "jobs": len(states),
+        "blocked": int(sum(blocked_flags)),
+        "blocking_ratio": sum(blocked_flags) / len(states) if states else 0.0,
+        "blocking_ci95": _ci95(blocked_flags),
+        "mean_iteration_time_s": statistics.fmean(iters) if iters else None,
+        "mean_bubble_ratio": statistics.fmean(s.bubble_ratio for s in placed) if placed
+        else None,
+        "mean_wait_s": statistics.fmean((s.start_s or 0) - s.arrival_s for s in placed)
+        if placed else None,
+        "mean_jct_s": statistics.fmean(jct) if jct else None,
+        "jct_ci95": _ci95(jct) if jct else None,
+        "total_energy_kwh": sum(s.energy_kwh for s in states),
+        "total_cost_usd": sum(s.cost_usd for s in states),
+        "gpu_utilization": sim.gpu_utilization(),
+        "spectrum_utilization": sim.spectrum_utilization(),
+        "interrupted": sum(s.interrupted for s in states),
+        "restored_lightpaths": sim.restored_lightpaths,
+        "lost_lightpaths": sim.lost_lightpaths,
+        "makespan_s": sim.makespan_s,
+        "timer_cache": {"hits": planner.timer.hits, "misses": planner.timer.misses},
+    }
+    if planner.ilp_stats:
+        gaps = [float(s["gap"]) for s in planner.ilp_stats]  # type: ignore[arg-type]
+        out["ilp"] = {"solves": len(gaps), "max_gap": max(gaps),
+                      "optimal": sum(1 for s in planner.ilp_stats if s["status"] == "optimal"),
+                      "mean_solve_s": statistics.fmean(
+                          float(s["solve_s"]) for s in planner.ilp_stats)}  # type: ignore[arg-type]
+    return out
+
+
+def _fmt(v: float | None, nd: int = 6) -> str:
+    return "" if v is None else f"{v:.{nd}g}"
+
+
+def jobs_csv(states: Sequence[JobState]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(JOBS_COLUMNS)
+    for s in states:
+        r = s.job.req
+        placed = not s.blocked
+        w.writerow([r.job_id, r.model, r.stages, r.gpus_per_stage, r.microbatches, r.iterations,
+                    _fmt(s.arrival_s, 10), _fmt(s.start_s, 10), _fmt(s.end_s, 10),
+                    "|".join(s.placement), "|".join(s.routes), s.schedule,
+                    _fmt(s.run_s / s.iterations_done if s.iterations_done > 0 else
+                         (s.iteration_ms / 1000.0 if placed else None)),
+                    _fmt(s.bubble_ratio if placed else None, 4),
+                    _fmt((s.start_s - s.arrival_s) if s.start_s is not None else None),
+                    _fmt((s.end_s - s.arrival_s) if placed and s.reason == "" and
+                         s.end_s is not None else None),
+                    _fmt(s.energy_kwh), _fmt(s.cost_usd), int(s.blocked), s.reason])
+    return buf.getvalue()
+
+
+def run_jobs(scenario: Scenario, out_dir: Path, quiet: bool = False) -> dict[str, Any]:
+    """Simulate a pp_jobs scenario; write jobs.csv, summary.json and manifest.json."""
+    states, summary = simulate(scenario, quiet=quiet)
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "jobs.csv", jobs_csv(states))
+    atomic_write_json(out_dir / "summary.json", summary)
+    write_manifest(out_dir, scenario, "sim", records=["summary.json", "jobs.csv"])
+    return summary
+
+
+def plan_jobs(scenario: Scenario) -> dict[str, Any]:
+    """Static view: every job placed at once (arrival order, no departures)."""
+    wl = scenario.workload
+    if not isinstance(wl, PPJobsWorkload):
+        raise InputError("workload.kind", "expected a pp_jobs workload")
+    check_scenario(scenario)
+    reqs = generate_jobs(wl)
+    jobs = resolve_jobs(wl, reqs)
+    cluster = Cluster.from_scenario(scenario)
+    planner = Planner(cluster, scenario.policy, Timer(), random.Random(wl.seed))
+    out_jobs = []
+    for job in jobs:
+        res = planner.place(job, 0.0)
+        row: dict[str, Any] = {"job_id": job.req.job_id, "model": job.req.model,
+                               "stages": job.req.stages,
+                               "gpus_per_stage": job.req.gpus_per_stage}
+        if isinstance(res, Placed):
+            row.update({
+                "placed": True,
+                "placement": [cluster.dcs[d].name for d in res.alloc.stage_dcs],
+                "schedule": res.timing.schedule,
+                "iteration_time_s": res.timing.iteration_ms / 1000.0,
+                "bubble_ratio": res.timing.bubble_ratio,
+                "lightpaths": [None if lp is None else {
+                    "boundary": b, "route": list(lp.nodes),
+                    "fibres": [list(f) for f in lp.fibres], "first_slot": lp.first_slot,
+                    "slots": lp.n_slots, "modulation": lp.modulation,
+                    "capacity_gbps": lp.capacity_gbps, "latency_ms": lp.latency_ms}
+                    for b, lp in enumerate(res.alloc.lightpaths)],
+            })
+            if res.solver:
+                row["solver"] = res.solver
+        else:
+            row.update({"placed": False, "reason": res.reason})
+        out_jobs.append(row)
+    placed = sum(1 for r in out_jobs if r["placed"])
+    return {"scenario": scenario.name, "policy": scenario.policy.placement,
+            "jobs": out_jobs, "placed": placed, "blocked": len(out_jobs) - placed,
+            "gpu_utilization": cluster.used_gpus / cluster.total_gpus,
+            "spectrum_utilization": cluster.network.utilization()}
