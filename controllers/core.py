@@ -1,0 +1,381 @@
+"""Controller core: optical state, lightpath set-up/tear-down, restoration (no os-ken).
+
+The os-ken app and the REST API call this; it calls the same optical layer as the
+simulator (`OpticalNetwork.from_scenario`, `allocate_or_reason`, `fail_link`), keeps
+the state in SQLite, and pushes the resulting flow rules through a `Southbound`
+(the app: FlowMods + barrier) and per-lightpath capacities through a `CapacityChannel`
+(the fibre emulators' control sockets).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controllers.layout import Layout
+from controllers.metrics import ControllerMetrics
+from controllers.rules import (
+    FlowRule,
+    LayoutIndex,
+    LightpathRoute,
+    RoutingPolicy,
+    ShortestPathRouting,
+    check_route,
+    desired_rules,
+)
+from controllers.store import LightpathRow, Store
+from testbed.optical import Lightpath, OpticalNetwork
+from testbed.spec.models import SPECTRUM_POLICIES, Scenario
+
+log = logging.getLogger("lightpipe.controller")
+
+VID_MIN, VID_MAX = 2, 4094
+
+
+class Southbound(Protocol):
+    """Installs the desired rules on the connected switches and waits until they are in."""
+
+    def sync(self, desired: dict[int, dict[tuple, FlowRule]]) -> None: ...
+
+
+class CapacityChannel(Protocol):
+    """Tells a fibre emulator a lightpath's capacity (or removes it)."""
+
+    def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None: ...
+
+
+class ForwarderChannel:
+    """CapacityChannel over the emulator's control socket (testbed.emu.forwarder)."""
+
+    def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None:
+        from testbed.emu.forwarder import control_request
+
+        req: dict[str, Any] = ({"vlan": vid, "remove": True} if rate_mbps is None
+                               else {"vlan": vid, "rate_mbps": rate_mbps})
+        reply = control_request(control, req, timeout_s=2.0)
+        if not reply.get("ok", True):
+            raise RuntimeError(f"forwarder {control}: {reply}")
+
+
+class RequestError(Exception):
+    """A request the controller refuses: HTTP status and a one-line message."""
+
+    def __init__(self, status: int, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
+@dataclass
+class Restoration:
+    """Outcome of one fibre cut: what was re-routed, what was lost, and how long it took."""
+
+    fibre: tuple[str, str]
+    restored: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fibre": list(self.fibre), "restored": self.restored, "lost": self.lost,
+                "restoration_s": self.seconds}
+
+
+class ControllerCore:
+    """All controller state and decisions; thread-safe (one lock)."""
+
+    def __init__(self, scenario: Scenario, store: Store, *, layout: Layout | None = None,
+                 routing: RoutingPolicy | None = None, southbound: Southbound | None = None,
+                 capacity: CapacityChannel | None = None,
+                 metrics: ControllerMetrics | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.scenario = scenario
+        self.store = store
+        self.routing = routing or ShortestPathRouting()
+        self.southbound = southbound
+        self.capacity = capacity
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.net = OpticalNetwork.from_scenario(scenario)
+        self.metrics = metrics or ControllerMetrics()
+        self.dc_node = {d.name: d.node for d in scenario.dcs}
+        self.rng = random.Random(getattr(scenario.workload, "seed", 1))
+        self.layout: LayoutIndex | None = LayoutIndex.build(layout) if layout else None
+        self.rows: dict[int, LightpathRow] = {}
+        self.optical: dict[int, Lightpath] = {}  # controller id -> optical lightpath
+        self._load()
+
+    # ---- start-up --------------------------------------------------------------------
+    def _load(self) -> None:
+        """Rebuild the optical state from the store (controller restart)."""
+        for row in self.store.lightpaths():
+            path = self.net.path_info(row.nodes)
+            self.optical[row.id] = self.net.assign(path, row.first_slot, row.n_slots,
+                                                   bitrate_gbps=row.bitrate_gbps)
+            self.rows[row.id] = row
+        for u, v in self.store.failed_fibres():
+            self.net.fail_link(u, v)
+        if self.rows:
+            log.info("re-read %d lightpaths from %s", len(self.rows), self.store.path)
+        self._update_gauges()
+
+    def set_layout(self, layout: Layout) -> None:
+        """Adopt a (new) data-plane layout and program it."""
+        ix = LayoutIndex.build(layout)
+        with self.lock:
+            for row in self.rows.values():
+                check_route(ix, self._route(row))
+            self.layout = ix
+            self._program()
+            for row in self.rows.values():
+                self._caps(row, on=True)
+
+    # ---- views ------------------------------------------------------------------------
+    def desired(self) -> dict[int, dict[tuple, FlowRule]]:
+        with self.lock:
+            if self.layout is None:
+                return {}
+            return desired_rules(self.layout, self.routing,
+                                 (self._route(r) for r in self.rows.values()))
+
+    def lightpaths(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [self._view(r) for r in self.rows.values()]
+
+    def lightpath(self, lp_id: int) -> dict[str, Any]:
+        with self.lock:
+            row = self.rows.get(lp_id)
+            if row is None:
+                raise RequestError(404, f"no lightpath {lp_id}")
+            return self._view(row)
+
+    def spectrum(self) -> list[dict[str, Any]]:
+        with self.lock:
+            out = []
+            for f in self.net.topology.fibres:
+                occ = self.net.occupancy(f.u, f.v)
+                out.append({"u": f.u, "v": f.v, "slots": self.net.slots,
+                            "used": [i for i, b in enumerate(occ) if b],
+                            "occupancy": "".join("1" if b else "0" for b in occ),
+                            "failed": self.net.is_failed(f.u, f.v)})
+            return out
+
+    def topology(self) -> dict[str, Any]:
+        with self.lock:
+            t = self.net.topology
+            return {"name": t.name, "nodes": list(t.nodes),
+                    "fibres": [{"u": f.u, "v": f.v, "length_km": f.length_km,
+                                "failed": self.net.is_failed(f.u, f.v)} for f in t.fibres],
+                    "dcs": [{"name": d.name, "node": d.node, "gpus": d.gpus}
+                            for d in self.scenario.dcs],
+                    "slots": self.net.slots, "k_paths": self.net.k_paths,
+                    "hosts": ([h.model_dump() for h in self.layout.layout.hosts]
+                              if self.layout else [])}
+
+    # ---- lightpaths -------------------------------------------------------------------
+    def request(self, src_dc: str, dst_dc: str, *, bitrate_gbps: float | None = None,
+                slots: int | None = None, policy: str | None = None,
+                src_host: str | None = None, dst_host: str | None = None,
+                job_id: int | None = None) -> dict[str, Any]:
+        """Set up a lightpath between two DCs; RequestError (4xx) if refused or blocked."""
+        t0 = self.clock()
+        policy = policy or self.scenario.policy.spectrum
+        self._check_request(src_dc, dst_dc, bitrate_gbps, slots, policy, src_host, dst_host)
+        with self.lock:
+            self.metrics.requests.inc()
+            got = self.net.allocate_or_reason(self.dc_node[src_dc], self.dc_node[dst_dc],
+                                              bitrate_gbps=bitrate_gbps, slots=slots,
+                                              policy=policy, rng=self.rng)
+            if isinstance(got, str):
+                self.metrics.blocks.labels(reason=got).inc()
+                raise RequestError(409, f"blocked: {got} between {src_dc} and {dst_dc}",
+                                   reason=got)
+            vid = self._free_vid()
+            if vid is None:
+                self.net.release(got)
+                self.metrics.blocks.labels(reason="no_vlan").inc()
+                raise RequestError(409, "blocked: no free VLAN id", reason="no_vlan")
+            lp_id = max(self.rows, default=0) + 1
+            row = LightpathRow(id=lp_id, vid=vid, src_dc=src_dc, dst_dc=dst_dc,
+                               src_host=src_host, dst_host=dst_host,
+                               bitrate_gbps=bitrate_gbps, slots_req=slots, policy=policy,
+                               nodes=list(got.nodes), first_slot=got.first_slot,
+                               n_slots=got.n_slots, modulation=got.modulation,
+                               capacity_gbps=got.capacity_gbps, job_id=job_id,
+                               created_s=time.time())
+            self.store.save([row])
+            self.rows[lp_id] = row
+            self.optical[lp_id] = got
+            self._caps(row, on=True)
+            self._program()
+            self._update_gauges()
+            dt = self.clock() - t0
+            self.metrics.setup_seconds.observe(dt)
+            view = self._view(row)
+            view["setup_s"] = dt
+            return view
+
+    def delete(self, lp_id: int) -> dict[str, Any]:
+        with self.lock:
+            row = self.rows.get(lp_id)
+            if row is None:
+                raise RequestError(404, f"no lightpath {lp_id}")
+            self.store.save([], delete_ids=[lp_id])
+            self._drop(lp_id)
+            self._program()
+            self._update_gauges()
+            return self._view(row)
+
+    def _drop(self, lp_id: int) -> None:
+        row = self.rows.pop(lp_id)
+        lp = self.optical.pop(lp_id)
+        if lp.id in self.net.lightpaths:
+            self.net.release(lp)
+        self._caps(row, on=False)
+
+    # ---- failures ---------------------------------------------------------------------
+    def fail_fibre(self, u: str, v: str, t0: float | None = None) -> Restoration:
+        """Cut fibre u-v: re-route its lightpaths with new spectrum, or drop them (lost).
+
+        Same rule as the simulator: release every hit lightpath first, then re-place them
+        in id order with their original request (bitrate or slots, spectrum policy).
+        t0: when the cut was detected (default now); restoration time counts from it.
+        """
+        t0 = self.clock() if t0 is None else t0
+        with self.lock:
+            self._check_fibre(u, v)
+            res = Restoration((u, v))
+            if self.net.is_failed(u, v):
+                return res
+            hit = {lp.id for lp in self.net.fail_link(u, v)}
+            ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
+            changed: list[LightpathRow] = []
+            for i in ids:
+                row = self.rows[i]
+                self._caps(row, on=False)
+                got = self.net.allocate_or_reason(self.dc_node[row.src_dc],
+                                                  self.dc_node[row.dst_dc],
+                                                  bitrate_gbps=row.bitrate_gbps,
+                                                  slots=row.slots_req, policy=row.policy,
+                                                  rng=self.rng)
+                if isinstance(got, str):
+                    res.lost.append(i)
+                    continue
+                row.nodes, row.first_slot, row.n_slots = list(got.nodes), got.first_slot, \
+                    got.n_slots
+                row.modulation, row.capacity_gbps = got.modulation, got.capacity_gbps
+                row.restored += 1
+                self.optical[i] = got
+                changed.append(row)
+                res.restored.append(i)
+            for i in res.lost:
+                self.rows.pop(i)
+                self.optical.pop(i)
+            self.store.save(changed, delete_ids=res.lost, failed=(u, v))
+            self._program()
+            for row in changed:
+                self._caps(row, on=True)
+            self._update_gauges()
+            res.seconds = self.clock() - t0
+        self.metrics.restoration_seconds.observe(res.seconds)
+        self.metrics.restored.inc(len(res.restored))
+        self.metrics.lost.inc(len(res.lost))
+        log.info("fibre %s-%s cut: %d restored, %d lost in %.1f ms", u, v, len(res.restored),
+                 len(res.lost), res.seconds * 1e3)
+        return res
+
+    def repair_fibre(self, u: str, v: str) -> None:
+        with self.lock:
+            self._check_fibre(u, v)
+            if self.net.is_failed(u, v):
+                self.net.repair_link(u, v)
+                self.store.save([], repaired=(u, v))
+
+    def fibre_of_port(self, dpid: int, port: int) -> tuple[str, str] | None:
+        ix = self.layout
+        return ix.fibre_of_port.get((dpid, port)) if ix else None
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _check_request(self, src_dc: str, dst_dc: str, bitrate_gbps: float | None,
+                       slots: int | None, policy: str, src_host: str | None,
+                       dst_host: str | None) -> None:
+        for name in (src_dc, dst_dc):
+            if name not in self.dc_node:
+                raise RequestError(404, f"unknown DC {name!r} (known: "
+                                   f"{', '.join(sorted(self.dc_node))})")
+        if self.dc_node[src_dc] == self.dc_node[dst_dc]:
+            raise RequestError(400, f"{src_dc} and {dst_dc} sit on the same optical node "
+                               f"{self.dc_node[src_dc]}: no lightpath needed")
+        if (bitrate_gbps is None) == (slots is None):
+            raise RequestError(400, "give exactly one of bitrate_gbps and slots")
+        if slots is not None and not 1 <= slots <= self.net.slots:
+            raise RequestError(400, f"slots must be 1..{self.net.slots}, got {slots}")
+        if policy not in SPECTRUM_POLICIES:
+            raise RequestError(400, f"unknown spectrum policy {policy!r} "
+                               f"(known: {', '.join(SPECTRUM_POLICIES)})")
+        if (src_host is None) != (dst_host is None):
+            raise RequestError(400, "give both src_host and dst_host, or neither")
+        if src_host is not None:
+            ix = self.layout
+            for host, dc in ((src_host, src_dc), (dst_host, dst_dc)):
+                if ix is None or host not in ix.hosts or ix.hosts[host].dc != dc:
+                    raise RequestError(404, f"no host {host!r} in DC {dc}")
+
+    def _check_fibre(self, u: str, v: str) -> None:
+        try:
+            self.net.link_id(u, v)
+        except KeyError as exc:
+            raise RequestError(404, str(exc.args[0])) from None
+
+    def _free_vid(self) -> int | None:
+        used = {r.vid for r in self.rows.values()}
+        for vid in range(VID_MIN, VID_MAX + 1):
+            if vid not in used:
+                return vid
+        return None
+
+    @staticmethod
+    def _route(row: LightpathRow) -> LightpathRoute:
+        return LightpathRoute(row.id, row.vid, row.src_dc, row.dst_dc, tuple(row.nodes),
+                              row.src_host, row.dst_host)
+
+    def _view(self, row: LightpathRow) -> dict[str, Any]:
+        d = row.to_dict()
+        d["fibres"] = [[a, b] for a, b in zip(row.nodes, row.nodes[1:], strict=False)]
+        d["slots"] = list(range(row.first_slot, row.first_slot + row.n_slots))
+        lp = self.optical.get(row.id)
+        if lp is not None:
+            d["length_km"] = lp.length_km
+            d["latency_ms"] = lp.latency_ms
+        return d
+
+    def _program(self) -> None:
+        if self.southbound is not None and self.layout is not None:
+            self.southbound.sync(self.desired())
+
+    def _caps(self, row: LightpathRow, on: bool) -> None:
+        ix = self.layout
+        if self.capacity is None or ix is None:
+            return
+        rate = row.capacity_gbps * ix.layout.mbps_per_gbps if on else None
+        for u, v in zip(row.nodes, row.nodes[1:], strict=False):
+            control = ix.fibre_control.get(frozenset((u, v)))
+            if control is None:
+                continue
+            try:
+                self.capacity.set_cap(control, row.vid, rate)
+            except (OSError, RuntimeError, ValueError) as exc:
+                self.metrics.capacity_errors.inc()
+                log.warning("fibre %s-%s: cannot set lightpath %d capacity: %s", u, v,
+                            row.id, exc)
+
+    def _update_gauges(self) -> None:
+        self.metrics.active.set(len(self.rows))
+        for f in self.net.topology.fibres:
+            self.metrics.slots_used.labels(fibre=f"{f.u}-{f.v}").set(
+                self.net.mask(f.u, f.v).bit_count())

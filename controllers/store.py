@@ -1,0 +1,143 @@
+"""SQLite (WAL) store of the controller's state: lightpaths, failed fibres, jobs.
+
+Each change is one transaction, so a controller killed at any point restarts from a
+consistent state. The optical state (spectrum) is rebuilt from the stored lightpaths.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS lightpaths (
+    id INTEGER PRIMARY KEY,
+    vid INTEGER NOT NULL UNIQUE,
+    src_dc TEXT NOT NULL, dst_dc TEXT NOT NULL,
+    src_host TEXT, dst_host TEXT,
+    bitrate_gbps REAL, slots_req INTEGER, policy TEXT NOT NULL,
+    nodes TEXT NOT NULL, first_slot INTEGER NOT NULL, n_slots INTEGER NOT NULL,
+    modulation TEXT NOT NULL, capacity_gbps REAL NOT NULL,
+    job_id INTEGER, created_s REAL NOT NULL, restored INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS failed_fibres (u TEXT NOT NULL, v TEXT NOT NULL,
+    PRIMARY KEY (u, v));
+CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class LightpathRow:
+    """A provisioned lightpath as stored (and as the REST API shows it)."""
+
+    id: int
+    vid: int
+    src_dc: str
+    dst_dc: str
+    src_host: str | None
+    dst_host: str | None
+    bitrate_gbps: float | None
+    slots_req: int | None
+    policy: str
+    nodes: list[str]
+    first_slot: int
+    n_slots: int
+    modulation: str
+    capacity_gbps: float
+    job_id: int | None
+    created_s: float
+    restored: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Store:
+    """Thread-safe wrapper of one SQLite connection in WAL mode."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _tx(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    self._db.execute(sql, params)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @staticmethod
+    def _put(row: LightpathRow) -> tuple[str, tuple[Any, ...]]:
+        d = row.to_dict()
+        d["nodes"] = json.dumps(row.nodes)
+        cols = ", ".join(d)
+        marks = ", ".join("?" for _ in d)
+        return (f"INSERT OR REPLACE INTO lightpaths ({cols}) VALUES ({marks})",
+                tuple(d.values()))
+
+    def save(self, rows: list[LightpathRow], delete_ids: list[int] | None = None,
+             failed: tuple[str, str] | None = None, repaired: tuple[str, str] | None = None,
+             ) -> None:
+        """Write lightpaths, delete others and record a cut/repair in one transaction."""
+        stm = [self._put(r) for r in rows]
+        stm += [("DELETE FROM lightpaths WHERE id = ?", (i,)) for i in delete_ids or []]
+        if failed:
+            stm.append(("INSERT OR IGNORE INTO failed_fibres (u, v) VALUES (?, ?)",
+                        tuple(sorted(failed))))
+        if repaired:
+            stm.append(("DELETE FROM failed_fibres WHERE u = ? AND v = ?",
+                        tuple(sorted(repaired))))
+        self._tx(stm)
+
+    def lightpaths(self) -> list[LightpathRow]:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM lightpaths ORDER BY id")
+            names = [c[0] for c in cur.description]
+            rows = cur.fetchall()
+        out = []
+        for r in rows:
+            d = dict(zip(names, r, strict=True))
+            d["nodes"] = json.loads(d["nodes"])
+            out.append(LightpathRow(**d))
+        return out
+
+    def failed_fibres(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(u, v) for u, v in self._db.execute("SELECT u, v FROM failed_fibres")]
+
+    def save_job(self, job_id: int, body: dict[str, Any]) -> None:
+        self._tx([("INSERT OR REPLACE INTO jobs (id, body) VALUES (?, ?)",
+                   (job_id, json.dumps(body)))])
+
+    def delete_job(self, job_id: int) -> None:
+        self._tx([("DELETE FROM jobs WHERE id = ?", (job_id,))])
+
+    def jobs(self) -> dict[int, dict[str, Any]]:
+        with self._lock:
+            return {i: json.loads(b) for i, b in
+                    self._db.execute("SELECT id, body FROM jobs ORDER BY id")}
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._tx([("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))])
