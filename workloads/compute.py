@@ -1,0 +1,87 @@
+"""Real tensor work that occupies a worker for a given wall-clock time (not sleep).
+
+At start-up `Burner.calibrate()` times small float32 matrix products and sizes a chunk
+of them to about `chunk_ms`. `burn(duration_s)` then runs whole chunks until the
+deadline; it stops early when the remaining time is under half a chunk, so the error
+is at most half a chunk (plus scheduler preemption on a busy machine). Keeping the
+deadline on the wall clock makes op times right even when other workers share the CPU.
+
+`duty` < 1 spreads the work: after each chunk the worker pauses so that work takes
+about `duty` of the op's time. With more stage processes than cores, busy-waiting
+stages would otherwise be descheduled at their deadlines (ops overrun by a scheduler
+slice) and starve the link emulators; the launcher sets duty ~ cores / workers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Calibration:
+    """What start-up calibration found."""
+
+    matrix_n: int
+    mm_per_chunk: int
+    chunk_s: float
+    gflops: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"matrix_n": self.matrix_n, "mm_per_chunk": self.mm_per_chunk,
+                "chunk_ms": 1e3 * self.chunk_s, "gflops": self.gflops}
+
+
+class Burner:
+    """Busy-works with real matmuls for a requested duration."""
+
+    def __init__(self, matrix_n: int = 64, chunk_ms: float = 0.25, duty: float = 1.0) -> None:
+        if not 0 < duty <= 1:
+            raise ValueError(f"duty must be in (0, 1], got {duty}")
+        self.duty = duty
+        gen = torch.Generator().manual_seed(0)
+        self.n = matrix_n
+        self.a = torch.randn(matrix_n, matrix_n, generator=gen)
+        self.b = torch.randn(matrix_n, matrix_n, generator=gen) / matrix_n
+        self.c = torch.empty(matrix_n, matrix_n)
+        self.chunk_ms = chunk_ms
+        self.cal = self.calibrate()
+
+    def _mm(self, reps: int) -> None:
+        for _ in range(reps):
+            torch.mm(self.a, self.b, out=self.c)
+
+    def calibrate(self) -> Calibration:
+        self._mm(20)  # warm up
+        best = float("inf")
+        reps = 50
+        for _ in range(5):  # the fastest of a few runs: least disturbed by other processes
+            t0 = time.perf_counter()
+            self._mm(reps)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        per_chunk = max(1, round(self.chunk_ms * 1e-3 / best))
+        flops = 2.0 * self.n ** 3 / best
+        return Calibration(self.n, per_chunk, per_chunk * best, flops / 1e9)
+
+    def burn(self, duration_s: float) -> int:
+        """Work until `duration_s` has passed; return the number of chunks run."""
+        if duration_s <= 0:
+            return 0
+        reps = self.cal.mm_per_chunk
+        end = time.perf_counter() + duration_s
+        half = 0.5 * self.cal.chunk_s
+        pause = self.cal.chunk_s * (1.0 / self.duty - 1.0)
+        chunks = 0
+        while True:
+            left = end - time.perf_counter()
+            if left <= half:
+                break
+            self._mm(reps)
+            chunks += 1
+            if pause > 0:
+                left = end - time.perf_counter()
+                if left > pause + half:
+                    time.sleep(pause)
+        return chunks

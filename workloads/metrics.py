@@ -1,0 +1,86 @@
+"""Prometheus metrics of one pipeline worker, served over HTTP (prometheus-client).
+
+Names follow Prometheus conventions (`lightpipe_` prefix, base units, `_total`
+counters); every series carries `job` (the pipeline job) and `stage` labels.
+The HTTP listener may be a socket inherited from the launcher (`serve_fd`): the
+launcher binds it in the root network namespace, so a Prometheus server there can
+scrape workers that run inside Mininet hosts without any traffic on emulated links.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import HTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import MetricsHandler
+
+ITERATION_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                       float("inf"))
+
+METRIC_NAMES = (
+    "lightpipe_worker_iteration_duration_seconds",
+    "lightpipe_worker_bubble_ratio",
+    "lightpipe_worker_sent_bytes_total",
+    "lightpipe_worker_received_bytes_total",
+    "lightpipe_worker_compute_seconds_total",
+    "lightpipe_worker_iterations_total",
+    "lightpipe_worker_loss",
+)
+
+
+class WorkerMetrics:
+    """The metric objects of one worker, in their own registry."""
+
+    def __init__(self, job: str, stage: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = {"job": job, "stage": str(stage)}
+        names = list(labels)
+        r = self.registry
+        self.iteration = Histogram(
+            "lightpipe_worker_iteration_duration_seconds",
+            "Wall time of one pipeline iteration as seen by this stage (emulated seconds)",
+            names, buckets=ITERATION_BUCKETS_S, registry=r).labels(**labels)
+        self.bubble = Gauge("lightpipe_worker_bubble_ratio",
+                            "Idle share of this stage's last iteration (1 - compute/duration)",
+                            names, registry=r).labels(**labels)
+        self.sent = Counter("lightpipe_worker_sent_bytes",
+                            "Payload bytes this stage sent to its pipeline neighbours",
+                            names, registry=r).labels(**labels)
+        self.received = Counter("lightpipe_worker_received_bytes",
+                                "Payload bytes this stage received from its neighbours",
+                                names, registry=r).labels(**labels)
+        self.compute = Counter("lightpipe_worker_compute_seconds",
+                               "Seconds this stage spent computing forward/backward ops",
+                               names, registry=r).labels(**labels)
+        self.iterations = Counter("lightpipe_worker_iterations",
+                                  "Pipeline iterations this stage completed",
+                                  names, registry=r).labels(**labels)
+        self.loss = Gauge("lightpipe_worker_loss",
+                          "Training loss of the last iteration (model mode, last stage)",
+                          names, registry=r).labels(**labels)
+
+
+class _Server(HTTPServer):
+    daemon_threads = True
+
+
+def _handler(registry: CollectorRegistry) -> type[MetricsHandler]:
+    return MetricsHandler.factory(registry)
+
+
+def serve(registry: CollectorRegistry, *, fd: int | None = None, host: str = "127.0.0.1",
+          port: int = 0) -> tuple[HTTPServer, int]:
+    """Serve /metrics in a daemon thread on an inherited listening fd or a new socket."""
+    handler = _handler(registry)
+    if fd is not None:
+        server = _Server(("127.0.0.1", 0), handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=fd)
+        server.server_address = server.socket.getsockname()[:2]
+    else:
+        server = _Server((host, port), handler)
+    bound_port = int(server.server_address[1])
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server, bound_port

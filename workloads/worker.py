@@ -1,0 +1,117 @@
+"""One pipeline stage process: `python -m workloads.worker --plan P --rank R --master A:P`.
+
+Joins the job's gloo process group, serves its Prometheus metrics, runs the plan's
+iterations (barrier, then the stage's action list) and appends one JSON line per
+event to `--out` (start, iteration, done or error), flushed at once, so the launcher
+keeps every completed iteration even if this or another worker dies later.
+"""
+
+from __future__ import annotations
+
+import time
+
+T_IMPORT0 = time.monotonic()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, TextIO  # noqa: E402
+
+log = logging.getLogger("workloads.worker")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m workloads.worker", description=__doc__)
+    ap.add_argument("--plan", required=True, type=Path, help="job plan JSON")
+    ap.add_argument("--rank", required=True, type=int, help="pipeline stage of this worker")
+    ap.add_argument("--master", required=True, help="ADDR:PORT of stage 0's rendezvous")
+    ap.add_argument("--out", required=True, type=Path, help="JSON-lines record file")
+    ap.add_argument("--iface", default=None, help="network interface for gloo")
+    ap.add_argument("--metrics-fd", type=int, default=None,
+                    help="inherited listening socket for /metrics")
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="serve /metrics on this port (0: any) when no fd is given")
+    ap.add_argument("--timeout-s", type=float, default=120.0,
+                    help="collective/p2p timeout (a dead peer is reported sooner)")
+    ap.add_argument("--duty", type=float, default=1.0,
+                    help="share of an op's time spent in tensor work (rest: short pauses)")
+    ap.add_argument("--nice", type=int, default=0, help="raise niceness (leave CPU to links)")
+    return ap.parse_args(argv)
+
+
+def _emit(fh: TextIO, record: dict[str, Any]) -> None:
+    fh.write(json.dumps(record) + "\n")
+    fh.flush()
+
+
+def run(args: argparse.Namespace, fh: TextIO) -> None:
+    if args.iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = args.iface
+    if args.nice:
+        os.nice(args.nice)
+    import torch
+    import torch.distributed as dist
+
+    from workloads.compute import Burner
+    from workloads.executor import Executor
+    from workloads.metrics import WorkerMetrics, serve
+    from workloads.plan import JobPlan
+
+    torch.set_num_threads(1)
+    t_imported = time.monotonic()
+    plan = JobPlan.load(args.plan)
+    if not 0 <= args.rank < plan.stages:
+        raise ValueError(f"rank {args.rank} outside 0..{plan.stages - 1}")
+    metrics = WorkerMetrics(plan.job, args.rank)
+    metrics_port = None
+    if args.metrics_fd is not None or args.metrics_port is not None:
+        _, metrics_port = serve(metrics.registry, fd=args.metrics_fd,
+                                port=args.metrics_port or 0)
+    program: Any
+    calibration: dict[str, float] = {}
+    if plan.mode == "shadow":
+        from workloads.shadow import ShadowProgram
+        burner = Burner(duty=args.duty)
+        calibration = burner.cal.as_dict()
+        program = ShadowProgram(plan, args.rank, burner)
+    else:
+        from workloads.model import ModelProgram
+        program = ModelProgram(plan, args.rank)
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
+                            world_size=plan.stages, timeout=timedelta(seconds=args.timeout_s))
+    t_ready = time.monotonic()
+    _emit(fh, {"type": "start", "job": plan.job, "stage": args.rank, "pid": os.getpid(),
+               "import_start_s": T_IMPORT0, "imported_s": t_imported, "ready_s": t_ready,
+               "calibration": calibration, "metrics_port": metrics_port})
+    ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics)
+    total = plan.warmup_iterations + plan.iterations
+    for it in range(total):
+        dist.barrier()
+        rec = ex.run_iteration(it, total)
+        _emit(fh, {"type": "iteration", "warmup": it < plan.warmup_iterations,
+                   **rec.as_dict()})
+    dist.barrier()
+    _emit(fh, {"type": "done", "end_s": time.monotonic()})
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(message)s")
+    args = parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a") as fh:
+        try:
+            run(args, fh)
+        except Exception as exc:  # record why, for the launcher's failure report
+            _emit(fh, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
+            log.error("stage %s failed: %s: %s", args.rank, type(exc).__name__, exc)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
