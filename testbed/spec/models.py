@@ -228,6 +228,9 @@ class PPJobsWorkload(Frozen):
     mix: list[JobTemplate] = Field(default_factory=list)
     trace: str | None = Field(default=None, description="job trace CSV (see docs/traces.md)")
     models: list[ModelSpec] = Field(default_factory=list, description="extra catalogue entries")
+    max_stages_per_dc: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        default=None, description="most stages of one job in one DC (1: every stage in a "
+        "different DC, the cross-domain setting of CBA); None: no limit")
     seed: int = 1
 
     @model_validator(mode="after")
