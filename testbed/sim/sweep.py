@@ -21,9 +21,9 @@ from testbed.spec import Scenario, parse_scenario
 
 log = logging.getLogger(__name__)
 
-METRICS = ("requests", "blocked", "blocking_ratio", "bitrate_blocking_ratio",
-           "mean_spectrum_utilization", "lightpaths_lost", "lightpaths_restored", "jobs",
-           "accepted", "wall_s")
+# Summary fields that describe the setting rather than the outcome (left out of rows).
+SKIPPED = {"scenario", "backend", "workload", "topology", "seed", "policy", "grid", "slots",
+           "k_paths", "load_erlang", "blocking_ci95"}
 
 
 def parse_set(text: str) -> tuple[str, list[Any]]:
@@ -122,9 +122,10 @@ def run_point(args: tuple[int, dict[str, Any], dict[str, Any], str | None]) -> d
             summary = SimBackend().run(scenario, target, quiet=True)
     row: dict[str, Any] = {"point": index, **labels}
     ci = summary.get("blocking_ci95")
-    for m in METRICS:
-        if m in summary:
-            row[m] = summary[m]
+    for key, value in summary.items():
+        if key not in SKIPPED and key not in row and (
+                value is None or isinstance(value, (int, float, str, bool))):
+            row[key] = value
     if isinstance(ci, list) and len(ci) == 2:
         row["blocking_ci95_low"], row["blocking_ci95_high"] = ci
     return row
