@@ -1,0 +1,263 @@
+"""os-ken (Ryu API) app: lightpaths as proactive OpenFlow 1.3 rules, restoration, REST.
+
+Handlers stay thin: decode the event and hand it to `ControllerCore` (pure decisions)
+or install the rules it computes. Work that takes the core's lock runs in its own
+thread, never on the app's event thread, so barrier replies keep flowing.
+
+Configured by environment variables (so it loads the same under `ryu-manager` and
+under LightPipe's launcher, `controllers.launcher`):
+    LIGHTPIPE_CTL_SPEC     scenario YAML (required)
+    LIGHTPIPE_CTL_DB       SQLite state file (default ./lightpipe-controller.db)
+    LIGHTPIPE_CTL_LAYOUT   data-plane layout JSON (optional; or PUT /layout)
+    LIGHTPIPE_CTL_REST     REST listen address host:port (default 127.0.0.1:8080)
+    LIGHTPIPE_CTL_TOKEN    bearer token for the REST API (optional)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, ClassVar
+
+from controllers.api import RestApi
+from controllers.compat import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    BaseApp,
+    arp,
+    ethernet,
+    hub,
+    ofp_event,
+    ofproto_v1_3,
+    packet,
+    set_ev_cls,
+)
+from controllers.core import ControllerCore, ForwarderChannel
+from controllers.layout import Layout
+from controllers.rules import ETH_ARP, FlowRule, diff_rules
+from controllers.store import Store
+
+log = logging.getLogger("lightpipe.controller.app")
+
+BARRIER_TIMEOUT_S = 5.0
+
+
+def _actions(dp: Any, rule: FlowRule) -> list[Any]:
+    parser, ofp = dp.ofproto_parser, dp.ofproto
+    actions: list[Any] = []
+    inst: list[Any] = []
+    for name, arg in rule.actions:
+        if name == "output":
+            actions.append(parser.OFPActionOutput(arg))
+        elif name == "controller":
+            actions.append(parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER))
+        elif name == "push_vlan":
+            actions.append(parser.OFPActionPushVlan(arg))
+        elif name == "set_vlan_vid":
+            actions.append(parser.OFPActionSetField(vlan_vid=arg))
+        elif name == "pop_vlan":
+            actions.append(parser.OFPActionPopVlan())
+        elif name == "goto_table":
+            inst.append(parser.OFPInstructionGotoTable(arg))
+        else:
+            raise ValueError(f"unknown action {name!r}")
+    if actions:
+        inst.insert(0, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+    return inst
+
+
+def flow_mod(dp: Any, rule: FlowRule, delete: bool = False) -> Any:
+    """The OFPFlowMod that adds (or strictly deletes) a FlowRule."""
+    parser, ofp = dp.ofproto_parser, dp.ofproto
+    match = parser.OFPMatch(**dict(rule.match))
+    if delete:
+        return parser.OFPFlowMod(dp, cookie=rule.cookie, cookie_mask=0xFFFFFFFFFFFFFFFF,
+                                 table_id=rule.table, command=ofp.OFPFC_DELETE_STRICT,
+                                 priority=rule.priority, out_port=ofp.OFPP_ANY,
+                                 out_group=ofp.OFPG_ANY, match=match)
+    return parser.OFPFlowMod(dp, cookie=rule.cookie, table_id=rule.table,
+                             command=ofp.OFPFC_ADD, priority=rule.priority, match=match,
+                             instructions=_actions(dp, rule))
+
+
+class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
+    """The LightPipe controller application."""
+
+    OFP_VERSIONS: ClassVar[list[int]] = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from testbed.spec import load_scenario
+
+        spec = os.environ.get("LIGHTPIPE_CTL_SPEC")
+        if not spec:
+            raise RuntimeError("LIGHTPIPE_CTL_SPEC (scenario file) is not set")
+        scenario = load_scenario(spec)
+        layout = None
+        layout_file = os.environ.get("LIGHTPIPE_CTL_LAYOUT")
+        if layout_file:
+            with open(layout_file, encoding="utf-8") as f:
+                layout = Layout.model_validate(json.load(f))
+        self.datapaths: dict[int, Any] = {}
+        self.installed: dict[int, dict[tuple, FlowRule]] = {}
+        self.barriers: dict[tuple[int, int], threading.Event] = {}
+        self.sync_lock = threading.RLock()
+        self.core = ControllerCore(scenario, Store(os.environ.get(
+            "LIGHTPIPE_CTL_DB", "lightpipe-controller.db")), layout=layout, southbound=self,
+            capacity=ForwarderChannel())
+        self.core.connected = set()  # type: ignore[attr-defined]
+        host, _, port = os.environ.get("LIGHTPIPE_CTL_REST", "127.0.0.1:8080").rpartition(":")
+        self.api = RestApi(self.core, host or "127.0.0.1", int(port),
+                           token=os.environ.get("LIGHTPIPE_CTL_TOKEN") or None,
+                           jobs=_job_service(self.core))
+        self.api.serve()
+        log.info("REST API on %s", self.api.url)
+
+    def close(self) -> None:
+        self.api.close()
+        self.core.store.close()
+
+    # ---- southbound: install what the core wants -------------------------------------
+    def sync(self, desired: dict[int, dict[tuple, FlowRule]]) -> None:
+        """Bring every connected switch to `desired` (adds first, then deletes; barrier)."""
+        waits = []
+        with self.sync_lock:
+            for dpid, rules in desired.items():
+                dp = self.datapaths.get(dpid)
+                if dp is None:
+                    continue  # gets everything when it connects
+                d = diff_rules(self.installed.get(dpid, {}), rules, dpid)
+                if not d.add and not d.delete:
+                    continue
+                for r in d.add:
+                    dp.send_msg(flow_mod(dp, r))
+                for r in d.delete:
+                    dp.send_msg(flow_mod(dp, r, delete=True))
+                waits.append((dpid, self._barrier(dp)))
+                self.installed[dpid] = dict(rules)
+        self._wait(waits)
+
+    def _full_sync(self, dp: Any) -> None:
+        """A switch (re)connected: wipe its tables and install all its rules."""
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        desired = self.core.desired().get(dp.id, {})
+        with self.sync_lock:
+            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE,
+                                          table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+                                          out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+            for r in desired.values():
+                dp.send_msg(flow_mod(dp, r))
+            ev = self._barrier(dp)
+            self.installed[dp.id] = dict(desired)
+        self._wait([(dp.id, ev)])
+        log.info("switch %#x: %d rules installed", dp.id, len(desired))
+
+    def _barrier(self, dp: Any) -> threading.Event:
+        req = dp.ofproto_parser.OFPBarrierRequest(dp)
+        dp.set_xid(req)
+        ev = threading.Event()
+        self.barriers[(dp.id, req.xid)] = ev
+        dp.send_msg(req)
+        return ev
+
+    def _wait(self, waits: list[tuple[int, threading.Event]]) -> None:
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        for dpid, ev in waits:
+            if not ev.wait(max(0.0, deadline - time.monotonic())):
+                log.warning("switch %#x: no barrier reply within %.0f s", dpid,
+                            BARRIER_TIMEOUT_S)
+
+    # ---- events -------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _features(self, ev: Any) -> None:
+        dp = ev.msg.datapath
+        with self.sync_lock:
+            self.datapaths[dp.id] = dp
+            self.installed.pop(dp.id, None)
+        self.core.connected.add(dp.id)  # type: ignore[attr-defined]
+        self.core.metrics.switches.set(len(self.datapaths))
+        hub.spawn(self._full_sync, dp)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _dead(self, ev: Any) -> None:
+        dp = ev.datapath
+        if dp.id is None:
+            return
+        with self.sync_lock:
+            if self.datapaths.get(dp.id) is dp:
+                self.datapaths.pop(dp.id)
+                self.installed.pop(dp.id, None)
+                self.core.connected.discard(dp.id)  # type: ignore[attr-defined]
+        self.core.metrics.switches.set(len(self.datapaths))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _barrier_reply(self, ev: Any) -> None:
+        done = self.barriers.pop((ev.msg.datapath.id, ev.msg.xid), None)
+        if done is not None:
+            done.set()
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev: Any) -> None:
+        t0 = time.perf_counter()
+        msg = ev.msg
+        ofp = msg.datapath.ofproto
+        fibre = self.core.fibre_of_port(msg.datapath.id, msg.desc.port_no)
+        if fibre is None:
+            return
+        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or \
+            bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) or msg.reason == ofp.OFPPR_DELETE
+        if down:
+            hub.spawn(self._cut, fibre, t0)
+        else:
+            hub.spawn(self._repair, fibre)
+
+    def _cut(self, fibre: tuple[str, str], t0: float) -> None:
+        if not self.core.net.is_failed(*fibre):
+            self.core.fail_fibre(*fibre, t0=t0)
+
+    def _repair(self, fibre: tuple[str, str]) -> None:
+        self.core.repair_fibre(*fibre)
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev: Any) -> None:
+        """Proxy ARP: answer for every host in the layout (no flooding across DCs)."""
+        msg = ev.msg
+        pkt = packet.Packet(msg.data)
+        req = pkt.get_protocol(arp.arp)
+        ix = self.core.layout
+        if req is None or req.opcode != arp.ARP_REQUEST or ix is None:
+            return
+        target = ix.host_by_ip.get(req.dst_ip)
+        if target is None:
+            return
+        reply = packet.Packet()
+        reply.add_protocol(ethernet.ethernet(dst=req.src_mac, src=target.mac,
+                                             ethertype=ETH_ARP))
+        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=target.mac,
+                                   src_ip=target.ip, dst_mac=req.src_mac, dst_ip=req.src_ip))
+        reply.serialize()
+        dp = msg.datapath
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER,
+                                        in_port=ofp.OFPP_CONTROLLER,
+                                        actions=[parser.OFPActionOutput(msg.match["in_port"])],
+                                        data=reply.data))
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _error(self, ev: Any) -> None:
+        msg = ev.msg
+        log.warning("switch %#x: OpenFlow error type=%d code=%d", msg.datapath.id, msg.type,
+                    msg.code)
+
+
+def _job_service(core: ControllerCore) -> Any:
+    """The POST /jobs service if the job-placement layer is available, else None."""
+    try:
+        from controllers.jobs import JobService
+    except ImportError:
+        return None
+    return JobService(core)
