@@ -46,6 +46,10 @@ def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(out).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    # mkdtemp makes the directory private (0700); a run directory is ordinary output.
+    umask = os.umask(0)
+    os.umask(umask)
+    stage.chmod(0o777 & ~umask)
     try:
         yield stage
     except BaseException:
