@@ -149,8 +149,7 @@ class Launcher:
 
     def metrics_targets(self) -> list[tuple[str, dict[str, str]]]:
         """(host:port, labels) of every worker's /metrics endpoint."""
-        return [(f"127.0.0.1:{w.metrics_port}", {"job_name": w.job, "stage": str(w.stage),
-                                                 "host": w.host.name})
+        return [(f"127.0.0.1:{w.metrics_port}", {"component": "worker", "host": w.host.name})
                 for run in self.jobs.values() for w in run.workers]
 
     # -- supervision -------------------------------------------------------------------

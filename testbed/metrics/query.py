@@ -1,0 +1,72 @@
+"""Small client of the Prometheus HTTP API (instant and range queries, waiting for data)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from testbed.errors import RuntimeFailure
+
+
+def _get(url: str, path: str, params: dict[str, str], timeout_s: float) -> Any:
+    full = f"{url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(full, timeout=timeout_s) as r:
+            body = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            body = json.loads(exc.read())
+        except ValueError:
+            raise RuntimeFailure(f"prometheus {path}: HTTP {exc.code}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise RuntimeFailure(f"prometheus at {url} unreachable: {exc}") from exc
+    if body.get("status") != "success":
+        raise RuntimeFailure(f"prometheus query failed: {body.get('errorType')}: "
+                             f"{body.get('error')}")
+    return body["data"]
+
+
+def query(url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """Instant query; returns the result vector ([{'metric': {...}, 'value': [t, 'v']}])."""
+    data = _get(url, "/api/v1/query", {"query": promql}, timeout_s)
+    result = data.get("result", [])
+    if data.get("resultType") == "scalar":
+        return [{"metric": {}, "value": result}]
+    return list(result)
+
+
+def query_range(url: str, promql: str, start_s: float, end_s: float, step_s: float = 1.0,
+                timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    data = _get(url, "/api/v1/query_range", {"query": promql, "start": str(start_s),
+                                             "end": str(end_s), "step": str(step_s)},
+                timeout_s)
+    return list(data.get("result", []))
+
+
+def values(result: list[dict[str, Any]]) -> list[float]:
+    return [float(r["value"][1]) for r in result]
+
+
+def wait_for(url: str, promql: str, timeout_s: float = 30.0,
+             interval_s: float = 0.5) -> list[dict[str, Any]]:
+    """Poll an instant query until it returns data; RuntimeFailure on timeout."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            res = query(url, promql)
+        except RuntimeFailure:
+            res = []
+        if res:
+            return res
+        if time.monotonic() > end:
+            raise RuntimeFailure(f"no data for {promql!r} from {url} within {timeout_s:.0f} s")
+        time.sleep(interval_s)
+
+
+def targets(url: str) -> list[dict[str, Any]]:
+    """Active scrape targets with their health."""
+    return list(_get(url, "/api/v1/targets", {"state": "active"}, 10.0)["activeTargets"])
