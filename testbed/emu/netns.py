@@ -1,0 +1,84 @@
+"""Network namespace switching for the calling thread (setns), and finding processes by netns."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def netns_path_of_pid(pid: int) -> str:
+    return f"/proc/{pid}/ns/net"
+
+
+def netns_inode(path: str) -> int:
+    return os.stat(path).st_ino
+
+
+@contextlib.contextmanager
+def in_netns(path: str) -> Iterator[None]:
+    """Run the block with this thread in the network namespace at path, then go back.
+
+    Sockets created inside keep that namespace after the block.
+    """
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(path, os.O_RDONLY)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _setns(back)
+    finally:
+        os.close(back)
+
+
+def enter_netns(path: str) -> int:
+    """Move this thread into a namespace for good; returns an fd to return with."""
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(path, os.O_RDONLY)
+    try:
+        _setns(target)
+    finally:
+        os.close(target)
+    return back
+
+
+def leave_netns(back_fd: int) -> None:
+    _setns(back_fd)
+    os.close(back_fd)
+
+
+def create_named(name: str) -> str:
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    return f"/run/netns/{name}"
+
+
+def pids_in_netns(inodes: set[int]) -> list[int]:
+    """All processes whose network namespace is one of the given inodes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry / "ns" / "net").st_ino in inodes:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

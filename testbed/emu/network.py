@@ -1,0 +1,323 @@
+"""Build, run and tear down the emulated multi-DC network of a plan (a context manager).
+
+    with EmuNetwork(plan, link_mode="auto") as net:
+        net.verify()
+        net.host_cmd("dc-a-h0", ["iperf3", "-c", "10.2.0.1"])
+
+Layout: a named network namespace per run (`lpXXXX`) holds the private OVS daemons, the
+switches and every switch-side veth; hosts and per-fibre middle nodes are Mininet nodes
+in their own namespaces. Each fibre is ROADM switch - veth - middle node - veth - ROADM
+switch, and the middle node runs the link emulator (forwarder process or netem qdiscs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from testbed.emu import links as linkemu
+from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
+from testbed.emu.netns import create_named, enter_netns, leave_netns, netns_inode
+from testbed.emu.ovs import PrivateOVS
+from testbed.emu.plan import EmuPlan
+from testbed.emu.state import RunState, delete_netns, kill_procs, new_state
+from testbed.errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+HOST_SYSCTLS = ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+                "net.ipv4.tcp_rmem=4096 131072 67108864",
+                "net.ipv4.tcp_wmem=4096 65536 67108864",
+                "net.ipv4.tcp_no_metrics_save=1")
+
+
+def choose_link_mode(requested: str) -> str:
+    """'netem' where the kernel has it, else 'userspace' (requested 'auto')."""
+    from testbed.envprobe import netem_available
+
+    if requested == "auto":
+        return "netem" if netem_available() else "userspace"
+    if requested == "netem" and not netem_available():
+        raise RuntimeFailure("link mode netem asked for, but this kernel has no netem qdisc")
+    return requested
+
+
+def choose_datapath(requested: str) -> str:
+    from testbed.envprobe import ovs_kernel_datapath
+
+    if requested == "auto":
+        return "kernel" if ovs_kernel_datapath() else "user"
+    if requested == "kernel" and not ovs_kernel_datapath():
+        raise RuntimeFailure("datapath kernel asked for, but the openvswitch module is absent")
+    return requested
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so context managers tear down on `kill`."""
+    def _raise(_sig: int, _frm: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    old = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class EmuNetwork:
+    """The live network: start() brings it up, stop() removes everything it created."""
+
+    def __init__(self, plan: EmuPlan, link_mode: str = "auto", datapath: str = "auto",
+                 controller: str | None = None, forwarding: Forwarding | None = None,
+                 seed: int = 1) -> None:
+        self.plan = plan
+        self.link_mode = choose_link_mode(link_mode)
+        self.datapath = choose_datapath(datapath)
+        self.controller = controller
+        self.forwarding = forwarding or StaticForwarding()
+        self.seed = seed
+        self.state: RunState | None = None
+        self.ovs: PrivateOVS | None = None
+        self.nodes: dict[str, Any] = {}
+        self.ports: PortMap = {}
+        self.emulators: dict[str, linkemu.LinkEmulator] = {}
+        self._back_fd: int | None = None
+        self._home_ns_inode = 0
+        self._saved_env: dict[str, str | None] = {}
+        self.timings_s: dict[str, float] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> EmuNetwork:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def state_dir(self) -> Path:
+        assert self.state is not None
+        return Path(self.state.state_dir)
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        p = self.plan
+        self.state = new_state(p.prefix)
+        self.state.netns = p.prefix
+        self.state.save()
+        create_named(p.prefix)
+        self._home_ns_inode = netns_inode("/proc/thread-self/ns/net")
+        self._back_fd = enter_netns(f"/run/netns/{p.prefix}")
+        self.state.ns_inodes.append(netns_inode("/proc/thread-self/ns/net"))
+        self.state.save()
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
+        self.ovs = PrivateOVS(self.state_dir, userspace_tso=self.datapath == "user")
+        for key, value in self.ovs.env.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        try:
+            self.ovs.start()
+        finally:
+            for role, pid in self.ovs.pids.items():
+                self.state.add_proc(pid, role)
+        self._build_nodes()
+        self.timings_s["build"] = time.monotonic() - t0
+        self._start_switches()
+        self._configure_hosts()
+        self._start_link_emulation()
+        self.state.phase = "up"
+        self.state.save()
+        self.timings_s["up"] = time.monotonic() - t0
+        log.info("network %s up in %.2f s (%d hosts, %d switches, %d fibres, %s links)",
+                 p.prefix, self.timings_s["up"], len(p.hosts), len(p.switches), len(p.fibres),
+                 self.link_mode)
+
+    def _record_node(self, node: Any, role: str) -> None:
+        assert self.state is not None
+        self.state.add_proc(node.pid, role, node.name)
+        if node.inNamespace:
+            self.state.ns_inodes.append(netns_inode(f"/proc/{node.pid}/ns/net"))
+            self.state.save()
+
+    def _build_nodes(self) -> None:
+        from functools import partial
+
+        from mininet.link import Link
+        from mininet.node import Host, Node, OVSSwitch
+
+        p = self.plan
+        dp = "user" if self.datapath == "user" else "kernel"
+        switch_cls = partial(OVSSwitch, datapath=dp, protocols="OpenFlow13",
+                             failMode="secure", inNamespace=False, listenPort=None)
+        for s in p.switches:
+            node = switch_cls(s.node, dpid=s.dpid)
+            self.nodes[s.node] = node
+            self._record_node(node, "switch-shell")
+        for h in p.hosts:
+            node = Host(h.node, inNamespace=True)
+            self.nodes[h.node] = node
+            self._record_node(node, "host-shell")
+        for f in p.fibres:
+            node = Node(f.middle, inNamespace=True)
+            self.nodes[f.middle] = node
+            self._record_node(node, "middle-shell")
+
+        def link(a: str, b: str) -> None:
+            na, nb = self.nodes[a], self.nodes[b]
+            lk = Link(na, nb)
+            for n, intf, other in ((na, lk.intf1, b), (nb, lk.intf2, a)):
+                if isinstance(n, OVSSwitch):
+                    self.ports[(n.name, other)] = n.ports[intf]
+
+        for lk in p.links:
+            link(lk.a, lk.b)
+        for f in p.fibres:
+            link(f.roadm_u, f.middle)
+            link(f.middle, f.roadm_v)
+
+    def _start_switches(self) -> None:
+        p = self.plan
+        controllers: list[Any] = []
+        for s in p.switches:
+            self.nodes[s.node].start(controllers)
+        assert self.ovs is not None
+        if self.controller:
+            for s in p.switches:
+                self.ovs.vsctl("set-controller", s.node, self.controller)
+            return
+        rules = self.forwarding.flows(p, self.ports)
+        with tempfile.TemporaryDirectory(dir=self.state_dir) as tmp:
+            for sw, lines in rules.items():
+                path = Path(tmp) / f"{sw}.flows"
+                path.write_text("\n".join(lines) + "\n")
+                r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flows", sw,
+                                    str(path)], capture_output=True, text=True, check=False)
+                if r.returncode != 0:
+                    raise RuntimeFailure(f"ovs-ofctl add-flows {sw}: {r.stderr.strip()[:300]}")
+
+    def _configure_hosts(self) -> None:
+        p = self.plan
+        neigh = []
+        for h in p.hosts:
+            node = self.nodes[h.node]
+            intf = node.defaultIntf()
+            node.setMAC(h.mac, intf)
+            node.setIP(h.ip, intf=intf)
+            neigh.append((h.ip.split("/")[0], h.mac))
+        for h in p.hosts:
+            node = self.nodes[h.node]
+            intf = node.defaultIntf()
+            batch = "".join(f"neigh replace {ip} lladdr {mac} dev {intf} nud permanent\n"
+                            for ip, mac in neigh if ip != h.ip.split("/")[0])
+            path = self.state_dir / f"{h.node}.neigh"
+            path.write_text(batch)
+            sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
+            node.cmd(f"sysctl -q {sysctls} >/dev/null; ip -batch {path}; rm -f {path}")
+        for f in p.fibres:
+            node = self.nodes[f.middle]
+            node.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 "
+                     "-w net.ipv6.conf.default.disable_ipv6=1 >/dev/null")
+            for intf in node.intfList():
+                node.cmd(f"ip link set {intf} up")
+
+    def _start_link_emulation(self) -> None:
+        p = self.plan
+        assert self.state is not None
+        caps: dict[str, dict[int, float]] = {f.middle: {} for f in p.fibres}
+        for lp in p.lightpaths:
+            for u, v in zip(lp.path, lp.path[1:], strict=False):
+                caps[p.fibre(u, v).middle][lp.vlan] = lp.rate_mbps
+        for k, f in enumerate(p.fibres):
+            node = self.nodes[f.middle]
+            intf_u = str(node.connectionsTo(self.nodes[f.roadm_u])[0][0])
+            intf_v = str(node.connectionsTo(self.nodes[f.roadm_v])[0][0])
+            cls = linkemu.ForwarderLink if self.link_mode == "userspace" else linkemu.NetemLink
+            emu = cls(f, node.pid, intf_u, intf_v, caps[f.middle], self.state_dir,
+                      seed=self.seed + k)
+            emu.start()
+            self.emulators[f.middle] = emu
+            if emu.pid is not None:
+                self.state.add_proc(emu.pid, "forwarder", f.middle)
+        for emu in self.emulators.values():
+            emu.wait_ready()
+
+    def stop(self) -> None:
+        """Tear everything down by recorded PIDs and namespace names (idempotent)."""
+        t0 = time.monotonic()
+        for emu in self.emulators.values():
+            with contextlib.suppress(Exception):
+                emu.stop()
+        self.emulators.clear()
+        st = self.state
+        if st is not None:
+            kill_procs([r for r in reversed(st.procs) if r.role != "forwarder"], grace_s=2.0)
+            if st.ns_inodes:
+                from testbed.emu.netns import pids_in_netns
+
+                me = os.getpid()
+                for pid in pids_in_netns(set(st.ns_inodes) - {self._home_ns_inode}):
+                    if pid != me:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+        for node in self.nodes.values():
+            for fd in (getattr(node, "master", None), getattr(node, "slave", None)):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            with contextlib.suppress(Exception):
+                node.shell.wait(timeout=2)
+        self.nodes.clear()
+        if self._back_fd is not None:
+            leave_netns(self._back_fd)
+            self._back_fd = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+        if st is not None:
+            if st.netns:
+                delete_netns(st.netns)
+            import shutil
+
+            shutil.rmtree(st.state_dir, ignore_errors=True)
+            self.state = None
+        self.timings_s["down"] = time.monotonic() - t0
+
+    # -- using the network -----------------------------------------------------------------
+    def host_pid(self, name: str) -> int:
+        return int(self.nodes[self.plan.host(name).node].pid)
+
+    def host_cmd(self, name: str, argv: Sequence[str], timeout_s: float = 60.0,
+                 check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run argv inside a host's namespace (mnexec -a PID) and wait for it."""
+        r = subprocess.run(["mnexec", "-a", str(self.host_pid(name)), *argv],
+                           capture_output=True, text=True, timeout=timeout_s, check=False)
+        if check and r.returncode != 0:
+            raise RuntimeFailure(f"{name}: {' '.join(argv[:2])} failed: {r.stderr[-300:]}")
+        return r
+
+    def host_popen(self, name: str, argv: Sequence[str], **kw: Any) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(["mnexec", "-a", str(self.host_pid(name)), *argv],
+                                text=True, **kw)
+        return proc
+
+    def python_argv(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", module, *args]

@@ -1,0 +1,242 @@
+"""Pure mapping of a scenario onto an emulated network: nodes, names, rates, delays, VLANs.
+
+No Mininet here: the plan is plain data that the network builder turns into namespaces,
+switches and link emulators, and that tests check without root.
+
+Rates: a fibre's capacity is all of its spectrum at the best modulation whose reach
+covers the fibre (flex grid: slots x gbps_per_slot; fixed grid: wavelengths x
+gbps_per_wavelength); a lightpath's capacity is its slots (or wavelengths) at the best
+modulation for its path length. Emulated rate = real rate / emulation.bandwidth_divisor.
+Delay: length_km x optical.propagation_us_per_km x emulation.time_factor, plus the
+optical node delay (x time_factor) of the node a fibre enters.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import asdict, dataclass, field
+from itertools import combinations, pairwise
+from typing import Any
+
+import networkx as nx
+
+from testbed import names
+from testbed.errors import InputError
+from testbed.optical.modulation import Modulation, choose_modulation, modulation_table
+from testbed.spec import Scenario, topology_of
+
+PREFIX_LEN = 6  # "lp" + 4 hex digits
+FIRST_VLAN = 101
+LEAVES_PER_DC = 2
+SPINES_PER_DC = 2
+
+
+def new_prefix() -> str:
+    """A fresh per-run name prefix: 'lp' + 4 random hex digits."""
+    return "lp" + secrets.token_hex(2)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str        # user-facing, e.g. "dc-a-h0"
+    node: str        # Mininet node name (prefixed, short)
+    dc: str
+    ip: str          # with prefix length, e.g. "10.1.0.1/8"
+    mac: str
+    switch: str      # the DC switch (leaf) it hangs off
+
+
+@dataclass(frozen=True)
+class SwitchPlan:
+    node: str
+    kind: str        # "dc", "leaf", "spine" or "roadm"
+    dpid: str        # 16 hex digits
+    label: str       # DC name or optical node id
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class FibrePlan:
+    u: str                 # optical node ids
+    v: str
+    roadm_u: str           # switch node names
+    roadm_v: str
+    middle: str            # middle namespace node name
+    length_km: float
+    delay_ms: float        # one-way, emulated
+    rate_mbps: float       # emulated
+    real_gbps: float
+    modulation: str
+    loss: float
+
+
+@dataclass(frozen=True)
+class LightpathPlan:
+    vlan: int
+    dc_a: str
+    dc_b: str
+    path: tuple[str, ...]  # optical node ids from dc_a's node to dc_b's node
+    real_gbps: float       # capacity of its slots
+    slots: int
+    rate_mbps: float       # emulated
+    delay_ms: float        # one-way along the path, emulated
+
+
+@dataclass(frozen=True)
+class EmuPlan:
+    prefix: str
+    scenario: str
+    bandwidth_divisor: float
+    time_factor: float
+    fabric: str
+    hosts: tuple[HostPlan, ...]
+    switches: tuple[SwitchPlan, ...]
+    links: tuple[LinkPlan, ...]            # host-switch, fabric and DC-ROADM links
+    fibres: tuple[FibrePlan, ...]
+    lightpaths: tuple[LightpathPlan, ...]
+    dc_subnets: dict[str, str] = field(default_factory=dict)   # dc -> "10.d.0.0/16"
+    dc_roadm: dict[str, str] = field(default_factory=dict)     # dc -> roadm node name
+
+    def host(self, name: str) -> HostPlan:
+        for h in self.hosts:
+            if h.name == name or h.node == name:
+                return h
+        raise KeyError(name)
+
+    def fibre(self, a: str, b: str) -> FibrePlan:
+        for f in self.fibres:
+            if {f.u, f.v} == {a, b}:
+                return f
+        raise KeyError(f"{a}-{b}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _best(length_km: float, table: tuple[Modulation, ...]) -> Modulation:
+    """Best format in reach; the longest-reach one (with regeneration) if none reaches."""
+    return choose_modulation(length_km, table) or max(table, key=lambda m: m.reach_km)
+
+
+def _ifname(name: str, suffix_len: int = 0) -> str:
+    """Check a node name leaves room for Mininet's '-ethN' interface suffix."""
+    try:
+        names.check_ifname(name)
+    except ValueError as exc:
+        raise InputError("emulation", str(exc)) from None
+    if len(name) + suffix_len > 15:
+        raise InputError("emulation", f"node name {name!r} too long for interface names")
+    return name
+
+
+def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
+    """Map a scenario onto hosts, switches, fibres and lightpaths (raises InputError)."""
+    emu = scenario.emulation
+    opt = scenario.optical
+    prefix = prefix or new_prefix()
+    if not (len(prefix) == PREFIX_LEN and prefix.startswith("lp")):
+        raise InputError("emulation", f"bad run prefix {prefix!r}")
+    if len(scenario.dcs) < 1:
+        raise InputError("dcs", "emulation needs at least one DC")
+    topo = topology_of(scenario)
+    graph = topo.graph()
+    table = modulation_table(opt)
+    time_factor, divisor = emu.time_factor, emu.bandwidth_divisor
+    node_delay_ms = opt.node_delay_ms * time_factor
+
+    def too_fast(what: str, rate_mbps: float) -> None:
+        if rate_mbps > emu.max_rate_mbps:
+            need = math.ceil(rate_mbps * divisor / emu.max_rate_mbps)
+            raise InputError("emulation.max_rate_mbps",
+                             f"{what} would run at {rate_mbps:g} Mbit/s emulated, above "
+                             f"{emu.max_rate_mbps:g}; raise emulation.bandwidth_divisor to "
+                             f">= {need} or lower the capacity")
+
+    switches: list[SwitchPlan] = []
+
+    def add_switch(kind: str, label: str) -> str:
+        node = _ifname(f"{prefix}s{len(switches) + 1}", 6)
+        switches.append(SwitchPlan(node, kind, f"{len(switches) + 1:016x}", label))
+        return node
+
+    roadm = {n: add_switch("roadm", n) for n in topo.nodes}
+    hosts: list[HostPlan] = []
+    links: list[LinkPlan] = []
+    dc_subnets: dict[str, str] = {}
+    dc_roadm: dict[str, str] = {}
+    if len(scenario.dcs) > 250:
+        raise InputError("dcs", "at most 250 DCs can be emulated")
+    for d, dc in enumerate(scenario.dcs):
+        if dc.node not in roadm:
+            raise InputError(f"dcs[{d}].node", f"unknown optical node {dc.node!r}")
+        n_hosts = dc.hosts or emu.hosts_per_dc
+        dc_subnets[dc.name] = f"10.{d + 1}.0.0/16"
+        dc_roadm[dc.name] = roadm[dc.node]
+        if emu.dc_fabric == "single":
+            leaves = [add_switch("dc", dc.name)]
+            links.append(LinkPlan(leaves[0], roadm[dc.node]))
+        else:
+            spines = [add_switch("spine", dc.name) for _ in range(SPINES_PER_DC)]
+            leaves = [add_switch("leaf", dc.name) for _ in range(min(LEAVES_PER_DC, n_hosts))]
+            links.extend(LinkPlan(leaf, sp) for leaf in leaves for sp in spines)
+            links.extend(LinkPlan(sp, roadm[dc.node]) for sp in spines)
+        for i in range(n_hosts):
+            idx = len(hosts) + 1
+            node = _ifname(f"{prefix}h{idx}", 5)
+            leaf = leaves[i % len(leaves)]
+            mac = f"02:00:00:{d + 1:02x}:{(i + 1) >> 8:02x}:{(i + 1) & 0xFF:02x}"
+            hosts.append(HostPlan(f"{dc.name}-h{i}", node, dc.name,
+                                  f"10.{d + 1}.{(i + 1) >> 8}.{(i + 1) & 0xFF}/8", mac, leaf))
+            links.append(LinkPlan(node, leaf))
+
+    fibres: list[FibrePlan] = []
+    for k, f in enumerate(topo.fibres):
+        if opt.grid == "fixed":
+            assert opt.wavelengths is not None and opt.gbps_per_wavelength is not None
+            real_gbps, mod_name = opt.wavelengths * opt.gbps_per_wavelength, "fixed"
+        else:
+            mod = _best(f.length_km, table)
+            real_gbps, mod_name = opt.slots * mod.gbps_per_slot, mod.name
+        rate_mbps = real_gbps * 1000.0 / divisor
+        too_fast(f"fibre {f.u}-{f.v} ({real_gbps:g} Gb/s real)", rate_mbps)
+        delay_ms = f.length_km * opt.propagation_us_per_km / 1000.0 * time_factor + node_delay_ms
+        fibres.append(FibrePlan(f.u, f.v, roadm[f.u], roadm[f.v],
+                                _ifname(f"{prefix}f{k + 1}", 5), f.length_km,
+                                round(delay_ms, 6), rate_mbps, real_gbps, mod_name,
+                                emu.fibre_loss))
+    by_pair = {frozenset((f.u, f.v)): f for f in fibres}
+
+    lightpaths: list[LightpathPlan] = []
+    for a, b in combinations(scenario.dcs, 2):
+        if a.node == b.node:
+            continue  # same optical node: traffic turns around in the ROADM
+        try:
+            path = nx.shortest_path(graph, a.node, b.node, weight="length_km")
+        except nx.NetworkXNoPath:
+            raise InputError("dcs", f"no optical path between {a.name} and {b.name}") from None
+        length_km = sum(graph[u][v]["length_km"] for u, v in pairwise(path))
+        if opt.grid == "fixed":
+            assert opt.gbps_per_wavelength is not None
+            per_unit = opt.gbps_per_wavelength
+        else:
+            per_unit = _best(length_km, table).gbps_per_slot
+        units = max(1, math.ceil(emu.lightpath_gbps / per_unit - 1e-9))
+        real_gbps = units * per_unit
+        rate_mbps = real_gbps * 1000.0 / divisor
+        too_fast(f"lightpath {a.name}-{b.name} ({real_gbps:g} Gb/s real)", rate_mbps)
+        delay_ms = sum(by_pair[frozenset((u, v))].delay_ms
+                       for u, v in pairwise(path))
+        vlan = FIRST_VLAN + len(lightpaths)
+        if vlan > 4094:
+            raise InputError("dcs", "too many DC pairs for 802.1Q VLAN ids")
+        lightpaths.append(LightpathPlan(vlan, a.name, b.name, tuple(path), real_gbps, units,
+                                        rate_mbps, round(delay_ms, 6)))
+    return EmuPlan(prefix, scenario.name, divisor, time_factor, emu.dc_fabric, tuple(hosts),
+                   tuple(switches), tuple(links), tuple(fibres), tuple(lightpaths),
+                   dc_subnets, dc_roadm)

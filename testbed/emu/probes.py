@@ -1,0 +1,247 @@
+"""Measurements inside the emulated network: ICMP ping, scapy lightpath probes, iperf3 goodput.
+
+Sockets are opened inside a node's namespace (setns on this thread) and used from this
+process, so no helper process or `ping` binary is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import socket
+import statistics
+import struct
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from testbed.emu.netns import in_netns
+
+log = logging.getLogger(__name__)
+
+ETH_P_ALL = 0x0003
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return ~s & 0xFFFF
+
+
+def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.05,
+              timeout_s: float = 2.0, size: int = 56) -> list[float | None]:
+    """RTTs in ms (None for a lost echo) from the namespace at ns_path to dst_ip."""
+    with in_netns(ns_path):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    ident = os.getpid() & 0xFFFF
+    sent: dict[int, float] = {}
+    rtts: dict[int, float] = {}
+    try:
+        next_send = time.monotonic()
+        seq = 0
+        last_deadline = None
+        while True:
+            now = time.monotonic()
+            if seq < count and now >= next_send:
+                payload = struct.pack("!d", now) + bytes(max(0, size - 8))
+                hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+                pkt = struct.pack("!BBHHH", 8, 0, _checksum(hdr + payload), ident, seq) + payload
+                sock.sendto(pkt, (dst_ip, 0))
+                sent[seq] = now
+                seq += 1
+                next_send = now + interval_s
+                if seq == count:
+                    last_deadline = now + timeout_s
+            if last_deadline is not None and (now >= last_deadline or len(rtts) == count):
+                break
+            wait = min(max(0.0, next_send - now) if seq < count else timeout_s, 0.05)
+            r, _, _ = select.select([sock], [], [], wait)
+            if not r:
+                continue
+            data, _ = sock.recvfrom(65535)
+            ihl = (data[0] & 0x0F) * 4
+            typ, _code, _ck, rid, rseq = struct.unpack_from("!BBHHH", data, ihl)
+            if typ == 0 and rid == ident and rseq in sent and rseq not in rtts:
+                rtts[rseq] = (time.monotonic() - sent[rseq]) * 1000.0
+    finally:
+        sock.close()
+    return [rtts.get(i) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class PingStats:
+    sent: int
+    received: int
+    median_ms: float | None
+    p99_ms: float | None
+    min_ms: float | None
+
+    @classmethod
+    def of(cls, rtts: Sequence[float | None]) -> PingStats:
+        got = sorted(r for r in rtts if r is not None)
+        if not got:
+            return cls(len(rtts), 0, None, None, None)
+        p99 = got[min(len(got) - 1, int(0.99 * len(got)))]
+        return cls(len(rtts), len(got), statistics.median(got), p99, got[0])
+
+
+def sniff_socket(ns_path: str, ifname: str) -> socket.socket:
+    """A raw AF_PACKET socket on ifname inside a namespace (sees both directions)."""
+    with in_netns(ns_path):
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        s.bind((ifname, ETH_P_ALL))
+    s.setblocking(False)
+    return s
+
+
+@dataclass
+class ProbeResult:
+    vlan: int
+    src: str
+    dst: str
+    delivered: bool
+    one_way_ms: float | None
+    expected_ms: float
+    hops_seen: list[str]          # fibres (middle nodes) where the tagged probe was seen
+    hops_expected: list[str]
+    tag_ok: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.delivered and self.tag_ok and self.hops_seen == self.hops_expected
+
+
+def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
+                    dst_ns: str, dst_if: str, dst_mac: str, dst_ip: str, vlan: int,
+                    hops: Sequence[tuple[str, str, str]], expected_ms: float,
+                    timeout_s: float = 3.0) -> ProbeResult:
+    """Send one scapy UDP probe and follow it: tagged with `vlan` on every expected fibre.
+
+    hops: (name, middle namespace path, interface on the side the probe enters).
+    """
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Dot1Q, Ether
+
+    token = os.urandom(8)
+    watchers = [(name, sniff_socket(ns, ifn)) for name, ns, ifn in hops]
+    dst_sock = sniff_socket(dst_ns, dst_if)
+    with in_netns(src_ns):
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        tx.bind((src_if, ETH_P_ALL))
+    frame = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, ttl=64)
+                  / UDP(sport=40000 + vlan % 20000, dport=9) / (b"LPPROBE" + token))
+    seen: dict[str, float] = {}
+    tag_ok = True
+    arrived: float | None = None
+    t_send = time.monotonic()
+    tx.send(frame)
+    deadline = t_send + timeout_s
+    try:
+        socks = [s for _, s in watchers] + [dst_sock]
+        names = {s.fileno(): n for n, s in watchers}
+        while arrived is None and time.monotonic() < deadline:
+            r, _, _ = select.select(socks, [], [], 0.02)
+            now = time.monotonic()
+            for s in r:
+                while True:
+                    try:
+                        data = s.recv(65535)
+                    except BlockingIOError:
+                        break
+                    if token not in data:
+                        continue
+                    if s is dst_sock:
+                        arrived = arrived or now
+                        continue
+                    name = names[s.fileno()]
+                    if name not in seen:
+                        seen[name] = now
+                        pkt = Ether(data)
+                        if not pkt.haslayer(Dot1Q) or pkt[Dot1Q].vlan != vlan:
+                            tag_ok = False
+    finally:
+        for s in [tx, dst_sock] + [s for _, s in watchers]:
+            s.close()
+    order = [n for n, _ in sorted(seen.items(), key=lambda kv: kv[1])]
+    one_way = None if arrived is None else (arrived - t_send) * 1000.0
+    return ProbeResult(vlan, src_ip, dst_ip, arrived is not None, one_way, expected_ms, order,
+                       [n for n, _, _ in hops], tag_ok)
+
+
+@dataclass(frozen=True)
+class IperfResult:
+    goodput_mbps: float
+    retransmits: int
+    seconds: float
+    raw: dict[str, object]
+
+
+def parse_iperf3(out: str, warmup_s: float) -> IperfResult:
+    """Receiver-side goodput after the warm-up (from --get-server-output intervals)."""
+    data = json.loads(out)
+    if "error" in data:
+        raise RuntimeError(f"iperf3: {data['error']}")
+    retrans = int(data.get("end", {}).get("sum_sent", {}).get("retransmits", 0) or 0)
+    server = data.get("server_output_json") or {}
+    intervals = server.get("intervals") or []
+    total_bytes, total_s = 0.0, 0.0
+    for iv in intervals:
+        s = iv["sum"]
+        if s["start"] >= warmup_s - 1e-6:
+            total_bytes += s["bytes"]
+            total_s += s["seconds"]
+    if total_s <= 0:
+        recv = data["end"]["sum_received"]
+        return IperfResult(recv["bits_per_second"] / 1e6, retrans, recv["seconds"], data)
+    return IperfResult(total_bytes * 8 / total_s / 1e6, retrans, total_s, data)
+
+
+def iperf3_argv(dst_ip: str, seconds: float, port: int, udp_mbps: float | None = None,
+                reverse: bool = False) -> list[str]:
+    argv = ["iperf3", "-c", dst_ip, "-p", str(port), "-t", f"{seconds:g}", "-J",
+            "--get-server-output", "-i", "0.5"]
+    if udp_mbps is not None:
+        argv += ["-u", "-b", f"{udp_mbps:g}M", "-l", "1200"]
+    if reverse:
+        argv.append("-R")
+    return argv
+
+
+def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float,
+               warmup_s: float = 1.0, port: int = 5201, udp_mbps: float | None = None,
+               timeout_s: float | None = None) -> IperfResult:
+    """server/client: argv prefixes that run a command in each host (e.g. mnexec -a PID)."""
+    srv = subprocess.Popen([*server, "iperf3", "-s", "-1", "-p", str(port), "-i", "0.5"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out = ""
+        for _attempt in range(20):  # the server needs a moment to listen
+            time.sleep(0.1)
+            r = subprocess.run([*client, *iperf3_argv(dst_ip, seconds, port, udp_mbps)],
+                               capture_output=True, text=True,
+                               timeout=timeout_s or seconds + 30, check=False)
+            out = r.stdout
+            if r.returncode == 0:
+                break
+            if "Connection refused" not in out and "unable to connect" not in out:
+                break
+        return parse_iperf3(out, warmup_s)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+        srv.wait(timeout=5)
+
+
+def udp_loss(data: dict[str, object]) -> tuple[int, int]:
+    """(lost, total) datagrams of a UDP iperf3 run (receiver's view)."""
+    end = data["end"]
+    assert isinstance(end, dict)
+    s = end.get("sum_received") or end.get("sum")
+    assert isinstance(s, dict)
+    return int(s["lost_packets"]), int(s["packets"])
