@@ -56,6 +56,7 @@ class JointInstance:
     # options[b][(d1, d2)] for boundary b (stage b -> b+1), DC indices d1 != d2
     options: Sequence[dict[tuple[int, int], list[LinkOption]]] = field(default_factory=list)
     slot_weight_ms: float = 1e-3
+    max_stages_per_dc: int | None = None
 
     @property
     def stages(self) -> int:
@@ -108,6 +109,9 @@ def brute_force(inst: JointInstance) -> JointSolution | None:
     nd, p, g = len(inst.dcs), inst.stages, inst.gpus_per_stage
     for assign in itertools.product(range(nd), repeat=p):
         if any(assign.count(d) * g > inst.free_gpus[d] for d in range(nd)):
+            continue
+        cap = inst.max_stages_per_dc
+        if cap is not None and any(assign.count(d) > cap for d in range(nd)):
             continue
         choices: list[list[LinkOption | None]] = []
         for b in range(p - 1):
@@ -188,6 +192,9 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
         ids = [x[s][d] for s in range(p) if x[s][d] >= 0]
         if ids:
             rows.add(ids, [float(g)] * len(ids), -highspy.kHighsInf, float(inst.free_gpus[d]))
+            if inst.max_stages_per_dc is not None:
+                rows.add(ids, [1.0] * len(ids), -highspy.kHighsInf,
+                         float(inst.max_stages_per_dc))
     cover: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for b in range(p - 1):
         for d in range(nd):

@@ -50,7 +50,7 @@ from testbed.optical.spectrum import fitting_starts
 from testbed.spec.models import PolicySpec
 from testbed.traces import JobRequest
 
-JOINT_SCHEDULES = ("1f1b", "zb-h1")
+JOINT_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "geopipe")
 MAX_LAYOUTS = 6
 
 # refusal reasons (jobs.csv `reason`)
@@ -89,8 +89,9 @@ class Planner:
     """Applies one placement policy to a cluster."""
 
     def __init__(self, cluster: Cluster, policy: PolicySpec, timer: Timer | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, max_stages_per_dc: int | None = None) -> None:
         self.cluster = cluster
+        self.max_stages_per_dc = max_stages_per_dc
         self.policy = policy
         self.timer = timer or Timer()
         self.rng = rng or random.Random(0)
@@ -124,8 +125,9 @@ class Planner:
         """Pack consecutive stages into DCs in the given order (as many as fit)."""
         g, left = job.req.gpus_per_stage, job.req.stages
         out: list[int] = []
+        cap = self.max_stages_per_dc or left
         for d in order:
-            take = min(left, self.cluster.free[d] // g)
+            take = min(left, self.cluster.free[d] // g, cap)
             out += [d] * take
             left -= take
             if not left:
@@ -230,34 +232,51 @@ class Planner:
             alloc.lightpaths[bnd] = got
         return alloc, ""
 
+    def estimate_ms(self, job: Job, stage_dcs: Sequence[int],
+                    links: Sequence[Lightpath | None]) -> float:
+        """Analytic iteration time used to rank layouts (the MILP's objective, no slot
+        term): sum(f+b) + 2 sum(lat + tx) + (m - 1) max(f+b, tx)."""
+        f, b = self.stage_fb(job, stage_dcs)
+        comp = [x + y for x, y in zip(f, b, strict=True)]
+        total, cyc = sum(comp), max(comp)
+        for lat, gbps in self.hops(links, stage_dcs):
+            tx = 8.0 * job.act_mb / gbps
+            total += 2.0 * (lat + tx)
+            cyc = max(cyc, tx)
+        return total + (job.req.microbatches - 1) * cyc
+
     def _best_of(self, job: Job, layouts: Sequence[tuple[int, ...]],
                  setup: Callable[[tuple[int, ...]], tuple[Allocation | None, str]],
-                 score: Callable[[tuple[int, ...], PipeTiming], float],
-                 schedules: Sequence[str] | None = None) -> Placed | Refused:
-        """Try each layout (set up, time, roll back); re-commit the best one."""
-        best: tuple[float, tuple[int, ...], str] | None = None
+                 score: Callable[[tuple[int, ...], float], float],
+                 schedules: Sequence[str] = ()) -> Placed | Refused:
+        """Rank layouts by score(layout, estimated iteration ms) (set up, then rolled
+        back); commit the best and time it with the schedule engine, with the policy's
+        schedule or the fastest of `schedules` too."""
+        best: tuple[float, tuple[int, ...]] | None = None
         reason = NO_GPUS
         g = job.req.gpus_per_stage
+        alloc: Allocation | None = None
         for lay in layouts:
             alloc, why = setup(lay)
             if alloc is None:
                 reason = why
                 continue
-            for sched in schedules or (self.policy.schedule,):
-                t = self.timing(job, lay, alloc.lightpaths, sched)
-                val = score(lay, t)
-                if best is None or val < best[0]:
-                    best = (val, lay, sched)
-            if len(layouts) == 1:  # keep it: nothing to compare with
-                assert best is not None
-                return Placed(alloc, self.timing(job, lay, alloc.lightpaths, best[2]))
-            self.cluster.free_allocation(alloc, g)
+            val = score(lay, self.estimate_ms(job, lay, alloc.lightpaths))
+            if best is None or val < best[0]:
+                best = (val, lay)
+            if len(layouts) > 1:
+                self.cluster.free_allocation(alloc, g)
+                alloc = None
         if best is None:
             return Refused(reason)
-        alloc, why = setup(best[1])
-        if alloc is None:  # cannot happen: same state, same deterministic setup
-            return Refused(why)
-        return Placed(alloc, self.timing(job, best[1], alloc.lightpaths, best[2]))
+        lay = best[1]
+        if alloc is None:
+            alloc, why = setup(lay)
+            if alloc is None:  # cannot happen: same state, same deterministic setup
+                return Refused(why)
+        cands = [self.timing(job, lay, alloc.lightpaths, s)
+                 for s in dict.fromkeys((self.policy.schedule, *schedules))]
+        return Placed(alloc, min(cands, key=lambda t: t.iteration_ms))
 
     # ---- policies ---------------------------------------------------------------------
     def _fixed(self, b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
@@ -294,7 +313,7 @@ class Planner:
         def setup(lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
             return self._setup(job, lay, lambda b, p, f: (full, 1), k=None)
 
-        return self._best_of(job, lays, setup, lambda lay, t: t.iteration_ms)
+        return self._best_of(job, lays, setup, lambda lay, est: est)
 
     def cb_labels(self, job: Job, stage_dcs: Sequence[int]) -> list[bool]:
         """CB label per boundary: baseline transfer (fixed_slots, shortest path) > f_next."""
@@ -327,7 +346,7 @@ class Planner:
     def _cba(self, job: Job, now_s: float) -> Placed | Refused:
         lays = self.layouts(job, [self.nearest_order(a) for a in self.anchors()])
         return self._best_of(job, lays, lambda lay: self._cba_setup(job, lay),
-                             lambda lay, t: t.iteration_ms)
+                             lambda lay, est: est)
 
     def _bace_setup(self, job: Job, lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
         def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
@@ -344,9 +363,9 @@ class Planner:
         orders = [cheap] + [self.nearest_order(a) for a in self.anchors()]
         lays = self.layouts(job, orders)
 
-        def score(lay: tuple[int, ...], t: PipeTiming) -> float:
-            _, usd = self.run_cost_usd(job, lay, t.iteration_ms, now_s)
-            return usd + 1e-9 * t.iteration_ms
+        def score(lay: tuple[int, ...], est_ms: float) -> float:
+            _, usd = self.run_cost_usd(job, lay, est_ms, now_s)
+            return usd + 1e-9 * est_ms
 
         return self._best_of(job, lays, lambda lay: self._bace_setup(job, lay), score)
 
@@ -359,12 +378,12 @@ class Planner:
         ref_t: list[float] = []
         ref_c: list[float] = []
 
-        def score(lay: tuple[int, ...], t: PipeTiming) -> float:
-            _, usd = self.run_cost_usd(job, lay, t.iteration_ms, now_s)
+        def score(lay: tuple[int, ...], est_ms: float) -> float:
+            _, usd = self.run_cost_usd(job, lay, est_ms, now_s)
             if not ref_t:
-                ref_t.append(t.iteration_ms)
+                ref_t.append(est_ms)
                 ref_c.append(max(usd, 1e-12))
-            return t.iteration_ms / ref_t[0] + usd / ref_c[0]
+            return est_ms / ref_t[0] + usd / ref_c[0]
 
         return self._best_of(job, lays, lambda lay: self._cba_setup(job, lay), score,
                              schedules=JOINT_SCHEDULES)
@@ -420,7 +439,7 @@ class Planner:
             dcs=[dc.name for dc in cl.dcs], free_gpus=list(cl.free), gpus_per_stage=g,
             compute_ms=compute, activation_mb=job.act_mb, microbatches=job.req.microbatches,
             fabric_latency_ms=dc0.fabric_latency_ms, fabric_gbps=dc0.fabric_gbps,
-            options=options)
+            options=options, max_stages_per_dc=self.max_stages_per_dc)
         return inst, path_of
 
     def _cba_ilp(self, job: Job, now_s: float) -> Placed | Refused:

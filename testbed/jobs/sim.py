@@ -62,7 +62,8 @@ def simulate(scenario: Scenario, quiet: bool = True,
     reqs = list(requests) if requests is not None else generate_jobs(wl)
     jobs = resolve_jobs(wl, reqs)
     cluster = Cluster.from_scenario(scenario)
-    planner = Planner(cluster, scenario.policy, timer or Timer(), random.Random(wl.seed))
+    planner = Planner(cluster, scenario.policy, timer or Timer(), random.Random(wl.seed),
+                      wl.max_stages_per_dc)
     sim = JobSimulator(cluster, planner, scenario.policy.admission, scenario.events)
     with progress(len(jobs), f"jobs ({scenario.policy.placement})", quiet) as bar:
         states = sim.run(jobs, [r.arrival_s for r in reqs], tick=bar.advance)
@@ -169,7 +170,8 @@ def plan_jobs(scenario: Scenario) -> dict[str, Any]:
     reqs = generate_jobs(wl)
     jobs = resolve_jobs(wl, reqs)
     cluster = Cluster.from_scenario(scenario)
-    planner = Planner(cluster, scenario.policy, Timer(), random.Random(wl.seed))
+    planner = Planner(cluster, scenario.policy, Timer(), random.Random(wl.seed),
+                      wl.max_stages_per_dc)
     out_jobs = []
     for job in jobs:
         res = planner.place(job, 0.0)

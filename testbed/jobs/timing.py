@@ -29,26 +29,10 @@ class PipeTiming:
 
 
 def _build(name: str, problem: PipelineProblem):  # type: ignore[no-untyped-def]
-    """The schedule engine's schedule `name` for the problem (its registry when present)."""
-    import testbed.schedule as sched_pkg
+    """The schedule engine's schedule `name` for the problem (its registry)."""
+    from testbed.schedule.registry import build_schedule
 
-    registry = getattr(sched_pkg, "build_schedule", None)
-    if registry is not None:
-        return registry(name, problem)
-    from testbed.schedule import classic, greedy
-
-    if name == "gpipe":
-        return classic.gpipe(problem)
-    if name == "1f1b":
-        return classic.one_f_one_b(problem)
-    if name == "interleaved-1f1b":
-        return classic.interleaved_1f1b(problem)
-    if name == "zb-h1":
-        return greedy.best_list_schedule(problem, split_backward=True,
-                                         caps=greedy.zero_bubble_caps(problem), name="zb-h1")
-    if name == "crosspipe-greedy":
-        return greedy.best_list_schedule(problem, name="crosspipe-greedy")
-    raise ValueError(f"schedule {name!r} is not available in this build")
+    return build_schedule(name, problem)
 
 
 class Timer:
