@@ -319,6 +319,15 @@ class EmulationSpec(Frozen):
     fibre_loss: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = Field(
         default=0.0, description="random loss probability on every emulated fibre (0..0.5)"
     )
+    workers: Literal["shadow", "model"] = Field(
+        default="shadow", description="pp_jobs: PyTorch worker mode (shadow: the job's stage "
+        "times and activation sizes, scaled; model: a tiny GPT trained on synthetic tokens)")
+    worker_iterations: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=3, description="pp_jobs: measured iterations each emulated job runs")
+    worker_warmup_iterations: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=1, description="pp_jobs: iterations run first and left out of the timing")
+    max_jobs: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=2, description="pp_jobs: emulate the first N placed jobs concurrently")
 
 
 class Scenario(Frozen):
