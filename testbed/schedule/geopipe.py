@@ -3,10 +3,12 @@
 GeoPipe (Oct 2025, abstract only; see docs/schedules.md) overlaps cross-DC transfers
 with computation, limited by cross-DC bandwidth and by the device memory that buffers
 in-flight activations. Our model: stage s keeps enough micro-batches in flight to
-cover the round trip of a micro-batch from s to the last stage and back,
+cover the round trip across each hop. In the steady state of a 1F1B-shaped order the
+k+1 micro-batches in flight between stages s and s+1 (k = w_s - w_{s+1}) must cover one
+cycle F/B on both stages plus the two transfers, so with P = max_s (f_s + b_s)
 
-    RT_s = sum_{k>s} (f_k + b_k) + sum_{h>=s} 2 (l_h + 8a/g_h),
-    warm-up_s = max(p-s-1, ceil(RT_s / (f_s + b_s))),
+    c_s = l_s + 8a/g_s,   k_s = max(1, ceil((f_s+b_s + f_{s+1}+b_{s+1} + 2 c_s) / P) - 1),
+    w_{p-1} = 0,   w_s = w_{s+1} + k_s,
 
 clipped to `buffer_microbatches - 1` (the buffer holds the in-flight activations, the
 current micro-batch included) and to m, and made strictly decreasing along the chain
@@ -30,17 +32,18 @@ def geopipe_warmups(problem: PipelineProblem, buffer_microbatches: int | None = 
         raise InputError("buffer_microbatches", f"must be an integer >= 1, got "
                          f"{buffer_microbatches}")
     f, b = problem.forward_ms, problem.backward_ms
-    warm = []
+    period = max(f[s] + b[s] for s in range(p))  # steady-state time per micro-batch
+    warm = [0] * p
+    for s in range(p - 2, -1, -1):
+        comm = problem.hops[s].latency_ms + problem.hop_serialisation_ms(s)
+        cycle = f[s] + b[s] + f[s + 1] + b[s + 1] + 2 * comm
+        gap = max(1, math.ceil(cycle / period - 1e-9) - 1)
+        warm[s] = warm[s + 1] + gap
     for s in range(p):
-        rt = sum(f[k] + b[k] for k in range(s + 1, p))
-        rt += sum(2 * (problem.hops[h].latency_ms + problem.hop_serialisation_ms(h))
-                  for h in range(s, p - 1))
-        w = max(p - s - 1, math.ceil(rt / (f[s] + b[s]) - 1e-9))
-        w = min(w, m)
+        warm[s] = min(warm[s], m)
         for cap in (buffer_microbatches, problem.caps[s]):
             if cap is not None:
-                w = min(w, int(cap) - 1)
-        warm.append(w)
+                warm[s] = min(warm[s], int(cap) - 1)
     # Strictly decreasing warm-ups leave each stage a round trip of slack (equal ones
     # would make neighbours wait on each other every step); also deadlock-free.
     for s in range(1, p):
