@@ -1,0 +1,84 @@
+"""`lightpipe schedule` and `lightpipe reproduce` (crosspipe, geopipe) end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.cli.main import main
+
+BASE = ["schedule", "--stages", "4", "--microbatches", "8", "--forward-ms", "1",
+        "--backward-ms", "2"]
+
+
+def test_schedule_json_no_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, "--schedule", "1f1b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == "1f1b"
+    assert out["iteration_time_ms"] == pytest.approx(33.0)
+    assert out["bubble_ratio"] == pytest.approx(3 / 11)
+    assert out["peak_inflight"] == [4, 3, 2, 1]
+    assert out["lower_bound_ms"] == pytest.approx(33.0)
+
+
+def test_schedule_per_hop_lists_trace_and_gantt(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    trace, gantt = tmp_path / "t.json", tmp_path / "g.png"
+    rc = main([*BASE, "--latency-ms", "0,5,0", "--bandwidth-gbps", "400,100,inf",
+               "--activation-mb", "50", "--schedule", "crosspipe-opt", "--memory-cap", "4",
+               "--time-limit-s", "10", "--json", "--trace", str(trace), "--gantt", str(gantt)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["solver_status"] == "OPTIMAL" and out["gap"] == 0.0
+    assert out["lower_bound_ms"] <= out["iteration_time_ms"]
+    assert max(out["peak_inflight"]) <= 4
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "F0" and e.get("ph") == "X" for e in events)
+    assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("extra", [
+    ["--forward-ms", "1,2"],
+    ["--latency-ms", "-1"],
+    ["--bandwidth-gbps", "0"],
+    ["--microbatches", "x"],
+    ["--schedule", "nope"],
+    ["--schedule", "gpipe", "--memory-cap", "2"],
+    ["--schedule", "gpipe", "--virtual-stages", "2"],
+])
+def test_schedule_bad_input_exit_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lightpipe: error:") and err.count("\n") == 1
+
+
+def test_reproduce_unknown_and_bad_option(tmp_path: Path) -> None:
+    assert main(["reproduce", "nope", "--out", str(tmp_path / "x")]) == 2
+    assert main(["reproduce", "geopipe", "--out", str(tmp_path / "x"), "--set", "foo=1"]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_reproduce_geopipe_quick(tmp_path: Path) -> None:
+    out = tmp_path / "geo"
+    assert main(["reproduce", "geopipe", "--out", str(out), "--quick", "-q"]) == 0
+    for name in ("geopipe.csv", "geopipe.md", "summary.json", "geopipe_latency.png",
+                 "geopipe_bandwidth.png"):
+        assert (out / name).is_file()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["max_bubble_reduction_pct"] > 20
+    assert all(c["iteration_reduction_pct"] >= -1e-9 for c in s["latency_comparison"])
+    knees = s["bandwidth_optimisation_point_gbps"]
+    assert any(v is not None and v < 1600 for k, v in knees.items() if k != "1f1b")
+
+
+@pytest.mark.slow
+def test_reproduce_crosspipe_quick(tmp_path: Path) -> None:
+    out = tmp_path / "cp"
+    assert main(["reproduce", "crosspipe", "--out", str(out), "--quick", "-q"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["all_optimal"]
+    assert s["max_reduction_vs_1f1b_same_memory_pct"] > 10
+    assert all(g["opt_vs_1f1b_same_memory_pct"] >= -1e-6 for g in s["reductions"])
+    assert (out / "crosspipe_latency.png").is_file()
