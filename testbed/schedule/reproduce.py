@@ -291,16 +291,17 @@ def geopipe(out_dir: Path, quiet: bool = False, quick: bool = False, stages: int
             if one["iteration_time_ms"] > ideal + 1e-9 else 0.0})
     knees: dict[str, float | None] = {}
     predicted: dict[str, float | None] = {}
-    down = sum(f + b for _ in range(cut + 1, p))  # compute below the cut on the round trip
-    intra = 2 * sum(INTRA_DC.latency_ms + INTRA_DC.serialisation_ms(a) for _ in range(cut + 1,
-                                                                                      p - 1))
     for lab in bw_labels:
         knees[lab] = _knee([(r["bandwidth_gbps"], r["iteration_time_ms"])
                             for r in bw_rows if r["schedule"] == lab])
+    # Steady state (geopipe.py): the k = w_cut - w_cut+1 micro-batches of slack at the cut
+    # hide the cut's round trip once (k+1) P >= 2 P + 2 (l + 8a/g), P = f + b, i.e.
+    # g >= 16 a / ((k-1) P - 2 l); past it only the fill/drain term 2*8a/g still shrinks.
+    from testbed.schedule.geopipe import geopipe_warmups
     for buf in buffers:
-        # the cut stage's warm-up can cover a round trip of (buf - 1 - cut) * (f + b);
-        # bandwidth stops helping once 2 (l + 8a/g) fits in what is left of it
-        slack = (buf - 1 - cut) * (f + b) - down - intra - 2 * bw_lat
+        w = geopipe_warmups(_problem(p, m, f, b, a, cut, bw_lat, 1e9, None), buf)
+        k = w[cut] - w[cut + 1]
+        slack = (k - 1) * (f + b) - 2 * bw_lat
         predicted[f"geopipe-buf{buf}"] = round(16 * a / slack, 2) if slack > 0 else None
     summary = {
         "reproduces": "GeoPipe (Oct 2025): cross-DC overlap bounded by device memory",
