@@ -51,7 +51,8 @@ from testbed.spec.models import PolicySpec
 from testbed.traces import JobRequest
 
 JOINT_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "geopipe")
-MAX_LAYOUTS = 6
+MAX_LAYOUTS = 8
+BACE_PRICE_WINDOW = True  # rank by the price curve over the run window
 
 # refusal reasons (jobs.csv `reason`)
 NO_GPUS = "no_gpus"
@@ -176,8 +177,9 @@ class Planner:
                                job.req.microbatches, schedule or self.policy.schedule)
 
     def run_cost_usd(self, job: Job, stage_dcs: Sequence[int], iteration_ms: float,
-                     start_s: float) -> tuple[float, float]:
-        """(energy kWh, electricity USD) of the whole run if it started now."""
+                     start_s: float, window: bool = True) -> tuple[float, float]:
+        """(energy kWh, electricity USD) of the whole run if it started now (window: the
+        price curve over the run's own hours; else each DC's daily mean price)."""
         run_s = iteration_ms / 1000.0 * job.req.iterations
         kwh = usd = 0.0
         for d in stage_dcs:
@@ -185,7 +187,8 @@ class Planner:
             e = energy_kwh(job.req.gpus_per_stage, dc.gpu.power_w, run_s)
             kwh += e
             usd += e * mean_price_usd_per_kwh(dc.price_usd_per_kwh, dc.price_curve,
-                                              start_s, run_s)
+                                              start_s if window else 0.0,
+                                              run_s if window else 86400.0)
         return kwh, usd
 
     def _setup(self, job: Job, stage_dcs: Sequence[int],
@@ -248,10 +251,11 @@ class Planner:
     def _best_of(self, job: Job, layouts: Sequence[tuple[int, ...]],
                  setup: Callable[[tuple[int, ...]], tuple[Allocation | None, str]],
                  score: Callable[[tuple[int, ...], float], float],
-                 schedules: Sequence[str] = ()) -> Placed | Refused:
-        """Rank layouts by score(layout, estimated iteration ms) (set up, then rolled
-        back); commit the best and time it with the schedule engine, with the policy's
-        schedule or the fastest of `schedules` too."""
+                 schedules: Sequence[str] = (), exact: bool = False) -> Placed | Refused:
+        """Rank layouts by score(layout, iteration ms) (set up, then rolled back); the
+        iteration time is the analytic estimate, or with exact=True the schedule
+        engine's timing of the policy's schedule. Commit the best and time it with the
+        engine, with the policy's schedule or the fastest of `schedules`."""
         best: tuple[float, tuple[int, ...]] | None = None
         reason = NO_GPUS
         g = job.req.gpus_per_stage
@@ -261,7 +265,9 @@ class Planner:
             if alloc is None:
                 reason = why
                 continue
-            val = score(lay, self.estimate_ms(job, lay, alloc.lightpaths))
+            it_ms = (self.timing(job, lay, alloc.lightpaths).iteration_ms if exact
+                     else self.estimate_ms(job, lay, alloc.lightpaths))
+            val = score(lay, it_ms)
             if best is None or val < best[0]:
                 best = (val, lay)
             if len(layouts) > 1:
@@ -313,7 +319,7 @@ class Planner:
         def setup(lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
             return self._setup(job, lay, lambda b, p, f: (full, 1), k=None)
 
-        return self._best_of(job, lays, setup, lambda lay, est: est)
+        return self._best_of(job, lays, setup, lambda lay, it: it, exact=True)
 
     def cb_labels(self, job: Job, stage_dcs: Sequence[int]) -> list[bool]:
         """CB label per boundary: baseline transfer (fixed_slots, shortest path) > f_next."""
@@ -350,29 +356,34 @@ class Planner:
 
     def _bace_setup(self, job: Job, lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
         def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
-            n = self.slots_no_stall(job, f_next, path)
-            n = min(n, self.policy.max_slots)
-            return n, n
+            n = min(self.slots_no_stall(job, f_next, path), self.policy.max_slots)
+            return self.policy.max_slots, n
 
         alloc, why = self._setup(job, lay, demand, k=None)
         return alloc, (NO_BANDWIDTH if why == NO_SPECTRUM else why)
 
-    def _bace(self, job: Job, now_s: float) -> Placed | Refused:
+    def cost_orders(self, now_s: float) -> list[list[int]]:
+        """DCs by electricity price, and by price x watts per TFLOP/s (cost per work)."""
         dcs = self.cluster.dcs
-        cheap = sorted(range(len(dcs)), key=lambda d: (_mean_price(dcs[d], now_s), d))
-        orders = [cheap] + [self.nearest_order(a) for a in self.anchors()]
+        idx = range(len(dcs))
+        cheap = sorted(idx, key=lambda d: (_mean_price(dcs[d], now_s), d))
+        eff = sorted(idx, key=lambda d: (_mean_price(dcs[d], now_s) * dcs[d].gpu.power_w
+                                         / dcs[d].gpu.peak_tflops, d))
+        return [eff, cheap]
+
+    def _bace(self, job: Job, now_s: float) -> Placed | Refused:
+        orders = self.cost_orders(now_s) + [self.nearest_order(a) for a in self.anchors()]
         lays = self.layouts(job, orders)
 
         def score(lay: tuple[int, ...], est_ms: float) -> float:
-            _, usd = self.run_cost_usd(job, lay, est_ms, now_s)
+            _, usd = self.run_cost_usd(job, lay, est_ms, now_s, window=BACE_PRICE_WINDOW)
             return usd + 1e-9 * est_ms
 
-        return self._best_of(job, lays, lambda lay: self._bace_setup(job, lay), score)
+        return self._best_of(job, lays, lambda lay: self._bace_setup(job, lay), score,
+                             exact=True)
 
     def _joint(self, job: Job, now_s: float) -> Placed | Refused:
-        dcs = self.cluster.dcs
-        cheap = sorted(range(len(dcs)), key=lambda d: (_mean_price(dcs[d], now_s), d))
-        orders = [self.nearest_order(a) for a in self.anchors()] + [cheap]
+        orders = self.cost_orders(now_s) + [self.nearest_order(a) for a in self.anchors()]
         lays = self.layouts(job, orders)
         # reference values for normalisation: the ideal (no network) run on the first layout
         ref_t: list[float] = []
@@ -386,7 +397,7 @@ class Planner:
             return est_ms / ref_t[0] + usd / ref_c[0]
 
         return self._best_of(job, lays, lambda lay: self._cba_setup(job, lay), score,
-                             schedules=JOINT_SCHEDULES)
+                             schedules=JOINT_SCHEDULES, exact=True)
 
     # ---- exact MILP -------------------------------------------------------------------
     def ilp_instance(self, job: Job) -> tuple[milp.JointInstance, dict[int, PathInfo]]:
