@@ -83,7 +83,8 @@ class Launcher:
     """Runs the workers of several jobs at once; use as a context manager."""
 
     def __init__(self, out_dir: Path, *, timeout_s: float = 120.0, duty: float | None = None,
-                 nice: int = 0, python: str = sys.executable) -> None:
+                 nice: int = 0, python: str = sys.executable,
+                 metrics_netns_fd: int | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.timeout_s = timeout_s
         self.duty = duty
@@ -91,6 +92,7 @@ class Launcher:
         self.python = python
         self.jobs: dict[str, JobRun] = {}
         self._sockets: list[socket.socket] = []
+        self.metrics_netns_fd = metrics_netns_fd
 
     def __enter__(self) -> Launcher:
         return self
@@ -124,10 +126,7 @@ class Launcher:
                                               if env.get("PYTHONPATH") else "")
         env["OMP_NUM_THREADS"] = "1"
         for stage, host in enumerate(hosts):
-            lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            lsock.bind(("127.0.0.1", 0))
-            lsock.listen(16)
+            lsock = _listening_socket(self.metrics_netns_fd)
             self._sockets.append(lsock)
             rec = jdir / f"stage{stage}.jsonl"
             rec.unlink(missing_ok=True)
@@ -240,6 +239,36 @@ class Launcher:
 
     def write_outcome(self, path: Path) -> None:
         atomic_write_json(path, self.outcome())
+
+
+def _setns(fd: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def _listening_socket(netns_fd: int | None) -> socket.socket:
+    """A /metrics listener on 127.0.0.1:any, created in `netns_fd`'s namespace if given.
+
+    A socket stays in the namespace it was created in, so the launcher can hand
+    workers inside emulated hosts a listener that a root-namespace Prometheus reaches.
+    """
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY) if netns_fd is not None else None
+    try:
+        if netns_fd is not None:
+            _setns(netns_fd)
+        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(16)
+        return lsock
+    finally:
+        if back is not None:
+            _setns(back)
+            os.close(back)
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:
