@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -272,6 +273,8 @@ class Forwarder:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # interface gone: the network is being torn down
+                if exc.errno == errno.ENETDOWN:  # link down (a fibre cut): keep running
+                    return
                 log.warning("recv on %s failed: %s", d.name, exc)
                 self.running = False
                 return
