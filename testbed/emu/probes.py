@@ -18,11 +18,30 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from testbed.emu.forwarder import (
+    _AUX,
+    PACKET_AUXDATA,
+    SOL_PACKET,
+    TP_STATUS_VLAN_VALID,
+)
 from testbed.emu.netns import in_netns
 
 log = logging.getLogger(__name__)
 
 ETH_P_ALL = 0x0003
+SO_TIMESTAMPNS = 35
+_TS = struct.Struct("=qq")
+_TS_SPACE = socket.CMSG_SPACE(_TS.size)
+_ANC_SPACE = socket.CMSG_SPACE(_AUX.size) + _TS_SPACE
+
+
+def kernel_stamp(anc: list[tuple[int, int, bytes]]) -> float:
+    """CLOCK_REALTIME receive time from SO_TIMESTAMPNS ancillary data (now if absent)."""
+    for level, typ, data in anc:
+        if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS and len(data) >= _TS.size:
+            sec, nsec = _TS.unpack_from(data)
+            return sec + nsec * 1e-9
+    return time.time()
 
 
 def _checksum(data: bytes) -> int:
@@ -39,6 +58,9 @@ def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.
     """RTTs in ms (None for a lost echo) from the namespace at ns_path to dst_ip."""
     with in_netns(ns_path):
         sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    # Kernel receive stamps, as ping(8) uses: a busy machine's wake-up delay of this
+    # process is not part of the network's RTT.
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     ident = os.getpid() & 0xFFFF
     sent: dict[int, float] = {}
     rtts: dict[int, float] = {}
@@ -49,11 +71,11 @@ def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.
         while True:
             now = time.monotonic()
             if seq < count and now >= next_send:
-                payload = struct.pack("!d", now) + bytes(max(0, size - 8))
+                payload = bytes(max(0, size))
                 hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
                 pkt = struct.pack("!BBHHH", 8, 0, _checksum(hdr + payload), ident, seq) + payload
+                sent[seq] = time.time()
                 sock.sendto(pkt, (dst_ip, 0))
-                sent[seq] = now
                 seq += 1
                 next_send = now + interval_s
                 if seq == count:
@@ -64,11 +86,12 @@ def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.
             r, _, _ = select.select([sock], [], [], wait)
             if not r:
                 continue
-            data, _ = sock.recvfrom(65535)
+            data, anc, _f, _a = sock.recvmsg(65535, _TS_SPACE)
+            stamp = kernel_stamp(anc)
             ihl = (data[0] & 0x0F) * 4
             typ, _code, _ck, rid, rseq = struct.unpack_from("!BBHHH", data, ihl)
             if typ == 0 and rid == ident and rseq in sent and rseq not in rtts:
-                rtts[rseq] = (time.monotonic() - sent[rseq]) * 1000.0
+                rtts[rseq] = (stamp - sent[rseq]) * 1000.0
     finally:
         sock.close()
     return [rtts.get(i) for i in range(count)]
@@ -96,8 +119,24 @@ def sniff_socket(ns_path: str, ifname: str) -> socket.socket:
     with in_netns(ns_path):
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         s.bind((ifname, ETH_P_ALL))
+    s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)  # 802.1Q tags arrive as metadata
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.setblocking(False)
     return s
+
+
+def recv_with_vlan(s: socket.socket) -> tuple[bytes, int | None, float]:
+    """One frame, its VLAN id (tag in the data or PACKET_AUXDATA) and kernel rx time."""
+    data, anc, _flags, _addr = s.recvmsg(65535, _ANC_SPACE)
+    vlan = None
+    for level, typ, aux in anc:
+        if level == SOL_PACKET and typ == PACKET_AUXDATA and len(aux) >= _AUX.size:
+            status, _l, _s, _m, _n, tci, _tpid = _AUX.unpack_from(aux)
+            if status & TP_STATUS_VLAN_VALID:
+                vlan = tci & 0x0FFF
+    if vlan is None and len(data) >= 16 and data[12:14] == b"\x81\x00":
+        vlan = int.from_bytes(data[14:16], "big") & 0x0FFF
+    return data, vlan, kernel_stamp(anc)
 
 
 @dataclass
@@ -126,7 +165,7 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
     hops: (name, middle namespace path, interface on the side the probe enters).
     """
     from scapy.layers.inet import IP, UDP
-    from scapy.layers.l2 import Dot1Q, Ether
+    from scapy.layers.l2 import Ether
 
     token = os.urandom(8)
     watchers = [(name, sniff_socket(ns, ifn)) for name, ns, ifn in hops]
@@ -139,31 +178,29 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
     seen: dict[str, float] = {}
     tag_ok = True
     arrived: float | None = None
-    t_send = time.monotonic()
+    t_send = time.time()
     tx.send(frame)
-    deadline = t_send + timeout_s
+    deadline = time.monotonic() + timeout_s
     try:
         socks = [s for _, s in watchers] + [dst_sock]
         names = {s.fileno(): n for n, s in watchers}
         while arrived is None and time.monotonic() < deadline:
             r, _, _ = select.select(socks, [], [], 0.02)
-            now = time.monotonic()
             for s in r:
                 while True:
                     try:
-                        data = s.recv(65535)
+                        data, tag, stamp = recv_with_vlan(s)
                     except BlockingIOError:
                         break
                     if token not in data:
                         continue
                     if s is dst_sock:
-                        arrived = arrived or now
+                        arrived = arrived or stamp
                         continue
                     name = names[s.fileno()]
                     if name not in seen:
-                        seen[name] = now
-                        pkt = Ether(data)
-                        if not pkt.haslayer(Dot1Q) or pkt[Dot1Q].vlan != vlan:
+                        seen[name] = stamp
+                        if tag != vlan:
                             tag_ok = False
     finally:
         for s in [tx, dst_sock] + [s for _, s in watchers]:

@@ -1,0 +1,77 @@
+"""`lightpipe exec HOST -- CMD`: run a command inside a host of a live (--hold) network."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run a command in a host of the live emulated network (see lightpipe emu --hold)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("host", metavar="HOST", help="host name, e.g. dc-a-h0 (network.json)")
+    parser.add_argument("cmd", metavar="CMD", nargs=argparse.REMAINDER,
+                        help="command and arguments (after --)")
+    parser.add_argument("--network", metavar="DIR", default=None,
+                        help="output directory of the `lightpipe emu --hold` run "
+                             "(default: the only live run)")
+
+
+def find_network(network_dir: str | None) -> dict[str, object]:
+    """network.json of the live run (the given one, or the only one running)."""
+    import json
+    from pathlib import Path
+
+    from testbed.emu.state import RunState, list_runs, run_is_live
+    from testbed.errors import InputError, RuntimeFailure
+
+    if network_dir is not None:
+        path = Path(network_dir) / "network.json"
+        if not path.is_file():
+            raise InputError("--network", f"no network.json in {network_dir}")
+        data: dict[str, object] = json.loads(path.read_text())
+        return data
+    live = []
+    for d in list_runs():
+        try:
+            st = RunState.load(d)
+        except (OSError, ValueError, TypeError):
+            continue
+        if run_is_live(st) and (d / "network.json").is_file():
+            live.append(d)
+    if not live:
+        raise RuntimeFailure("no live emulated network (start one with lightpipe emu --hold)")
+    if len(live) > 1:
+        which = ", ".join(p.name for p in live)
+        raise InputError("--network", f"{len(live)} live networks ({which}); say which with "
+                         "--network DIR")
+    data = json.loads((live[0] / "network.json").read_text())
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+
+    from testbed.emu.state import proc_start_ticks
+    from testbed.errors import InputError, RuntimeFailure
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise InputError("CMD", "give a command after --, e.g. lightpipe exec dc-a-h0 -- ip addr")
+    net = find_network(args.network)
+    hosts = net.get("hosts")
+    assert isinstance(hosts, list)
+    match = [h for h in hosts if h["name"] == args.host or h["node"] == args.host]
+    if not match:
+        names = ", ".join(h["name"] for h in hosts)
+        raise InputError("HOST", f"unknown host {args.host!r} (hosts: {names})")
+    pid = int(match[0]["pid"])
+    if proc_start_ticks(pid) is None:
+        raise RuntimeFailure(f"host {args.host} is gone (pid {pid}); is the network still up?")
+    mnexec = shutil.which("mnexec")
+    if mnexec is None:
+        raise RuntimeFailure("mnexec not found (Debian/Ubuntu package mininet)")
+    os.execv(mnexec, [mnexec, "-a", str(pid), *cmd])
+    return 0  # not reached
