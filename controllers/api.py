@@ -11,6 +11,7 @@ import hmac
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -75,7 +76,8 @@ class RestApi:
 
     def __init__(self, core: ControllerCore, host: str = "127.0.0.1", port: int = 8080,
                  token: str | None = None, jobs: Any = None,
-                 on_layout: Callable[[Layout], None] | None = None) -> None:
+                 on_layout: Callable[[Layout], None] | None = None,
+                 sock: socket.socket | None = None) -> None:
         self.core = core
         self.token = token
         self.jobs = jobs
@@ -102,7 +104,14 @@ class RestApi:
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        if sock is None:
+            self.server = ThreadingHTTPServer((host, port), Handler)
+        else:  # a socket bound and listening already (e.g. in another network namespace)
+            self.server = ThreadingHTTPServer(sock.getsockname()[:2], Handler,
+                                              bind_and_activate=False)
+            self.server.socket.close()
+            self.server.socket = sock
+            self.server.server_address = sock.getsockname()[:2]
         self.server.daemon_threads = True
         self.thread: threading.Thread | None = None
 
@@ -231,6 +240,7 @@ class RestApi:
         c = self.core
         return 200, {"status": "ok", "lightpaths": len(c.rows), "layout": c.layout is not None,
                      "switches": sorted(getattr(c, "connected", set())),
+                     "synced": sorted(getattr(c, "synced", set())),
                      "uptime_s": round(time.time() - self.started_s, 3)}
 
     def _openapi(self, _raw: Any) -> tuple[int, Any]:

@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default="lightpipe-controller.db")
     p.add_argument("--layout", default=None)
     p.add_argument("--token-file", default=None, help="file holding the REST bearer token")
+    p.add_argument("--netns", default=None, help="network namespace (path) to listen for "
+                   "switches in; the REST API stays in the launcher's own namespace")
     p.add_argument("-v", "--verbose", action="count", default=0)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
@@ -59,6 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         env["LIGHTPIPE_CTL_LAYOUT"] = args.layout
     if args.token_file:
         env["LIGHTPIPE_CTL_TOKEN"] = Path(args.token_file).read_text().strip()
+    if args.netns:
+        host, _, port = args.rest.rpartition(":")
+        rest = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        rest.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        rest.bind((host or "127.0.0.1", int(port)))
+        rest.listen(64)
+        rest.set_inheritable(True)
+        env["LIGHTPIPE_CTL_REST_FD"] = str(rest.detach())
+        from testbed.emu.netns import enter_netns
+
+        enter_netns(args.netns)  # this thread and every thread it starts from now on
     _prepare_hub()
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
@@ -97,11 +110,27 @@ class ControllerProcess:
     of_port: int
     token: str | None
     log_path: Path
+    client_netns: str | None = None  # where REST calls must come from (if not here)
+
+    @property
+    def openflow(self) -> str:
+        return f"tcp:127.0.0.1:{self.of_port}"
 
     def request(self, method: str, path: str, body: Any = None,
                 timeout_s: float = 10.0) -> tuple[int, Any]:
         """One REST call; returns (status, decoded JSON or text)."""
-        return rest_call(self.rest_url, method, path, body, self.token, timeout_s)
+        if self.client_netns is None:
+            return rest_call(self.rest_url, method, path, body, self.token, timeout_s)
+        from testbed.emu.netns import in_netns
+
+        with in_netns(self.client_netns):
+            return rest_call(self.rest_url, method, path, body, self.token, timeout_s)
+
+    def describe(self) -> dict[str, Any]:
+        """What network.json records under `controller`."""
+        return {"rest_url": self.rest_url, "token": self.token,
+                "openflow": f"tcp:127.0.0.1:{self.of_port}", "pid": self.proc.pid,
+                "log": str(self.log_path)}
 
     def stop(self, kill: bool = False) -> None:
         if self.proc.poll() is None:
@@ -140,8 +169,14 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
                      rest_port: int | None = None, rest_host: str = "127.0.0.1",
                      layout: str | Path | None = None, token: str | None = None,
                      log_path: str | Path | None = None, timeout_s: float = 20.0,
-                     verbose: int = 1) -> ControllerProcess:
-    """Start the controller in a child process; return once GET /health answers."""
+                     verbose: int = 1, netns: str | None = None,
+                     home_netns: str | None = None) -> ControllerProcess:
+    """Start the controller in a child process; return once GET /health answers.
+
+    netns: namespace the OpenFlow listener goes to (the switches'); home_netns: the
+    namespace the child starts in and REST clients use, if the caller's thread has
+    moved elsewhere (as EmuNetwork's does).
+    """
     of_port = of_port or free_port()
     rest_port = rest_port or free_port()
     log_path = Path(log_path or Path(db).with_suffix(".log"))
@@ -150,6 +185,8 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
     cmd += ["-v"] * verbose
     if layout:
         cmd += ["--layout", str(layout)]
+    if netns:
+        cmd += ["--netns", netns]
     env = dict(os.environ)
     if token:
         tf = Path(db).with_suffix(".token")
@@ -159,10 +196,15 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
         cmd += ["--token-file", str(tf)]
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    with open(log_path, "ab") as logf:
+    with open(log_path, "ab") as logf, contextlib.ExitStack() as stack:
+        if home_netns:
+            from testbed.emu.netns import in_netns
+
+            stack.enter_context(in_netns(home_netns))
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                 cwd=root, start_new_session=True)
-    cp = ControllerProcess(proc, f"http://{rest_host}:{rest_port}", of_port, token, log_path)
+    cp = ControllerProcess(proc, f"http://{rest_host}:{rest_port}", of_port, token, log_path,
+                           home_netns)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from typing import Any, ClassVar
@@ -110,10 +111,13 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             "LIGHTPIPE_CTL_DB", "lightpipe-controller.db")), layout=layout, southbound=self,
             capacity=ForwarderChannel())
         self.core.connected = set()  # type: ignore[attr-defined]
+        self.core.synced = set()  # type: ignore[attr-defined]  # dpids holding all rules
         host, _, port = os.environ.get("LIGHTPIPE_CTL_REST", "127.0.0.1:8080").rpartition(":")
+        fd = os.environ.get("LIGHTPIPE_CTL_REST_FD")
+        sock = socket.socket(fileno=int(fd)) if fd else None
         self.api = RestApi(self.core, host or "127.0.0.1", int(port),
                            token=os.environ.get("LIGHTPIPE_CTL_TOKEN") or None,
-                           jobs=_job_service(self.core))
+                           jobs=_job_service(self.core), sock=sock)
         self.api.serve()
         log.info("REST API on %s", self.api.url)
 
@@ -144,8 +148,10 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
     def _full_sync(self, dp: Any) -> None:
         """A switch (re)connected: wipe its tables and install all its rules."""
         parser, ofp = dp.ofproto_parser, dp.ofproto
-        desired = self.core.desired().get(dp.id, {})
-        with self.sync_lock:
+        # Lock order core -> sync (as in core._program): a layout or lightpath change
+        # cannot slip between computing this switch's rules and installing them.
+        with self.core.lock, self.sync_lock:
+            desired = self.core.desired().get(dp.id, {})
             dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE,
                                           table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
                                           out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
@@ -154,6 +160,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             ev = self._barrier(dp)
             self.installed[dp.id] = dict(desired)
         self._wait([(dp.id, ev)])
+        self.core.synced.add(dp.id)  # type: ignore[attr-defined]
         log.info("switch %#x: %d rules installed", dp.id, len(desired))
 
     def _barrier(self, dp: Any) -> threading.Event:
@@ -178,6 +185,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         with self.sync_lock:
             self.datapaths[dp.id] = dp
             self.installed.pop(dp.id, None)
+            self.core.synced.discard(dp.id)  # type: ignore[attr-defined]
         self.core.connected.add(dp.id)  # type: ignore[attr-defined]
         self.core.metrics.switches.set(len(self.datapaths))
         hub.spawn(self._full_sync, dp)
@@ -192,6 +200,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 self.datapaths.pop(dp.id)
                 self.installed.pop(dp.id, None)
                 self.core.connected.discard(dp.id)  # type: ignore[attr-defined]
+                self.core.synced.discard(dp.id)  # type: ignore[attr-defined]
         self.core.metrics.switches.set(len(self.datapaths))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)

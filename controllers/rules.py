@@ -173,9 +173,13 @@ class LayoutIndex:
                                                 if a.kind == "dc"
                                                 else (b, link.b_port, a, link.a_port))
                 assert dc_sw.dc is not None and r_sw.node is not None
-                if dc_sw.dc in ix.edge:
-                    raise ValueError(f"DC {dc_sw.dc} has more than one uplink")
-                ix.edge[dc_sw.dc] = (dc_sw.name, dc_port, r_sw.name, r_port)
+                # Several uplinks (leaf-spine: every spine): the lowest-named switch is
+                # the DC's edge for lightpaths; the others carry nothing.
+                prev = ix.edge.get(dc_sw.dc)
+                if prev is not None and ix.dc_node[dc_sw.dc] != r_sw.node:
+                    raise ValueError(f"DC {dc_sw.dc} is uplinked to two optical nodes")
+                if prev is None or dc_sw.name < prev[0]:
+                    ix.edge[dc_sw.dc] = (dc_sw.name, dc_port, r_sw.name, r_port)
                 ix.dc_node[dc_sw.dc] = r_sw.node
             else:
                 assert a.dc is not None
