@@ -1,0 +1,96 @@
+"""Prometheus manager: generated config passes promtool; a live server scrapes workers."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.errors import RuntimeFailure
+from testbed.metrics.prometheus import PrometheusServer, scrape_config
+from testbed.metrics.query import query, targets, values, wait_for
+from testbed.schedule import PipelineProblem, build_schedule
+from workloads.launch import Host, Launcher
+from workloads.metrics import METRIC_NAMES, WorkerMetrics
+from workloads.plan import TinyGPTConfig, model_plan, shadow_plan
+
+needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None
+                                      or shutil.which("promtool") is None,
+                                      reason="prometheus/promtool not installed")
+
+
+def test_scrape_config_shape(tmp_path: Path) -> None:
+    cfg = scrape_config(tmp_path / "targets", scrape_interval_s=0.5)
+    assert cfg["global"]["scrape_interval"] == "500ms"
+    (job,) = cfg["scrape_configs"]
+    assert job["honor_labels"] is True
+    assert job["file_sd_configs"][0]["files"] == [str(tmp_path / "targets" / "*.json")]
+
+
+@needs_prometheus
+def test_promtool_accepts_generated_config_and_rejects_broken(tmp_path: Path) -> None:
+    srv = PrometheusServer(tmp_path)
+    srv.write_config()
+    srv.check_config()
+    srv.config_path.write_text(yaml.safe_dump({"global": {"scrape_interval": "banana"}}))
+    with pytest.raises(RuntimeFailure, match="promtool rejected"):
+        srv.check_config()
+
+
+def test_worker_metric_names_follow_conventions() -> None:
+    m = WorkerMetrics("job0", 2)
+    names = {fam.name for fam in m.registry.collect()}
+    text = "\n".join(s.name for fam in m.registry.collect() for s in fam.samples)
+    for full in METRIC_NAMES:
+        assert full.startswith("lightpipe_worker_")
+        base = full.removesuffix("_total")
+        assert base in names or full in names
+        assert full in text or f"{full}_count" in text
+    labels = {tuple(sorted(s.labels)) for fam in m.registry.collect() for s in fam.samples}
+    assert all({"job", "stage"} <= set(lab) for lab in labels)
+
+
+@needs_prometheus
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_live_prometheus_scrapes_every_worker_metric(tmp_path: Path) -> None:
+    """Two jobs (shadow 4 stages, model 2 stages) on localhost; query every metric."""
+    local = Host("local", "127.0.0.1", "lo")
+    prob = PipelineProblem.uniform(4, 4, 30.0, 60.0, activation_mb=0.05)
+    shadow = shadow_plan("shadow0", prob, build_schedule("1f1b", prob), iterations=40,
+                         bandwidth_divisor=1, time_factor=1)
+    model = model_plan("model0", build_schedule("gpipe", PipelineProblem.uniform(2, 4, 1, 1)),
+                       4, iterations=200, config=TinyGPTConfig(layers=2, hidden=32, heads=2,
+                                                               seq_len=16))
+    with PrometheusServer(tmp_path, scrape_interval_s=0.5) as prom, \
+            Launcher(tmp_path) as launcher:
+        assert prom.url.startswith("http://127.0.0.1:")
+        launcher.start([(shadow, [local] * 4), (model, [local] * 2)])
+        prom.set_targets("workers", launcher.metrics_targets())
+        checks = {
+            "lightpipe_worker_iterations_total": 6,
+            "lightpipe_worker_iteration_duration_seconds_count": 6,
+            "lightpipe_worker_bubble_ratio": 6,
+            "lightpipe_worker_sent_bytes_total": 6,
+            "lightpipe_worker_received_bytes_total": 6,
+            "lightpipe_worker_compute_seconds_total": 6,
+        }
+        for name, series in checks.items():
+            res = wait_for(prom.url, f"{name} > 0", timeout_s=120)
+            end = time.monotonic() + 60
+            while len(res) < series and time.monotonic() < end:
+                time.sleep(0.5)
+                res = query(prom.url, f"{name} > 0")
+            assert len(res) == series, (name, res)
+            assert {r["metric"]["job"] for r in res} == {"shadow0", "model0"}
+        loss = wait_for(prom.url, 'lightpipe_worker_loss{job="model0",stage="1"} > 0')
+        assert values(loss)[0] > 0
+        hist = query(prom.url, "histogram_quantile(0.5, sum by (le, job) "
+                     "(rate(lightpipe_worker_iteration_duration_seconds_bucket[1m])))")
+        assert {r["metric"]["job"] for r in hist} == {"shadow0", "model0"}
+        assert all(t["health"] == "up" for t in targets(prom.url))
+        launcher.stop()
+    assert any((tmp_path / "prometheus" / "data").iterdir())

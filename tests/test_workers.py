@@ -1,0 +1,203 @@
+"""Workers: plans (scaling), result parsing, agreement, and real gloo runs on localhost."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import InputError
+from testbed.metrics.agreement import agreement_rows, markdown_table, relative_error
+from testbed.schedule import PipelineProblem, Schedule, build_schedule, time_schedule
+from testbed.spec import load_scenario
+from workloads.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
+from workloads.launch import Host, Launcher, default_duty
+from workloads.plan import JobPlan, TinyGPTConfig, model_plan, shadow_plan
+from workloads.results import chrome_trace, job_iterations, read_records, summarize_job
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = Host("local", "127.0.0.1", "lo")
+
+
+def _problem(p: int = 4, m: int = 4, f: float = 10.0, b: float = 20.0,
+             act_mb: float = 1.0) -> PipelineProblem:
+    return PipelineProblem.uniform(p, m, f, b, latency_ms=5.0, bandwidth_gbps=8.0,
+                                   activation_mb=act_mb)
+
+
+def test_shadow_plan_scales_time_and_bytes() -> None:
+    prob = _problem(act_mb=16.0)
+    sched = build_schedule("1f1b", prob)
+    plan = shadow_plan("j", prob, sched, iterations=2, bandwidth_divisor=1000.0,
+                       time_factor=10.0)
+    assert plan.forward_ms == (100.0,) * 4 and plan.backward_ms == (200.0,) * 4
+    # serialisation over the emulated link (8 Gb/s / 1000) = time_factor x the real one
+    assert plan.activation_bytes == (160_000,) * 3
+    emu_ser_ms = 8 * plan.activation_bytes[0] / (8e9 / 1000) * 1e3
+    assert emu_ser_ms == pytest.approx(10.0 * prob.hop_serialisation_ms(0))
+    again = JobPlan.from_dict(__import__("json").loads(plan.to_json()))
+    assert again == plan and again.sched() == sched
+
+
+def test_plan_rejects_bad_input() -> None:
+    prob = _problem()
+    sched = build_schedule("gpipe", prob)
+    with pytest.raises(InputError, match="mode"):
+        JobPlan("j", "bogus", sched.to_dict(), (1.0,) * 4, (1.0,) * 4, (1,) * 3, 4, 1)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="activation_bytes"):
+        JobPlan("j", "shadow", sched.to_dict(), (1.0,) * 4, (1.0,) * 4, (1,) * 2, 4, 1)
+    zb = build_schedule("zb-h1", prob)
+    with pytest.raises(InputError, match="model mode"):
+        model_plan("j", zb, 4, iterations=1)
+    with pytest.raises(InputError, match="heads"):
+        TinyGPTConfig(hidden=30, heads=4)
+    with pytest.raises(InputError, match="time_factor"):
+        shadow_plan("j", prob, sched, iterations=1, bandwidth_divisor=10, time_factor=0)
+
+
+def _rec(it: int, ops: list[tuple[str, float, float]], warm: bool = False) -> dict:
+    return {"type": "iteration", "iteration": it, "warmup": warm, "start_s": 0.0,
+            "end_s": 0.0, "ops": [list(o) for o in ops], "waits": [], "compute_s": 0.0,
+            "sent_bytes": 10, "received_bytes": 10}
+
+
+def test_job_iterations_measure_like_the_simulator() -> None:
+    # stage 0 starts at 100.0; stage 1 ends last at 100.9 -> 0.9 s; busy 0.2 + 0.5
+    s0 = [_rec(0, [("F0", 100.0, 100.1), ("B0", 100.6, 100.7)], warm=True),
+          _rec(1, [("F0", 200.0, 200.2), ("B0", 200.8, 201.0)])]
+    s1 = [_rec(0, [("F0", 100.2, 100.4), ("B0", 100.4, 100.9)], warm=True),
+          _rec(1, [("F0", 200.3, 200.5), ("B0", 200.5, 200.7)])]
+    its = job_iterations([s0, s1])
+    assert [r["iteration"] for r in its] == [0, 1]
+    assert its[0]["time_s"] == pytest.approx(0.9)
+    assert its[0]["bubble_ratio"] == pytest.approx(1 - 0.9 / (2 * 0.9))
+    assert its[1]["time_s"] == pytest.approx(1.0)
+    summ = summarize_job("j", [s0, s1], time_factor=10.0)
+    assert summ["iterations_measured"] == 1
+    assert summ["emulated_iteration_time_s"] == pytest.approx(0.1)
+    trace = chrome_trace({"j": [s0, s1]})
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == 8 and min(e["ts"] for e in xs) == 0.0
+    assert {e["tid"] for e in xs} == {0, 1}
+
+
+def test_read_records_skips_truncated_line(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"type": "start"}\n{"type": "iter')
+    assert read_records(p) == [{"type": "start"}]
+    assert read_records(tmp_path / "missing.jsonl") == []
+
+
+def test_agreement_rows_and_table() -> None:
+    assert relative_error(2.0, 2.1) == pytest.approx(0.05)
+    rows = agreement_rows({"a": 2.0, "b": 1.0}, {"a": 1.9, "b": None})
+    assert rows[0] == {"job": "a", "simulated_iteration_time_s": 2.0,
+                       "emulated_iteration_time_s": 1.9, "relative_error": pytest.approx(0.05)}
+    assert rows[1]["emulated_iteration_time_s"] is None and rows[1]["relative_error"] is None
+    table = markdown_table(rows)
+    assert "5.0 %" in table and table.count("\n") == 4
+    with pytest.raises(ValueError):
+        relative_error(0.0, 1.0)
+
+
+def test_plan_emulated_jobs_matches_timer() -> None:
+    sc = load_scenario(ROOT / "scenarios" / "calib-latency-1f1b.yaml")
+    jobs = plan_emulated_jobs(sc)
+    assert len(jobs) == 2
+    for j in jobs:
+        assert j.problem.stages == 4 and len(set(j.stage_dcs)) >= 2
+        t = time_schedule(j.problem, j.schedule)
+        assert j.simulated_iteration_time_s == pytest.approx(t.iteration_time_ms / 1e3)
+        assert j.plan.forward_ms == tuple(f * 10 for f in j.problem.forward_ms)
+    hosts = {"dc-a": [Host("a0", "10.0.0.1"), Host("a1", "10.0.0.2")],
+             "dc-b": [Host("b0", "10.0.0.3")], "dc-c": [Host("c0", "10.0.0.4")]}
+    placed = assign_hosts(jobs, hosts)
+    a_hosts = [h.name for row in placed for h in row if h.name.startswith("a")]
+    assert a_hosts == ["a0", "a1"][:len(a_hosts)] or len(set(a_hosts)) == 2
+    with pytest.raises(InputError, match="no emulated host"):
+        assign_hosts(jobs, {"dc-a": hosts["dc-a"]})
+
+
+def test_default_duty() -> None:
+    assert default_duty(1, cores=2) == 1.0
+    assert default_duty(8, cores=2) == pytest.approx(0.125)
+
+
+# -- real workers (torch + gloo on 127.0.0.1) -------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_shadow_workers_agree_with_timer_on_localhost(tmp_path: Path) -> None:
+    """Two 4-stage jobs (gpipe, 1f1b) at once; no link delay here, so compare with
+    the timer on the same problem without network delay."""
+    prob = PipelineProblem.uniform(4, 4, 40.0, 80.0, activation_mb=0.05)
+    plans = []
+    for name in ("gpipe", "1f1b"):
+        sched = build_schedule(name, prob)
+        plans.append((shadow_plan(name.replace("1f1b", "ofob"), prob, sched, iterations=2,
+                                  bandwidth_divisor=1.0, time_factor=1.0), [LOCAL] * 4))
+    with Launcher(tmp_path) as launcher:
+        launcher.start(plans)
+        launcher.wait(180)
+        outcome = launcher.outcome()
+        records = launcher.records()
+    assert all(o["ok"] for o in outcome.values()), outcome
+    sim_s = time_schedule(prob, build_schedule("gpipe", prob)).iteration_time_ms / 1e3
+    for job, stages in records.items():
+        s = summarize_job(job, stages)
+        assert s["iterations_measured"] == 2
+        assert relative_error(sim_s, s["emulated_iteration_time_s"]) < 0.15, (job, s)
+        sent = sum(r["sent_bytes"] for st in stages for r in st if r.get("type") == "iteration")
+        assert sent == 3 * 2 * 4 * 50_000 * 3  # hops x dirs x microbatches x bytes x iters
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_model_mode_loss_falls_and_dead_worker_is_detected(tmp_path: Path) -> None:
+    sched2 = Schedule.from_strings("1f1b", ["F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"])
+    good = model_plan("good", sched2, 4, iterations=25,
+                      config=TinyGPTConfig(layers=2, hidden=32, heads=2, seq_len=16))
+    prob = PipelineProblem.uniform(2, 2, 200.0, 400.0, activation_mb=0.01)
+    doomed = shadow_plan("doomed", prob, build_schedule("gpipe", prob), iterations=50,
+                         bandwidth_divisor=1, time_factor=1)
+    with Launcher(tmp_path, timeout_s=30) as launcher:
+        launcher.start([(good, [LOCAL] * 2), (doomed, [LOCAL] * 2)])
+        victim = launcher.jobs["doomed"].workers[1]
+        end = time.monotonic() + 120
+        while time.monotonic() < end and sum(
+                r.get("type") == "iteration" for r in read_records(victim.record_path)) < 2:
+            time.sleep(0.2)
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        launcher.wait(180)
+        outcome = launcher.outcome()
+        records = launcher.records()
+    assert outcome["good"]["ok"], outcome["good"]
+    assert not outcome["doomed"]["ok"]
+    assert "stage 1" in outcome["doomed"]["failure"]
+    assert "SIGKILL" in outcome["doomed"]["failure"]
+    # the dead job's completed iterations are kept
+    assert summarize_job("doomed", records["doomed"])["iterations_measured"] >= 1
+    losses = summarize_job("good", records["good"])["losses"]
+    assert len(losses) == 26 and all(math.isfinite(x) for x in losses)
+    assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:3]) / 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:
+    sc = load_scenario(ROOT / "scenarios" / "calib-latency-1f1b.yaml")
+    jobs = plan_emulated_jobs(sc)[:1]
+    hosts = {dc.name: [LOCAL] for dc in sc.dcs}
+    res = run_jobs_on_hosts(jobs, hosts, tmp_path, deadline_s=200)
+    assert res["failed_jobs"] == []
+    (row,) = res["agreement"]
+    assert row["job"] == "job0" and row["relative_error"] is not None
+    # no WAN delay on localhost: the measured time matches the no-delay timing
+    nd = time_schedule(jobs[0].problem.no_delay(), jobs[0].schedule).iteration_time_ms / 1e3
+    assert relative_error(nd, row["emulated_iteration_time_s"]) < 0.15
+    assert (tmp_path / "iterations.csv").read_text().count("\n") == 1 + 4
+    assert (tmp_path / "trace.json").stat().st_size > 100
