@@ -61,6 +61,7 @@ class EmuBackend:
         mode = link_mode or scenario.emulation.link_mode
         out_dir = Path(out_dir)
         interrupted = False
+        jobs_result: dict[str, Any] = {}
         with staged_dir(out_dir) as stage, sigterm_as_interrupt():
             net = EmuNetwork(plan, link_mode=mode, datapath=scenario.emulation.datapath,
                              seed=getattr(scenario.workload, "seed", 1))
@@ -89,6 +90,11 @@ class EmuBackend:
                     except KeyboardInterrupt:
                         interrupted = True
                     probes: list[dict[str, Any]] = []
+                elif scenario.workload.kind == "pp_jobs":
+                    from workloads.emu_jobs import run_pp_jobs  # PyTorch workers (issue 8)
+
+                    jobs_result = run_pp_jobs(scenario, net, stage, quiet)
+                    probes = []
                 else:
                     probes = measure_lightpaths(net, probe_seconds, quiet)
             timings = dict(net.timings_s)
@@ -97,6 +103,7 @@ class EmuBackend:
             atomic_write_json(stage / "verification.json", check)
             summary = _summary(plan, net.link_mode, net.datapath, check, probes, timings,
                                time.monotonic() - t0, interrupted)
+            summary.update(jobs_result)
             atomic_write_json(stage / "summary.json", summary)
             write_manifest(stage, scenario, self.name, link_mode=net.link_mode,
                            datapath=net.datapath,
