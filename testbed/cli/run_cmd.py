@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     names, why = choose_backend(args.backend)
     emit(f"lightpipe: {why}")
     out = Path(args.out)
+    summaries: dict[str, dict] = {}
     for name in names:
         backend = get_backend(name)
         ok, reason = backend.available()
@@ -51,8 +52,25 @@ def run(args: argparse.Namespace) -> int:
             raise RuntimeFailure(f"backend {name} unavailable: {reason}")
         target = out / name if len(names) > 1 else out
         summary = backend.run(scenario, target, quiet=args.quiet)
+        summaries[name] = summary
         emit(f"{name}: results in {target}/ (summary.json, manifest.json)")
         for key in ("requests", "jobs", "blocking_ratio", "mean_iteration_time_s", "wall_s"):
             if key in summary:
                 emit(f"  {key}: {summary[key]}")
+    if "emu" in summaries and summaries["emu"].get("agreement"):
+        _tabulate_agreement(summaries["emu"]["agreement"], out if len(names) > 1 else None)
     return 0
+
+
+def _tabulate_agreement(rows: list[dict], out: object) -> None:
+    """Print the simulator-vs-emulator table (and write agreement.md when both ran)."""
+    from pathlib import Path
+
+    from testbed.atomicio import atomic_write_text
+    from testbed.metrics.agreement import markdown_table
+
+    table = markdown_table(rows)
+    emit("agreement (per job: simulated vs emulated iteration time):")
+    emit(table.rstrip("\n"))
+    if out is not None:
+        atomic_write_text(Path(str(out)) / "agreement.md", table)
