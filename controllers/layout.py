@@ -75,7 +75,7 @@ class HostSpec(_Frozen):
 class Layout(_Frozen):
     """The whole data plane: validated so that every reference resolves."""
 
-    switches: list[SwitchSpec]
+    switches: Annotated[list[SwitchSpec], Field(min_length=1)]
     links: list[LinkSpec] = Field(default_factory=list)
     hosts: list[HostSpec] = Field(default_factory=list)
     mbps_per_gbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(

@@ -1,0 +1,61 @@
+"""`lightpipe controller SPEC`: run the SDN controller (os-ken app, REST API, metrics)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from testbed.cli.common import add_spec_arg
+from testbed.errors import InputError
+
+HELP = "run the SDN controller: lightpaths as OpenFlow 1.3 rules, REST API, restoration"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spec_arg(parser)
+    parser.add_argument("--port", type=int, default=6653,
+                        help="OpenFlow listen port (default 6653)")
+    parser.add_argument("--of-host", default="127.0.0.1", help="OpenFlow listen address")
+    parser.add_argument("--rest-port", type=int, default=8080,
+                        help="REST API port on --rest-host (default 8080)")
+    parser.add_argument("--rest-host", default="127.0.0.1",
+                        help="REST API address (default 127.0.0.1: local only)")
+    parser.add_argument("--token", default=None,
+                        help="bearer token the REST API requires (or env LIGHTPIPE_TOKEN)")
+    parser.add_argument("--db", default="lightpipe-controller.db",
+                        help="SQLite state file; lightpaths survive a restart")
+    parser.add_argument("--layout", default=None,
+                        help="data-plane layout JSON (else PUT /layout later)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from testbed.spec import load_scenario
+
+    load_scenario(args.spec)  # bad spec: one line, exit 2, before anything listens
+    for name, port in (("--port", args.port), ("--rest-port", args.rest_port)):
+        if not 1 <= port <= 65535:
+            raise InputError(name, f"port must be 1..65535, got {port}")
+    if args.layout:
+        import json
+
+        from pydantic import ValidationError
+
+        from controllers.layout import Layout
+
+        try:
+            with open(args.layout, encoding="utf-8") as f:
+                Layout.model_validate(json.load(f))
+        except (OSError, ValueError, ValidationError) as exc:
+            raise InputError("--layout", f"{args.layout}: {str(exc).splitlines()[0]}") from None
+    token = args.token or os.environ.get("LIGHTPIPE_TOKEN")
+    if token:
+        os.environ["LIGHTPIPE_CTL_TOKEN"] = token
+    from controllers.launcher import main
+
+    argv = ["--spec", args.spec, "--db", args.db, "--of-host", args.of_host,
+            "--of-port", str(args.port), "--rest", f"{args.rest_host}:{args.rest_port}"]
+    if args.layout:
+        argv += ["--layout", args.layout]
+    if args.verbose:
+        argv += ["-" + "v" * args.verbose]
+    return main(argv)

@@ -1,0 +1,124 @@
+"""REST API tests without root: real HTTP server around a controller core (no switches)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controllers.api import RestApi, openapi_document
+from controllers.core import ControllerCore
+from controllers.launcher import rest_call
+from controllers.layout import default_layout
+from controllers.store import Store
+from testbed.cli.main import main
+from tests.test_controller_core import small_scenario
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[RestApi]:
+    sc = small_scenario()
+    core = ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc))
+    server = RestApi(core, port=0, token="tok")
+    server.serve()
+    yield server
+    server.close()
+
+
+def call(api: RestApi, method: str, path: str, body: Any = None,
+         token: str | None = "tok") -> tuple[int, Any]:
+    return rest_call(api.url, method, path, body, token, timeout_s=5)
+
+
+def test_lightpath_lifecycle(api: RestApi) -> None:
+    status, lp = call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c",
+                                                   "bitrate_gbps": 100})
+    assert status == 201
+    for key in ("nodes", "slots", "modulation", "capacity_gbps", "vid"):
+        assert key in lp
+    assert call(api, "GET", f"/lightpaths/{lp['id']}")[1]["vid"] == lp["vid"]
+    status, spec = call(api, "GET", "/spectrum")
+    used = {(f["u"], f["v"]): f["used"] for f in spec["fibres"]}
+    assert used[("A", "B")] == lp["slots"]
+    assert call(api, "DELETE", f"/lightpaths/{lp['id']}")[0] == 200
+    assert call(api, "GET", f"/lightpaths/{lp['id']}")[0] == 404
+
+
+@pytest.mark.parametrize("method,path,body,status", [
+    ("POST", "/lightpaths", b"{oops", 400),
+    ("POST", "/lightpaths", b"\xff", 400),
+    ("POST", "/lightpaths", b"[]", 400),
+    ("POST", "/lightpaths", {"src_dc": "dc-a"}, 422),
+    ("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": "3"}, 422),
+    ("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 0}, 422),
+    ("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "bitrate_gbps": -5}, 422),
+    ("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 1, "y": 2}, 422),
+    ("POST", "/lightpaths", {"src_dc": "dc-q", "dst_dc": "dc-c", "slots": 1}, 404),
+    ("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 17}, 400),
+    ("POST", "/failures", {"link": ["A", "Q"]}, 404),
+    ("POST", "/failures", {"link": "AB"}, 422),
+    ("PUT", "/layout", {"switches": []}, 422),
+    ("DELETE", "/lightpaths/77", None, 404),
+    ("DELETE", "/lightpaths", None, 405),
+    ("GET", "/lightpaths/x", None, 404),
+    ("GET", "/nothing", None, 404),
+])
+def test_bad_input_is_4xx(api: RestApi, method: str, path: str, body: Any,
+                          status: int) -> None:
+    got, reply = call(api, method, path, body)
+    assert got == status, reply
+    assert isinstance(reply, dict) and reply["error"]
+    assert call(api, "GET", "/health")[0] == 200
+
+
+def test_token_required(api: RestApi) -> None:
+    assert call(api, "GET", "/lightpaths", token=None)[0] == 401
+    assert call(api, "GET", "/lightpaths", token="bad")[0] == 401
+    assert call(api, "GET", "/health", token=None)[0] == 200
+
+
+def test_blocked_409_and_metrics(api: RestApi) -> None:
+    for _ in range(2):
+        assert call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c",
+                                                 "slots": 16})[0] == 201
+    status, reply = call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c",
+                                                      "slots": 1})
+    assert status == 409 and reply["reason"] == "no_spectrum"
+    status, text = call(api, "GET", "/metrics", token=None)
+    assert 'lightpipe_lightpath_blocks_total{reason="no_spectrum"} 1.0' in text
+    assert "lightpipe_lightpath_requests_total 3.0" in text
+    assert "lightpipe_lightpaths_active 2.0" in text
+    assert 'lightpipe_fibre_slots_used{fibre="A-B"} 16.0' in text
+    assert "lightpipe_lightpath_setup_seconds_count 2.0" in text
+
+
+def test_failure_and_repair(api: RestApi) -> None:
+    _, lp = call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 2})
+    status, res = call(api, "POST", "/failures", {"link": ["B", "A"]})
+    assert status == 200 and res["restored"] == [lp["id"]]
+    assert call(api, "GET", f"/lightpaths/{lp['id']}")[1]["nodes"] == ["A", "D", "C"]
+    topo = call(api, "GET", "/topology")[1]
+    assert next(f for f in topo["fibres"] if f["u"] == "A" and f["v"] == "B")["failed"]
+    assert call(api, "POST", "/repairs", {"link": ["A", "B"]})[0] == 200
+
+
+def test_openapi_document() -> None:
+    doc = openapi_document()
+    assert doc["openapi"].startswith("3.")
+    for path in ("/topology", "/spectrum", "/lightpaths", "/lightpaths/{id}", "/jobs",
+                 "/health", "/failures"):
+        assert path in doc["paths"]
+    assert "LightpathRequest" in doc["components"]["schemas"]
+
+
+def test_cli_bad_input_exit_2(tmp_path: Path) -> None:
+    assert main(["controller", str(tmp_path / "missing.yaml")]) == 2
+    spec = tmp_path / "s.yaml"
+    spec.write_text("version: 1\nname: x\ntopology: {library: nsfnet}\n"
+                    "workload: {kind: lightpath_requests}\n")
+    assert main(["controller", str(spec), "--port", "0"]) == 2
+    bad = tmp_path / "layout.json"
+    bad.write_text('{"switches": 3}')
+    assert main(["controller", str(spec), "--layout", str(bad)]) == 2
