@@ -215,14 +215,8 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
             for e in o.fibres:
                 for t in range(o.first_slot, o.first_slot + o.slots):
                     cover.setdefault((e, t), []).append((b, v))
-    for users in cover.values():
-        if len({b for b, _ in users}) > 1:
-            ids = [v for _, v in users]
-            rows.add(ids, [1.0] * len(ids), -highspy.kHighsInf, 1.0)
-
     h = highspy.Highs()
     h.silent()
-    h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("threads", 1)
     n = len(cost)
@@ -234,14 +228,43 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
     h.addRows(len(rows.lo), np.array(rows.lo), np.array(rows.hi), len(rows.idx),
               np.array(rows.starts, dtype=np.int32), np.array(rows.idx, dtype=np.int32),
               np.array(rows.val, dtype=float))
-    h.run()
-    status = h.getModelStatus()
-    info = h.getInfo()
+    # Spectrum conflicts are added lazily: solve, find cells two chosen lightpaths share,
+    # add the clique row of every such cell, solve again. Each solve is a relaxation of
+    # the full model, so a conflict-free answer is optimal for it.
+    added: set[tuple[int, int]] = set()
+    option_of = {v: (b, o) for b in range(p - 1) for v, _, _, o in z[b]}
+    rounds = 0
+    while True:
+        rounds += 1
+        left = time_limit_s - (time.perf_counter() - t0)
+        h.setOptionValue("time_limit", max(0.01, float(left)))
+        h.run()
+        status = h.getModelStatus()
+        info = h.getInfo()
+        if status == highspy.HighsModelStatus.kInfeasible or info.primal_solution_status == 0:
+            log.debug("cba-ilp: infeasible or no solution (%s)", h.modelStatusToString(status))
+            return None
+        sol = np.asarray(h.getSolution().col_value)
+        chosen = [option_of[v] for v in option_of if sol[v] > 0.5]
+        bad: set[tuple[int, int]] = set()
+        for (b1, o1), (b2, o2) in itertools.combinations(chosen, 2):
+            if b1 != b2 and _conflict(o1, o2):
+                shared = set(o1.fibres) & set(o2.fibres)
+                lo = max(o1.first_slot, o2.first_slot)
+                hi = min(o1.first_slot + o1.slots, o2.first_slot + o2.slots)
+                bad |= {(e, t) for e in shared for t in range(lo, hi)}
+        bad -= added
+        if not bad or status != highspy.HighsModelStatus.kOptimal:
+            break
+        for cell in sorted(bad):
+            users = cover[cell]
+            ids = [v for _, v in users]
+            h.addRow(-highspy.kHighsInf, 1.0, len(ids), np.array(ids, dtype=np.int32),
+                     np.ones(len(ids)))
+            added.add(cell)
     elapsed = time.perf_counter() - t0
-    if status == highspy.HighsModelStatus.kInfeasible or info.primal_solution_status == 0:
-        log.debug("cba-ilp: infeasible or no solution (%s)", h.modelStatusToString(status))
+    if bad:  # time limit hit with an infeasible incumbent: no answer
         return None
-    sol = np.asarray(h.getSolution().col_value)
     stage_dcs = tuple(max((d for d in range(nd) if x[s][d] >= 0), key=lambda d: sol[x[s][d]])
                       for s in range(p))
     links: list[LinkOption | None] = []
@@ -252,6 +275,7 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
             continue
         picked = [o for v, e1, e2, o in z[b] if e1 == d1 and e2 == d2 and sol[v] > 0.5]
         links.append(picked[0])
+    log.debug("cba-ilp: %d rounds, %d conflict rows", rounds, len(added))
     state = "optimal" if status == highspy.HighsModelStatus.kOptimal else \
         h.modelStatusToString(status).lower().replace(" ", "_")
     gap = float(info.mip_gap) if info.mip_gap < 1e30 else float("inf")
