@@ -30,7 +30,7 @@ from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
 from testbed.emu.netns import create_named, enter_netns, leave_netns, netns_inode
 from testbed.emu.ovs import PrivateOVS
 from testbed.emu.plan import EmuPlan
-from testbed.emu.state import RunState, delete_netns, kill_procs, new_state
+from testbed.emu.state import RunState, alive, delete_netns, kill_procs, new_state
 from testbed.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -260,13 +260,26 @@ class EmuNetwork:
     def stop(self) -> None:
         """Tear everything down by recorded PIDs and namespace names (idempotent)."""
         t0 = time.monotonic()
+        for emu in self.emulators.values():  # SIGTERM all forwarders first, then wait
+            with contextlib.suppress(Exception):
+                if getattr(emu, "proc", None) is not None and emu.proc.poll() is None:
+                    emu.proc.terminate()
         for emu in self.emulators.values():
             with contextlib.suppress(Exception):
                 emu.stop()
         self.emulators.clear()
+        if self.ovs is not None:
+            self.ovs.stop()
         st = self.state
         if st is not None:
-            kill_procs([r for r in reversed(st.procs) if r.role != "forwarder"], grace_s=2.0)
+            # Node shells are interactive bash (they ignore SIGTERM): SIGKILL them.
+            shells = [r for r in st.procs if r.role.endswith("-shell")]
+            for r in shells:
+                if alive(r):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(r.pid, signal.SIGKILL)
+            kill_procs([r for r in reversed(st.procs) if not r.role.endswith("-shell")],
+                       grace_s=2.0)
             if st.ns_inodes:
                 from testbed.emu.netns import pids_in_netns
 

@@ -150,6 +150,7 @@ class ProbeResult:
     hops_seen: list[str]          # fibres (middle nodes) where the tagged probe was seen
     hops_expected: list[str]
     tag_ok: bool
+    hop_ms: list[float] | None = None   # time from sending to each fibre's entry
 
     @property
     def ok(self) -> bool:
@@ -207,8 +208,9 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
             s.close()
     order = [n for n, _ in sorted(seen.items(), key=lambda kv: kv[1])]
     one_way = None if arrived is None else (arrived - t_send) * 1000.0
+    hop_ms = [round((seen[n] - t_send) * 1000.0, 3) for n in order]
     return ProbeResult(vlan, src_ip, dst_ip, arrived is not None, one_way, expected_ms, order,
-                       [n for n, _, _ in hops], tag_ok)
+                       [n for n, _, _ in hops], tag_ok, hop_ms)
 
 
 @dataclass(frozen=True)

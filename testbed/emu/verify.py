@@ -18,15 +18,24 @@ from testbed.emu.probes import PingStats, icmp_ping, lightpath_probe
 
 log = logging.getLogger(__name__)
 
-# One-way delay tolerance: switching and wake-up latency of the emulators add a little.
+# One-way delay tolerance. The probe crosses fibres + 3 Open vSwitch bridges (DC switches
+# and ROADMs); a userspace-datapath bridge adds 0.1-0.6 ms on a busy 2-core machine
+# (measured), each forwarder pass up to ~0.3 ms. A probe may not arrive early: the
+# configured delay must really be applied (EARLY_MS covers clock/timer granularity).
 DELAY_TOL_MS = 1.0
 DELAY_TOL_FRAC = 0.05
-DELAY_TOL_PER_FIBRE_MS = 0.3
-PROBE_TRIES = 3
+DELAY_TOL_PER_SWITCH_MS = 0.6
+EARLY_MS = 0.2
+PROBE_TRIES = 5
 
 
 def delay_tolerance_ms(expected_ms: float, fibres: int) -> float:
-    return DELAY_TOL_MS + DELAY_TOL_FRAC * expected_ms + DELAY_TOL_PER_FIBRE_MS * fibres
+    """How much later than the configured one-way delay a probe may arrive."""
+    return DELAY_TOL_MS + DELAY_TOL_FRAC * expected_ms + DELAY_TOL_PER_SWITCH_MS * (fibres + 3)
+
+
+def delay_ok(one_way_ms: float | None, expected_ms: float, tol_ms: float) -> bool:
+    return one_way_ms is not None and -EARLY_MS <= one_way_ms - expected_ms <= tol_ms
 
 
 def _ns(net: EmuNetwork, host: str) -> str:
@@ -75,14 +84,13 @@ def verify(net: EmuNetwork, ping_count: int = 5) -> dict[str, Any]:
                     hs.ip.split("/")[0], _ns(net, hd.name),
                     str(net.nodes[hd.node].defaultIntf()), hd.mac, hd.ip.split("/")[0],
                     lp.vlan, hops, lp.delay_ms)
-                if res.ok and res.one_way_ms is not None and \
-                        abs(res.one_way_ms - lp.delay_ms) <= tol:
+                if res.ok and delay_ok(res.one_way_ms, lp.delay_ms, tol):
                     break
             assert res is not None
-            delay_ok = res.one_way_ms is not None and abs(res.one_way_ms - lp.delay_ms) <= tol
+            in_time = delay_ok(res.one_way_ms, lp.delay_ms, tol)
             probes.append({**asdict(res), "src_host": hs.name, "dst_host": hd.name,
-                           "tolerance_ms": round(tol, 3), "delay_ok": delay_ok,
-                           "ok": res.ok and delay_ok})
+                           "tolerance_ms": round(tol, 3), "delay_ok": in_time,
+                           "ok": res.ok and in_time})
     ok = all(x["received"] == x["sent"] for x in pings) and all(x["ok"] for x in probes)
     if not ok:
         log.warning("verification failed: %s",

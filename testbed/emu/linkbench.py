@@ -1,0 +1,142 @@
+"""One emulated fibre between two hosts (host - middle node - host), for tests and benchmarks.
+
+No switches: this measures the link emulator alone (rate, delay, loss accuracy and the
+forwarder's CPU), with the same emulator classes, state file and cleanup as a full run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from testbed.emu import links as linkemu
+from testbed.emu.netns import netns_inode, pids_in_netns
+from testbed.emu.network import HOST_SYSCTLS, choose_link_mode
+from testbed.emu.plan import FibrePlan, new_prefix
+from testbed.emu.probes import IperfResult, PingStats, icmp_ping, run_iperf3
+from testbed.emu.state import RunState, alive, kill_procs, new_state
+
+IP_A, IP_B = "10.0.0.1", "10.0.0.2"
+
+
+class LinkTestbed:
+    """with LinkTestbed(rate_mbps=100, delay_ms=20) as lt: lt.iperf(...), lt.ping(...)"""
+
+    def __init__(self, rate_mbps: float, delay_ms: float, loss: float = 0.0,
+                 link_mode: str = "userspace", seed: int = 1) -> None:
+        self.mode = choose_link_mode(link_mode)
+        self.prefix = new_prefix()
+        p = self.prefix
+        self.fibre = FibrePlan("a", "b", f"{p}ha", f"{p}hb", f"{p}m", 0.0, delay_ms,
+                               rate_mbps, rate_mbps / 1000, "bench", loss)
+        self.seed = seed
+        self.state: RunState | None = None
+        self.nodes: dict[str, Any] = {}
+        self.emu: linkemu.LinkEmulator | None = None
+        self._home = netns_inode("/proc/thread-self/ns/net")
+
+    def __enter__(self) -> LinkTestbed:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from mininet.link import Link
+        from mininet.node import Host, Node
+
+        f = self.fibre
+        self.state = new_state(self.prefix)
+        for name, cls in ((f.roadm_u, Host), (f.roadm_v, Host), (f.middle, Node)):
+            node = cls(name, inNamespace=True)
+            self.nodes[name] = node
+            self.state.add_proc(node.pid, "node-shell", name)
+            self.state.ns_inodes.append(netns_inode(f"/proc/{node.pid}/ns/net"))
+            self.state.save()
+        a, b, m = self.nodes[f.roadm_u], self.nodes[f.roadm_v], self.nodes[f.middle]
+        Link(a, m)
+        Link(m, b)
+        for node, ip in ((a, IP_A), (b, IP_B)):
+            node.setIP(ip, prefixLen=24)
+            sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
+            node.cmd(f"sysctl -q {sysctls} >/dev/null")
+        a.cmd(f"ip neigh replace {IP_B} lladdr {b.MAC()} dev {a.defaultIntf()} nud permanent")
+        b.cmd(f"ip neigh replace {IP_A} lladdr {a.MAC()} dev {b.defaultIntf()} nud permanent")
+        m.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 >/dev/null")
+        intf_a = str(m.connectionsTo(a)[0][0])
+        intf_b = str(m.connectionsTo(b)[0][0])
+        for intf in (intf_a, intf_b):
+            m.cmd(f"ip link set {intf} up")
+        cls_ = linkemu.ForwarderLink if self.mode == "userspace" else linkemu.NetemLink
+        self.emu = cls_(f, m.pid, intf_a, intf_b, {}, Path(self.state.state_dir), self.seed)
+        self.emu.start()
+        if self.emu.pid is not None:
+            self.state.add_proc(self.emu.pid, "forwarder", f.middle)
+        self.emu.wait_ready()
+
+    def stop(self) -> None:
+        if self.emu is not None:
+            with contextlib.suppress(Exception):
+                self.emu.stop()
+            self.emu = None
+        st = self.state
+        if st is not None:
+            for r in st.procs:
+                if r.role == "node-shell" and alive(r):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(r.pid, signal.SIGKILL)
+            kill_procs(list(reversed(st.procs)), grace_s=2.0)
+            for pid in pids_in_netns(set(st.ns_inodes) - {self._home}):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for node in self.nodes.values():
+            for fd in (getattr(node, "master", None), getattr(node, "slave", None)):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            with contextlib.suppress(Exception):
+                node.shell.wait(timeout=2)
+        self.nodes.clear()
+        if st is not None:
+            shutil.rmtree(st.state_dir, ignore_errors=True)
+            self.state = None
+
+    # -- measurements -------------------------------------------------------------------
+    def pid(self, side: str) -> int:
+        f = self.fibre
+        return int(self.nodes[f.roadm_u if side == "a" else f.roadm_v].pid)
+
+    def ping(self, count: int = 50, interval_s: float = 0.02) -> PingStats:
+        return PingStats.of(icmp_ping(f"/proc/{self.pid('a')}/ns/net", IP_B, count=count,
+                                      interval_s=interval_s))
+
+    def iperf(self, seconds: float, warmup_s: float, udp_mbps: float | None = None,
+              port: int = 5201) -> IperfResult:
+        return run_iperf3(["mnexec", "-a", str(self.pid("b"))],
+                          ["mnexec", "-a", str(self.pid("a"))], IP_B, seconds=seconds,
+                          warmup_s=warmup_s, udp_mbps=udp_mbps, port=port)
+
+    def forwarder_cpu_s(self) -> float:
+        """User + system CPU seconds the forwarder process has used so far."""
+        if self.emu is None or self.emu.pid is None:
+            return 0.0
+        fields = Path(f"/proc/{self.emu.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def host_cmd(pid: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mnexec", "-a", str(pid), *argv], capture_output=True, text=True,
+                          check=False)
