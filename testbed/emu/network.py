@@ -228,7 +228,8 @@ class EmuNetwork:
             path = self.state_dir / f"{h.node}.neigh"
             path.write_text(batch)
             sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
-            node.cmd(f"sysctl -q {sysctls} >/dev/null; ip -batch {path}; rm -f {path}")
+            node.cmd(f"ip link set lo up; sysctl -q {sysctls} >/dev/null; ip -batch {path}; "
+                     f"rm -f {path}")
         for f in p.fibres:
             node = self.nodes[f.middle]
             node.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 "
