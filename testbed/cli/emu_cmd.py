@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.spec)
     if not 0.5 <= args.probe_seconds <= 600:
         raise InputError("--probe-seconds", f"must be in [0.5, 600], got {args.probe_seconds}")
+    from testbed.emu.plan import build_plan
+
+    build_plan(scenario)  # bad input (too fast a link, unknown node) fails first, exit 2
     backend = EmuBackend()
     ok, reason = backend.available()
     if not ok:

@@ -290,10 +290,12 @@ class EmuNetwork:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
         for node in self.nodes.values():
-            for fd in (getattr(node, "master", None), getattr(node, "slave", None)):
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+            # The pty master belongs to node.stdin: close it through the file object
+            # (closing the raw fd too would later close a reused fd of another node).
+            with contextlib.suppress(Exception):
+                node.stdin.close()
+            with contextlib.suppress(Exception):
+                os.close(node.slave)
             with contextlib.suppress(Exception):
                 node.shell.wait(timeout=2)
         self.nodes.clear()

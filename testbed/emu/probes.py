@@ -256,7 +256,7 @@ def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float
                warmup_s: float = 1.0, port: int = 5201, udp_mbps: float | None = None,
                timeout_s: float | None = None) -> IperfResult:
     """server/client: argv prefixes that run a command in each host (e.g. mnexec -a PID)."""
-    srv = subprocess.Popen([*server, "iperf3", "-s", "-1", "-p", str(port), "-i", "0.5"],
+    srv = subprocess.Popen([*server, "iperf3", "-s", "-1", "-J", "-p", str(port), "-i", "0.5"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         out = ""
