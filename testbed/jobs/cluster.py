@@ -69,6 +69,8 @@ class Cluster:
         dist = dict(nx.all_pairs_dijkstra_path_length(g, weight="length_km"))
         self.distance_km = [[dist[a.node].get(b.node, float("inf")) for b in self.dcs]
                             for a in self.dcs]
+        self._paths: dict[tuple[int, int], list[PathInfo]] = {}
+        self._paths_version = network.paths_version
 
     @classmethod
     def from_scenario(cls, scenario: Scenario) -> Cluster:
@@ -80,10 +82,19 @@ class Cluster:
         return self.total_gpus - sum(self.free)
 
     def paths(self, d1: int, d2: int) -> list[PathInfo]:
-        """Up candidate routes between two DCs' nodes, shortest first."""
+        """Up candidate routes between two DCs' nodes, shortest first (cached until the
+        optical layer's paths change, i.e. a cut or repair)."""
         net = self.network
-        return [p for p in net.candidate_paths(self.dcs[d1].node, self.dcs[d2].node)
-                if p.modulation is not None and net.path_up(p)]
+        if self._paths_version != net.paths_version:
+            self._paths.clear()
+            self._paths_version = net.paths_version
+        key = (d1, d2)
+        got = self._paths.get(key)
+        if got is None:
+            got = [p for p in net.candidate_paths(self.dcs[d1].node, self.dcs[d2].node)
+                   if p.modulation is not None and net.path_up(p)]
+            self._paths[key] = got
+        return got
 
     def commit(self, stage_dcs: Sequence[int], gpus_per_stage: int,
                links: Sequence[LinkChoice | None]) -> Allocation:

@@ -79,6 +79,17 @@ def tx_ms(activation_mb: float, gbps: float) -> float:
     return 8.0 * activation_mb / gbps
 
 
+# restarts re-run the costly root cut loop on these small models; measured faster without
+HIGHS_OPTIONS: dict[str, object] = {"mip_allow_restart": False}
+FIRST_FIT_TIE_MS = 1e-7  # per slot index: among equal choices prefer the lowest block
+
+
+def option_extra_ms(inst: JointInstance, o: LinkOption) -> float:
+    """Spectrum term of a lightpath option: slot_weight x slots x fibres, plus a
+    first-fit tie-break (it removes symmetric optima that slow branch and bound)."""
+    return inst.slot_weight_ms * o.slots * len(o.fibres) + FIRST_FIT_TIE_MS * o.first_slot
+
+
 def objective(inst: JointInstance, stage_dcs: Sequence[int],
               links: Sequence[LinkOption | None]) -> float:
     """The model's objective for a complete choice (used by brute force and checks)."""
@@ -91,7 +102,7 @@ def objective(inst: JointInstance, stage_dcs: Sequence[int],
             tx = tx_ms(inst.activation_mb, inst.fabric_gbps)
         else:
             lat, tx = lk.latency_ms, tx_ms(inst.activation_mb, lk.capacity_gbps)
-            extra = inst.slot_weight_ms * lk.slots * len(lk.fibres)
+            extra = option_extra_ms(inst, lk)
         total += 2.0 * (lat + tx) + extra
         cyc = max(cyc, tx)
     return total + (inst.microbatches - 1) * cyc
@@ -148,53 +159,68 @@ class _Rows:
 
 def solve(inst: JointInstance, time_limit_s: float = 10.0,
           mip_rel_gap: float = 1e-6) -> JointSolution | None:
-    """Solve the MILP with HiGHS; None when infeasible (the job is blocked)."""
+    """Solve the MILP exactly with HiGHS; None when infeasible (the job is blocked).
+
+    The bottleneck term (m - 1) * C is handled by parametric decomposition: C can only
+    take one of the finitely many compute or transfer times, so for each candidate level
+    c (ascending) the MILP with C fixed to c (every choice slower than c forbidden) is a
+    linear-cost MILP; the answer is the best (m - 1) c + L(c). A level is skipped once
+    (m - 1) c + L(inf) cannot beat the best found (L is non-increasing in c). Spectrum
+    conflicts between the job's own lightpaths are added lazily as clique rows.
+    """
     import highspy
 
     t0 = time.perf_counter()
     nd, p, g, m = len(inst.dcs), inst.stages, inst.gpus_per_stage, inst.microbatches
+    inf = highspy.kHighsInf
     cost: list[float] = []
-    upper: list[float] = []
-    integ: list[int] = []
+    level: list[float] = []  # the bottleneck time a variable implies (0: none)
 
-    def var(c: float, ub: float = 1.0, integer: bool = True) -> int:
+    def var(c: float, lvl: float) -> int:
         cost.append(c)
-        upper.append(ub)
-        integ.append(1 if integer else 0)
+        level.append(lvl)
         return len(cost) - 1
 
-    x = [[var(inst.compute_ms[s][d]) if inst.free_gpus[d] >= g else -1 for d in range(nd)]
-         for s in range(p)]
+    x = [[var(inst.compute_ms[s][d], inst.compute_ms[s][d]) if inst.free_gpus[d] >= g else -1
+          for d in range(nd)] for s in range(p)]
     fab_tx = tx_ms(inst.activation_mb, inst.fabric_gbps)
     fab_cost = 2.0 * (inst.fabric_latency_ms + fab_tx)
     y: list[dict[int, int]] = []
     z: list[list[tuple[int, int, int, LinkOption]]] = []  # (var, d1, d2, option)
     for b in range(p - 1):
-        y.append({d: var(fab_cost) for d in range(nd) if x[b][d] >= 0 and x[b + 1][d] >= 0})
+        y.append({d: var(fab_cost, fab_tx) for d in range(nd)
+                  if x[b][d] >= 0 and x[b + 1][d] >= 0})
         zb = []
         for (d1, d2), opts in inst.options[b].items():
             if x[b][d1] < 0 or x[b + 1][d2] < 0:
                 continue
             for o in opts:
-                c = 2.0 * (o.latency_ms + tx_ms(inst.activation_mb, o.capacity_gbps)) \
-                    + inst.slot_weight_ms * o.slots * len(o.fibres)
-                zb.append((var(c), d1, d2, o))
+                tx = tx_ms(inst.activation_mb, o.capacity_gbps)
+                c = 2.0 * (o.latency_ms + tx) + option_extra_ms(inst, o)
+                zb.append((var(c, tx), d1, d2, o))
         z.append(zb)
-    cyc = var(float(m - 1), ub=highspy.kHighsInf, integer=False)
 
     rows = _Rows()
     for s in range(p):
         ids = [x[s][d] for d in range(nd) if x[s][d] >= 0]
         rows.add(ids, [1.0] * len(ids), 1.0, 1.0)
-        rows.add([*ids, cyc], [inst.compute_ms[s][d] for d in range(nd) if x[s][d] >= 0]
-                 + [-1.0], -highspy.kHighsInf, 0.0)
     for d in range(nd):
         ids = [x[s][d] for s in range(p) if x[s][d] >= 0]
         if ids:
-            rows.add(ids, [float(g)] * len(ids), -highspy.kHighsInf, float(inst.free_gpus[d]))
+            rows.add(ids, [float(g)] * len(ids), -inf, float(inst.free_gpus[d]))
             if inst.max_stages_per_dc is not None:
-                rows.add(ids, [1.0] * len(ids), -highspy.kHighsInf,
-                         float(inst.max_stages_per_dc))
+                rows.add(ids, [1.0] * len(ids), -inf, float(inst.max_stages_per_dc))
+    for d in range(nd):
+        # a run of consecutive stages in one DC has at most K_d stages, hence at most
+        # (1 - 1/K_d) fabric boundaries per stage there: a valid cut that keeps the LP
+        # relaxation from keeping "a fraction of every stage" inside every DC
+        k_d = inst.free_gpus[d] // g
+        if inst.max_stages_per_dc is not None:
+            k_d = min(k_d, inst.max_stages_per_dc)
+        ys = [y[b][d] for b in range(p - 1) if d in y[b]]
+        xs = [x[s][d] for s in range(p) if x[s][d] >= 0]
+        if ys and k_d >= 1:
+            rows.add(ys + xs, [1.0] * len(ys) + [-(1.0 - 1.0 / k_d)] * len(xs), -inf, 0.0)
     cover: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for b in range(p - 1):
         for d in range(nd):
@@ -207,64 +233,96 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
             if x[b + 1][d] >= 0:
                 ids = same + inn + [x[b + 1][d]]
                 rows.add(ids, [1.0] * (len(ids) - 1) + [-1.0], 0.0, 0.0)
-        txs = [(v, tx_ms(inst.activation_mb, o.capacity_gbps)) for v, _, _, o in z[b]]
-        txs += [(v, fab_tx) for v in y[b].values()]
-        rows.add([v for v, _ in txs] + [cyc], [t for _, t in txs] + [-1.0],
-                 -highspy.kHighsInf, 0.0)
         for v, _, _, o in z[b]:
             for e in o.fibres:
                 for t in range(o.first_slot, o.first_slot + o.slots):
                     cover.setdefault((e, t), []).append((b, v))
+
     h = highspy.Highs()
     h.silent()
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("threads", 1)
+    for key, val in HIGHS_OPTIONS.items():
+        h.setOptionValue(key, val)
     n = len(cost)
-    h.addVars(n, np.zeros(n), np.array(upper, dtype=float))
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.array(cost, dtype=float))
-    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
-                            np.array([highspy.HighsVarType.kInteger if i else
-                                      highspy.HighsVarType.kContinuous for i in integ]))
+    cols = np.arange(n, dtype=np.int32)
+    h.addVars(n, np.zeros(n), np.ones(n))
+    h.changeColsCost(n, cols, np.array(cost, dtype=float))
+    h.changeColsIntegrality(n, cols, np.full(n, highspy.HighsVarType.kInteger))
     h.addRows(len(rows.lo), np.array(rows.lo), np.array(rows.hi), len(rows.idx),
               np.array(rows.starts, dtype=np.int32), np.array(rows.idx, dtype=np.int32),
               np.array(rows.val, dtype=float))
-    # Spectrum conflicts are added lazily: solve, find cells two chosen lightpaths share,
-    # add the clique row of every such cell, solve again. Each solve is a relaxation of
-    # the full model, so a conflict-free answer is optimal for it.
-    added: set[tuple[int, int]] = set()
     option_of = {v: (b, o) for b in range(p - 1) for v, _, _, o in z[b]}
-    rounds = 0
-    while True:
-        rounds += 1
-        left = time_limit_s - (time.perf_counter() - t0)
-        h.setOptionValue("time_limit", max(0.01, float(left)))
-        h.run()
-        status = h.getModelStatus()
-        info = h.getInfo()
-        if status == highspy.HighsModelStatus.kInfeasible or info.primal_solution_status == 0:
-            log.debug("cba-ilp: infeasible or no solution (%s)", h.modelStatusToString(status))
-            return None
-        sol = np.asarray(h.getSolution().col_value)
-        chosen = [option_of[v] for v in option_of if sol[v] > 0.5]
-        bad: set[tuple[int, int]] = set()
-        for (b1, o1), (b2, o2) in itertools.combinations(chosen, 2):
-            if b1 != b2 and _conflict(o1, o2):
-                shared = set(o1.fibres) & set(o2.fibres)
-                lo = max(o1.first_slot, o2.first_slot)
-                hi = min(o1.first_slot + o1.slots, o2.first_slot + o2.slots)
-                bad |= {(e, t) for e in shared for t in range(lo, hi)}
-        bad -= added
-        if not bad or status != highspy.HighsModelStatus.kOptimal:
-            break
-        for cell in sorted(bad):
-            users = cover[cell]
-            ids = [v for _, v in users]
-            h.addRow(-highspy.kHighsInf, 1.0, len(ids), np.array(ids, dtype=np.int32),
-                     np.ones(len(ids)))
-            added.add(cell)
-    elapsed = time.perf_counter() - t0
-    if bad:  # time limit hit with an infeasible incumbent: no answer
+    added: set[tuple[int, int]] = set()
+    lv = np.array(level)
+
+    def run(cap: float) -> tuple[float, np.ndarray, str, float] | None:
+        """min linear cost with every choice of level > cap forbidden (lazy conflicts)."""
+        h.changeColsBounds(n, cols, np.zeros(n), (lv <= cap + 1e-12).astype(float))
+        while True:
+            left = time_limit_s - (time.perf_counter() - t0)
+            h.setOptionValue("time_limit", max(0.01, float(left)))
+            h.run()
+            status = h.getModelStatus()
+            info = h.getInfo()
+            if status == highspy.HighsModelStatus.kInfeasible or \
+                    info.primal_solution_status == 0:
+                return None
+            sol = np.asarray(h.getSolution().col_value)
+            chosen = [option_of[v] for v in option_of if sol[v] > 0.5]
+            bad: set[tuple[int, int]] = set()
+            for (b1, o1), (b2, o2) in itertools.combinations(chosen, 2):
+                if b1 != b2 and _conflict(o1, o2):
+                    shared = set(o1.fibres) & set(o2.fibres)
+                    lo = max(o1.first_slot, o2.first_slot)
+                    hi = min(o1.first_slot + o1.slots, o2.first_slot + o2.slots)
+                    bad |= {(e, t) for e in shared for t in range(lo, hi)}
+            bad -= added
+            optimal = status == highspy.HighsModelStatus.kOptimal
+            if not bad:
+                gap = 0.0 if optimal else float(info.mip_gap)
+                state = "optimal" if optimal else \
+                    h.modelStatusToString(status).lower().replace(" ", "_")
+                return float(info.objective_function_value), sol, state, gap
+            if not optimal:
+                return None  # out of time with a conflicting incumbent
+            for cell in sorted(bad):
+                ids = [v for _, v in cover[cell]]
+                h.addRow(-inf, 1.0, len(ids), np.array(ids, dtype=np.int32), np.ones(len(ids)))
+                added.add(cell)
+
+    levels = sorted({lvl for lvl in level})
+    base = run(levels[-1]) if levels else None
+    if base is None:
         return None
+    best: tuple[float, np.ndarray, str, float] | None = None
+    best_total = float("inf")
+    states, gaps = [base[2]], [base[3]]
+    solves = 1
+    # the smallest feasible cap is at least the slowest stage's fastest DC
+    floor = max(min(inst.compute_ms[s][d] for d in range(nd) if x[s][d] >= 0)
+                for s in range(p))
+    for c in levels:
+        if c < floor - 1e-12:
+            continue
+        if (m - 1) * c + base[0] >= best_total - 1e-9:
+            break
+        if time.perf_counter() - t0 > time_limit_s:
+            states.append("time_limit")
+            break
+        got = base if c == levels[-1] else run(c)
+        solves += 1
+        if got is None:
+            continue
+        states.append(got[2])
+        gaps.append(got[3])
+        total = (m - 1) * c + got[0]
+        if total < best_total - 1e-9:
+            best_total, best = total, got
+    if best is None:
+        return None
+    sol = best[1]
+    elapsed = time.perf_counter() - t0
     stage_dcs = tuple(max((d for d in range(nd) if x[s][d] >= 0), key=lambda d: sol[x[s][d]])
                       for s in range(p))
     links: list[LinkOption | None] = []
@@ -275,9 +333,8 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
             continue
         picked = [o for v, e1, e2, o in z[b] if e1 == d1 and e2 == d2 and sol[v] > 0.5]
         links.append(picked[0])
-    log.debug("cba-ilp: %d rounds, %d conflict rows", rounds, len(added))
-    state = "optimal" if status == highspy.HighsModelStatus.kOptimal else \
-        h.modelStatusToString(status).lower().replace(" ", "_")
-    gap = float(info.mip_gap) if info.mip_gap < 1e30 else float("inf")
+    state = "optimal" if all(st == "optimal" for st in states) else \
+        next(st for st in states if st != "optimal")
+    log.debug("cba-ilp: %d solves, %d conflict rows, %.3f s", solves, len(added), elapsed)
     return JointSolution(stage_dcs, tuple(links), objective(inst, stage_dcs, links),
-                         status=state, gap=max(0.0, gap), solve_s=elapsed)
+                         status=state, gap=max([0.0, *gaps]), solve_s=elapsed)

@@ -28,6 +28,7 @@ optical layer) or a `Refused` reason, leaving the cluster unchanged. Rules (docs
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -52,6 +53,8 @@ from testbed.traces import JobRequest
 
 JOINT_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "geopipe")
 MAX_LAYOUTS = 8
+CBA_LAYOUTS = 3
+ILP_BLOCKS = 2  # cba-ilp: first-fit-disjoint candidate blocks per (route, slots)
 BACE_PRICE_WINDOW = True  # rank by the price curve over the run window
 
 # refusal reasons (jobs.csv `reason`)
@@ -103,6 +106,7 @@ class Planner:
             "bace-pipe": self._bace, "joint": self._joint,
         }[policy.placement]
         self.ilp_stats: list[dict[str, object]] = []
+        self._fb_cache: dict[tuple, tuple[list[float], list[float]]] = {}
 
     # ---- shared pieces --------------------------------------------------------------
     def place(self, job: Job, now_s: float) -> Placed | Refused:
@@ -115,12 +119,18 @@ class Planner:
                             self.cluster.dcs[dc].gpu.name, self.policy.mfu)
 
     def stage_fb(self, job: Job, stage_dcs: Sequence[int]) -> tuple[list[float], list[float]]:
-        f, b = [], []
-        for s, d in enumerate(stage_dcs):
-            t = self.times(job, d)
-            f.append(t.forward_ms[s])
-            b.append(t.backward_ms[s])
-        return f, b
+        """Forward and backward ms of every stage in its DC (memoised per GPU pattern)."""
+        dcs = self.cluster.dcs
+        key = (job.arch, job.req.gpus_per_stage, tuple(dcs[d].gpu.name for d in stage_dcs))
+        hit = self._fb_cache.get(key)
+        if hit is None:
+            f, b = [], []
+            for s, d in enumerate(stage_dcs):
+                t = self.times(job, d)
+                f.append(t.forward_ms[s])
+                b.append(t.backward_ms[s])
+            hit = self._fb_cache[key] = (f, b)
+        return hit
 
     def fill(self, job: Job, order: Sequence[int]) -> tuple[int, ...] | None:
         """Pack consecutive stages into DCs in the given order (as many as fit)."""
@@ -349,10 +359,20 @@ class Planner:
 
         return self._setup(job, lay, demand, k=None, order=order)
 
+    def chain_km(self, lay: Sequence[int]) -> float:
+        dist = self.cluster.distance_km
+        return sum(dist[a][b] for a, b in itertools.pairwise(lay))
+
     def _cba(self, job: Job, now_s: float) -> Placed | Refused:
         lays = self.layouts(job, [self.nearest_order(a) for a in self.anchors()])
-        return self._best_of(job, lays, lambda lay: self._cba_setup(job, lay),
-                             lambda lay, est: est)
+        # set up only the CBA_LAYOUTS shortest chains (fibre km between consecutive stages)
+        lays = sorted(lays, key=self.chain_km)
+        res = self._best_of(job, lays[:CBA_LAYOUTS], lambda lay: self._cba_setup(job, lay),
+                            lambda lay, est: est)
+        if isinstance(res, Refused) and len(lays) > CBA_LAYOUTS:  # fall back to the rest
+            res = self._best_of(job, lays[CBA_LAYOUTS:], lambda lay: self._cba_setup(job, lay),
+                                lambda lay, est: est)
+        return res
 
     def _bace_setup(self, job: Job, lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
         def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
@@ -409,7 +429,7 @@ class Planner:
         compute = [[times[d].forward_ms[s] + times[d].backward_ms[s] for d in range(nd)]
                    for s in range(p)]
         guard = net.guard_slots
-        blocks_per = max(1, min(3, p - 1))
+        blocks_per = max(1, min(ILP_BLOCKS, p - 1))
         path_of: dict[int, PathInfo] = {}
         options: list[dict[tuple[int, int], list[milp.LinkOption]]] = []
         usable = [d for d in range(nd) if cl.free[d] >= g]
