@@ -16,14 +16,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.jobs import milp  # noqa: E402
-from testbed.jobs.cluster import Cluster  # noqa: E402
-from testbed.jobs.policies import Placed, Planner  # noqa: E402
-from testbed.jobs.reproduce import cba_scenario  # noqa: E402
-from testbed.jobs.sim import resolve_jobs, simulate  # noqa: E402
-from testbed.jobs.timing import Timer  # noqa: E402
-from testbed.spec import parse_scenario  # noqa: E402
-from testbed.traces import generate_jobs  # noqa: E402
+from testbed.jobs import milp
+from testbed.jobs.cluster import Cluster
+from testbed.jobs.policies import Placed, Planner
+from testbed.jobs.reproduce import cba_scenario
+from testbed.jobs.sim import resolve_jobs, simulate
+from testbed.jobs.timing import Timer
+from testbed.spec import parse_scenario
+from testbed.traces import generate_jobs
 
 
 def bench_cba_rate(jobs: int) -> None:
