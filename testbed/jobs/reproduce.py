@@ -112,11 +112,13 @@ def bace_scenario(mean_interarrival_s: float = 1800.0, policy: str = "bace-pipe"
         "description": "BACE-Pipe reproduction: six regions, prices and bandwidth differ.",
         "topology": {"links": [{"u": u, "v": v, "length_km": km} for u, v, km in REGION_LINKS]},
         "dcs": dcs,
-        "optical": {"grid": "flex", "slots": 40, "k_paths": 3, "node_delay_ms": 0.1},
+        "optical": {"grid": "flex", "slots": 16, "k_paths": 3, "node_delay_ms": 0.1},
         "workload": {"kind": "pp_jobs", "jobs": jobs,
                      "mean_interarrival_s": mean_interarrival_s, "mix": BACE_MIX, "seed": seed},
+        # scarce inter-region spectrum (16 slots); the bandwidth-oblivious baselines buy
+        # one slot per boundary (cost-first) or as many as allowed (delay-first)
         "policy": {"placement": policy, "admission": "queue", "schedule": "1f1b",
-                   "fixed_slots": 4, "max_slots": 16},
+                   "fixed_slots": 1, "max_slots": 8},
     })
 
 
