@@ -56,6 +56,15 @@ def run(args: argparse.Namespace) -> int:
     from testbed.errors import InputError, RuntimeFailure
 
     cmd = list(args.cmd)
+    # Options given after HOST land in the remainder: take them up to "--".
+    while cmd and cmd[0] != "--" and cmd[0].startswith("--network"):
+        opt = cmd.pop(0)
+        if "=" in opt:
+            args.network = opt.split("=", 1)[1]
+        elif cmd:
+            args.network = cmd.pop(0)
+        else:
+            raise InputError("--network", "needs a directory")
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:

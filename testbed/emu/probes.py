@@ -150,7 +150,8 @@ class ProbeResult:
     hops_seen: list[str]          # fibres (middle nodes) where the tagged probe was seen
     hops_expected: list[str]
     tag_ok: bool
-    hop_ms: list[float] | None = None   # time from sending to each fibre's entry
+    hop_ms: list[float] | None = None        # time from sending to each fibre's entry
+    fibre_delay_ms: dict[str, float] | None = None  # entry -> exit of each middle node
 
     @property
     def ok(self) -> bool:
@@ -159,17 +160,20 @@ class ProbeResult:
 
 def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
                     dst_ns: str, dst_if: str, dst_mac: str, dst_ip: str, vlan: int,
-                    hops: Sequence[tuple[str, str, str]], expected_ms: float,
+                    hops: Sequence[tuple[str, str, str, str]], expected_ms: float,
                     timeout_s: float = 3.0) -> ProbeResult:
     """Send one scapy UDP probe and follow it: tagged with `vlan` on every expected fibre.
 
-    hops: (name, middle namespace path, interface on the side the probe enters).
+    hops: (name, middle namespace path, interface the probe enters by, interface it
+    leaves by). Kernel timestamps on both give each fibre's own delay, free of the
+    switches' latency.
     """
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
     token = os.urandom(8)
-    watchers = [(name, sniff_socket(ns, ifn)) for name, ns, ifn in hops]
+    watch_in = {name: sniff_socket(ns, i_in) for name, ns, i_in, _ in hops}
+    watch_out = {name: sniff_socket(ns, i_out) for name, ns, _, i_out in hops}
     dst_sock = sniff_socket(dst_ns, dst_if)
     with in_netns(src_ns):
         tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
@@ -177,14 +181,16 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
     frame = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, ttl=64)
                   / UDP(sport=40000 + vlan % 20000, dport=9) / (b"LPPROBE" + token))
     seen: dict[str, float] = {}
+    left: dict[str, float] = {}
     tag_ok = True
     arrived: float | None = None
+    roles = {s.fileno(): (n, seen) for n, s in watch_in.items()}
+    roles.update({s.fileno(): (n, left) for n, s in watch_out.items()})
+    socks = [*watch_in.values(), *watch_out.values(), dst_sock]
     t_send = time.time()
     tx.send(frame)
     deadline = time.monotonic() + timeout_s
     try:
-        socks = [s for _, s in watchers] + [dst_sock]
-        names = {s.fileno(): n for n, s in watchers}
         while arrived is None and time.monotonic() < deadline:
             r, _, _ = select.select(socks, [], [], 0.02)
             for s in r:
@@ -198,19 +204,20 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
                     if s is dst_sock:
                         arrived = arrived or stamp
                         continue
-                    name = names[s.fileno()]
-                    if name not in seen:
-                        seen[name] = stamp
+                    name, book = roles[s.fileno()]
+                    if name not in book:
+                        book[name] = stamp
                         if tag != vlan:
                             tag_ok = False
     finally:
-        for s in [tx, dst_sock] + [s for _, s in watchers]:
+        for s in [tx, *socks]:
             s.close()
     order = [n for n, _ in sorted(seen.items(), key=lambda kv: kv[1])]
     one_way = None if arrived is None else (arrived - t_send) * 1000.0
     hop_ms = [round((seen[n] - t_send) * 1000.0, 3) for n in order]
+    fibre_ms = {n: round((left[n] - seen[n]) * 1000.0, 3) for n in order if n in left}
     return ProbeResult(vlan, src_ip, dst_ip, arrived is not None, one_way, expected_ms, order,
-                       [n for n, _, _ in hops], tag_ok, hop_ms)
+                       [n for n, _, _, _ in hops], tag_ok, hop_ms, fibre_ms)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,222 @@
+"""Root tests of whole emulated networks: lightpath caps, 4-DC lifecycle, clean after kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from testbed.spec import parse_scenario
+
+pytestmark = [pytest.mark.root]
+
+ROOT = os.geteuid() == 0
+HAVE = all(shutil.which(t) for t in ("mnexec", "iperf3", "ip", "ovs-vsctl", "ovsdb-tool")) and \
+    (shutil.which("ovs-vswitchd") or os.path.exists("/usr/sbin/ovs-vswitchd"))
+need_root = pytest.mark.skipif(not (ROOT and HAVE),
+                               reason="needs root, mnexec, iperf3 and Open vSwitch binaries")
+REPO = Path(__file__).resolve().parent.parent
+LIGHTPIPE = [str(Path(sys.executable).parent / "lightpipe")]
+
+
+def four_dc() -> dict[str, Any]:
+    return {"name": "emu-4dc", "topology": {"library": "nsfnet"},
+            "dcs": [{"name": "dc-a", "node": "1", "gpus": 8},
+                    {"name": "dc-b", "node": "6", "gpus": 8},
+                    {"name": "dc-c", "node": "9", "gpus": 8},
+                    {"name": "dc-d", "node": "13", "gpus": 8}],
+            "workload": {"kind": "lightpath_requests"},
+            "emulation": {"bandwidth_divisor": 10000, "time_factor": 0.5, "hosts_per_dc": 2}}
+
+
+def leftovers(prefix: str) -> dict[str, list[str]]:
+    """Anything on the machine still carrying the run's prefix."""
+    ns = [n.split()[0] for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                               text=True).stdout.splitlines()]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    procs = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if prefix in cmd:
+                procs.append(f"{d.name}: {cmd[:80]}")
+    from testbed.emu.state import state_root
+
+    return {"netns": [n for n in ns if prefix in n],
+            "links": [ln for ln in links.splitlines() if prefix in ln],
+            "procs": procs,
+            "state": [str(state_root() / prefix)] if (state_root() / prefix).exists() else []}
+
+
+@need_root
+@pytest.mark.slow
+def test_two_lightpaths_on_one_fibre_each_get_their_capacity() -> None:
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.emu.probes import run_iperf3
+
+    sc = parse_scenario({
+        "name": "caps", "topology": {"links": [{"u": "A", "v": "B", "length_km": 200},
+                                               {"u": "B", "v": "C", "length_km": 200}]},
+        "dcs": [{"name": "dc-a", "node": "A", "gpus": 8, "hosts": 2},
+                {"name": "dc-b", "node": "B", "gpus": 8}, {"name": "dc-c", "node": "C", "gpus": 8}],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}})
+    plan = build_plan(sc)
+    lps = {(lp.dc_a, lp.dc_b): lp for lp in plan.lightpaths}
+    ab, ac = lps[("dc-a", "dc-b")], lps[("dc-a", "dc-c")]
+    fibre = plan.fibre("A", "B")  # carries both lightpaths
+    assert fibre.rate_mbps == pytest.approx(400.0)
+    caps = {ab.vlan: 20.0, ac.vlan: 40.0}
+    with EmuNetwork(plan, link_mode="userspace") as net:
+        for lp in (ab, ac):  # what the controller does at run time
+            for u, v in zip(lp.path, lp.path[1:], strict=False):
+                net.emulators[plan.fibre(u, v).middle].set_cap(lp.vlan, caps[lp.vlan])
+        emu = net.emulators[fibre.middle]
+
+        def iperf(src: str, dst: str, dst_ip: str, port: int, out: dict[str, float]) -> None:
+            r = run_iperf3(["mnexec", "-a", str(net.host_pid(dst))],
+                           ["mnexec", "-a", str(net.host_pid(src))],
+                           dst_ip, seconds=5.0, warmup_s=1.5, port=port)
+            out[dst] = r.goodput_mbps
+
+        for _attempt in range(3):
+            # One lightpath alone on an idle 400 Mbit/s fibre still gets only its cap.
+            alone: dict[str, float] = {}
+            iperf("dc-a-h0", "dc-b-h0", "10.2.0.1", 5301, alone)
+            both: dict[str, float] = {}
+            threads = [threading.Thread(target=iperf, args=args) for args in (
+                ("dc-a-h0", "dc-b-h0", "10.2.0.1", 5302, both),
+                ("dc-a-h1", "dc-c-h0", "10.3.0.1", 5303, both))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ratios = [alone["dc-b-h0"] / 20.0, both["dc-b-h0"] / 20.0, both["dc-c-h0"] / 40.0]
+            if all(0.90 <= r <= 0.97 for r in ratios):
+                break
+        st = emu.stats()["directions"]["a_to_b" if fibre.u == "A" else "b_to_a"]
+        assert st["vlans"][str(ab.vlan)]["packets"] > 0
+        assert st["vlans"][str(ac.vlan)]["packets"] > 0
+    assert all(0.90 <= r <= 0.97 for r in ratios), ratios
+    assert not any(leftovers(plan.prefix).values())
+
+
+@need_root
+@pytest.mark.slow
+def test_four_dc_up_verify_down_leaves_nothing(tmp_path: Path) -> None:
+    from testbed.backends.emu import EmuBackend
+
+    sc = parse_scenario(four_dc())
+    out = tmp_path / "run"
+    summary = EmuBackend().run(sc, out, quiet=True, probe_seconds=1.0)
+    assert summary["verified"] is True and summary["lightpaths"] == 6
+    assert summary["hosts"] == 8 and summary["fibres"] == 22
+    for name in ("manifest.json", "summary.json", "probes.csv", "network.json"):
+        assert (out / name).is_file()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["backend"] == "emu" and manifest["link_mode"] == "userspace"
+    assert manifest["bandwidth_divisor"] == 10000 and manifest["time_factor"] == 0.5
+    net = json.loads((out / "network.json").read_text())
+    assert net["controller"] is None and len(net["hosts"]) == 8
+    assert {f["mode"] for f in net["fibres"]} == {"userspace"}
+    rows = (out / "probes.csv").read_text().splitlines()
+    assert len(rows) == 7
+    assert not any(leftovers(net["prefix"]).values()), leftovers(net["prefix"])
+
+
+@need_root
+@pytest.mark.slow
+def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(four_dc()))
+    out = tmp_path / "held"
+    tag = uuid.uuid4().hex[:6]
+    # Unrelated machine state that must survive: a namespace and a veth pair.
+    other_ns, other_veth = f"xns{tag}", f"xv{tag}"
+    subprocess.run(["ip", "netns", "add", other_ns], check=True)
+    subprocess.run(["ip", "link", "add", other_veth, "type", "veth", "peer", "name",
+                    f"{other_veth}p"], check=True)
+    proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "network.json").exists():
+            assert proc.poll() is None, "lightpipe emu --hold exited early"
+            assert time.monotonic() < deadline, "network did not come up"
+            time.sleep(0.2)
+        prefix = json.loads((out / "network.json").read_text())["prefix"]
+        # exec runs inside a host of the live network.
+        r = subprocess.run([*LIGHTPIPE, "exec", "dc-b-h1", "--network", str(out), "--", "ip",
+                            "-o", "-4", "addr"], cwd=REPO, capture_output=True, text=True)
+        assert r.returncode == 0 and "10.2.0.2" in r.stdout
+        assert any(leftovers(prefix).values())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        r = subprocess.run([*LIGHTPIPE, "clean", prefix], cwd=REPO, capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        time.sleep(0.5)
+        left = leftovers(prefix)
+        assert not any(left.values()), left
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert other_ns in ns
+        assert subprocess.run(["ip", "link", "show", other_veth],
+                              capture_output=True).returncode == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        subprocess.run(["ip", "netns", "del", other_ns], check=False)
+        subprocess.run(["ip", "link", "del", other_veth], check=False)
+
+
+@need_root
+def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "hold", "topology": {"links": [{"u": "A", "v": "B", "length_km": 1000}]},
+        "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-b", "node": "B", "gpus": 8}],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}}))
+    out = tmp_path / "held"
+    proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "network.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    prefix = json.loads((out / "network.json").read_text())["prefix"]
+    proc.send_signal(signal.SIGTERM)
+    _stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    assert not any(leftovers(prefix).values())
+
+
+def test_emu_cli_rejects_too_fast_links(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    data = four_dc()
+    data["emulation"]["bandwidth_divisor"] = 100
+    spec.write_text(yaml.safe_dump(data))
+    r = subprocess.run([*LIGHTPIPE, "emu", str(spec), "--out", str(tmp_path / "o")], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "bandwidth_divisor" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
