@@ -184,3 +184,23 @@ def test_state_helpers(tmp_path: Path) -> None:
     (d / "state.json").write_text("{broken")
     rep = clean_run(d)
     assert not d.exists() and "unreadable" in rep["state"]
+
+
+def test_forwarder_metrics_collector() -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from testbed.emu.fwdmetrics import ForwarderCollector
+
+    class Fake:
+        def stats(self) -> dict[str, Any]:
+            d = {"rx_bytes": 10, "tx_bytes": 9, "rx_packets": 1, "queue_drops": 2,
+                 "loss_drops": 0, "queue_depth_bytes": 5,
+                 "vlans": {"101": {"rate_mbps": 10.0, "bytes": 7, "drops": 1}}}
+            return {"directions": {"a_to_b": d}}
+
+    reg = CollectorRegistry()
+    reg.register(ForwarderCollector(Fake(), "1-2"))
+    text = generate_latest(reg).decode()
+    assert 'lightpipe_lightpath_rate_mbps{direction="a_to_b",fibre="1-2",vlan="101"} 10.0' in text
+    assert "lightpipe_fibre_queue_drops_total" in text

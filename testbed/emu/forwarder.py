@@ -478,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus metrics on this port (inside the namespace)")
     p.add_argument("--ready-file", default=None, help="touch this file once the loop runs")
+    p.add_argument("--name", default="", help="fibre name for metric labels, e.g. 1-2")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s forwarder %(message)s")
     if not args.rate_mbps > 0 or not 0 <= args.loss <= 1:
@@ -489,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         from testbed.emu.fwdmetrics import serve_metrics
 
-        serve_metrics(fwd, args.metrics_port)
+        serve_metrics(fwd, args.metrics_port, args.name)
 
     def _stop(_sig: int, _frm: object) -> None:
         fwd.running = False

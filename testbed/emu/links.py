@@ -72,7 +72,8 @@ class ForwarderLink(LinkEmulator):
         argv = ["mnexec", "-a", str(self.ns_pid), sys.executable, "-m",
                 "testbed.emu.forwarder", "--if-a", self.intf_u, "--if-b", self.intf_v,
                 "--rate-mbps", repr(f.rate_mbps), "--delay-ms", repr(f.delay_ms),
-                "--loss", repr(f.loss), "--seed", str(self.seed), "--control", self.control]
+                "--loss", repr(f.loss), "--seed", str(self.seed), "--control", self.control,
+                "--name", f"{f.u}-{f.v}"]
         for vlan, rate in sorted(self.caps_mbps.items()):
             argv += ["--vlan", f"{vlan}={rate!r}"]
         env = {**os.environ,

@@ -1,0 +1,59 @@
+"""Prometheus metrics of one forwarder (per direction and per lightpath VLAN), on a port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+
+class ForwarderCollector(Collector):
+    """Reads the forwarder's counters at scrape time (no copies kept)."""
+
+    def __init__(self, fwd: Any, fibre: str) -> None:
+        self.fwd = fwd
+        self.fibre = fibre
+
+    def collect(self) -> Iterator[Any]:
+        st = self.fwd.stats()
+        labels = ["fibre", "direction"]
+        fams = {
+            "rx_bytes": CounterMetricFamily("lightpipe_fibre_rx_bytes", "bytes in", labels=labels),
+            "tx_bytes": CounterMetricFamily("lightpipe_fibre_tx_bytes", "bytes out",
+                                            labels=labels),
+            "rx_packets": CounterMetricFamily("lightpipe_fibre_rx_packets", "frames in",
+                                              labels=labels),
+            "queue_drops": CounterMetricFamily("lightpipe_fibre_queue_drops",
+                                               "segments tail-dropped", labels=labels),
+            "loss_drops": CounterMetricFamily("lightpipe_fibre_loss_drops",
+                                              "segments lost at random", labels=labels),
+        }
+        depth = GaugeMetricFamily("lightpipe_fibre_queue_depth_bytes", "serialiser backlog",
+                                  labels=labels)
+        vl = ["fibre", "direction", "vlan"]
+        vbytes = CounterMetricFamily("lightpipe_lightpath_bytes", "bytes per lightpath",
+                                     labels=vl)
+        vdrops = CounterMetricFamily("lightpipe_lightpath_drops", "drops per lightpath",
+                                     labels=vl)
+        vrate = GaugeMetricFamily("lightpipe_lightpath_rate_mbps", "lightpath cap", labels=vl)
+        for dname, d in st["directions"].items():
+            for key, fam in fams.items():
+                fam.add_metric([self.fibre, dname], d[key])
+            depth.add_metric([self.fibre, dname], d["queue_depth_bytes"])
+            for vlan, v in d["vlans"].items():
+                vbytes.add_metric([self.fibre, dname, vlan], v["bytes"])
+                vdrops.add_metric([self.fibre, dname, vlan], v["drops"])
+                vrate.add_metric([self.fibre, dname, vlan], v["rate_mbps"])
+        yield from fams.values()
+        yield from (depth, vbytes, vdrops, vrate)
+
+
+def serve_metrics(fwd: Any, port: int, fibre: str = "") -> None:
+    """Start prometheus_client's HTTP server (a thread) for this forwarder."""
+    from prometheus_client import start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(ForwarderCollector(fwd, fibre))
+    start_http_server(port, registry=registry)
