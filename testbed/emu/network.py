@@ -65,6 +65,12 @@ def choose_datapath(requested: str) -> str:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Turn SIGTERM into KeyboardInterrupt so context managers tear down on `kill`."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
     def _raise(_sig: int, _frm: object) -> None:
         raise KeyboardInterrupt("SIGTERM")
 
