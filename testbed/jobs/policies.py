@@ -5,25 +5,24 @@ optical layer) or a `Refused` reason, leaving the cluster unchanged. Rules (docs
 
 * sp-ff: anchor = DC with most free GPUs, then nearest DCs; stages packed in that
   order; shortest path only, ``fixed_slots`` slots, spectrum policy (first-fit).
-* delay-first: tries every anchor (fastest GPUs first, then nearest); each boundary
-  takes ``max_slots`` on the first of k paths that fits; the fastest layout wins.
+* delay-first: every anchor (fastest GPUs first); each boundary takes up to
+  ``max_slots`` on the first of k paths that fits; the fastest layout (engine) wins.
 * cost-first: DCs in order of electricity price (cheapest first); shortest path,
   ``fixed_slots`` slots.
-* cba: boundaries are labelled communication-bound (CB) when the transfer at the
-  baseline allocation (``fixed_slots`` on the shortest path) takes longer than the
-  receiving stage's forward time. Every boundary gets just enough slots that transfer
-  <= that compute time (CB ones more than the baseline, non-CB ones fewer); CB
-  boundaries are set up first, on the first of k paths with a fitting block; when a CB
-  boundary cannot get its slots, it degrades down to half of them. Several anchors are
-  tried and the fastest layout (schedule engine) wins.
+* cba: boundaries are communication-bound (CB) when the transfer at the baseline
+  allocation (``fixed_slots`` on the shortest path) takes longer than the receiving
+  stage's forward time. Every boundary gets just enough slots that transfer <= that
+  compute time (CB ones more than the baseline, non-CB ones fewer); CB boundaries are
+  set up first, on the first of k paths with a fitting block; a CB boundary that cannot
+  get its slots degrades down to half. The 3 shortest layouts (fibre km) are set up and
+  ranked by the analytic iteration model; the others only if those fail.
 * cba-ilp: the MILP of `testbed.jobs.milp` over all DCs, k paths, candidate slot counts
   and first-fit-disjoint blocks.
-* bace-pipe: bandwidth-aware pathfinder (only paths whose lightpath can carry the
-  transfer without stalling the next stage) and a cost-minimising choice among layouts
-  (cheapest-first and every anchor), by estimated electricity cost of the whole run.
-* joint: layouts of cba and bace-pipe, cba's slot sizing, and the pipeline schedule
-  picked per job among `JOINT_SCHEDULES` (the fastest); the choice minimises
-  normalised JCT + normalised cost.
+* bace-pipe: bandwidth-aware pathfinder (only paths on which a block of at least the
+  no-stall slot count fits) and a cost-minimising choice among layouts (cost per work,
+  cheapest price, every anchor) by the electricity cost of the whole run.
+* joint: cba's slot sizing, layouts of cba and bace-pipe scored by normalised
+  iteration time + cost, and the fastest pipeline schedule among `JOINT_SCHEDULES`.
 """
 
 from __future__ import annotations
