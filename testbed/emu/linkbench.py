@@ -23,6 +23,7 @@ from testbed.emu.probes import IperfResult, PingStats, icmp_ping, run_iperf3
 from testbed.emu.state import RunState, alive, kill_procs, new_state
 
 IP_A, IP_B = "10.0.0.1", "10.0.0.2"
+MAC_A, MAC_B = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
 
 class LinkTestbed:
@@ -68,12 +69,13 @@ class LinkTestbed:
         a, b, m = self.nodes[f.roadm_u], self.nodes[f.roadm_v], self.nodes[f.middle]
         Link(a, m)
         Link(m, b)
-        for node, ip in ((a, IP_A), (b, IP_B)):
+        for node, ip, mac in ((a, IP_A, MAC_A), (b, IP_B, MAC_B)):
+            node.setMAC(mac)
             node.setIP(ip, prefixLen=24)
             sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
             node.cmd(f"sysctl -q {sysctls} >/dev/null")
-        a.cmd(f"ip neigh replace {IP_B} lladdr {b.MAC()} dev {a.defaultIntf()} nud permanent")
-        b.cmd(f"ip neigh replace {IP_A} lladdr {a.MAC()} dev {b.defaultIntf()} nud permanent")
+        a.cmd(f"ip neigh replace {IP_B} lladdr {MAC_B} dev {a.defaultIntf()} nud permanent")
+        b.cmd(f"ip neigh replace {IP_A} lladdr {MAC_A} dev {b.defaultIntf()} nud permanent")
         m.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 >/dev/null")
         intf_a = str(m.connectionsTo(a)[0][0])
         intf_b = str(m.connectionsTo(b)[0][0])
