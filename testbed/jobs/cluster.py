@@ -55,6 +55,8 @@ class Allocation:
 
     stage_dcs: tuple[int, ...]
     lightpaths: list[Lightpath | None] = field(default_factory=list)
+    # CBA's blocking flag: boundary -> capacity (Gb/s) it asked for but did not get
+    short_gbps: dict[int, float] = field(default_factory=dict)
 
 
 class Cluster:

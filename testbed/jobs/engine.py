@@ -28,6 +28,7 @@ from testbed.spec.models import EventSpec
 log = logging.getLogger(__name__)
 
 PRIORITY_QUEUE_POLICIES = ("bace-pipe", "joint")
+UPGRADE_POLICIES = ("cba", "joint")
 
 # event kinds in tie-break order
 _DEPART, _NET, _ARRIVE = 0, 1, 2
@@ -82,6 +83,7 @@ class JobSimulator:
         self._spec_area = 0.0
         self._last_t = 0.0
         self.restored_lightpaths = 0
+        self.upgraded_lightpaths = 0
         self.lost_lightpaths = 0
 
     # ---- bookkeeping ---------------------------------------------------------------
@@ -169,6 +171,22 @@ class JobSimulator:
                 return  # head-of-line blocking
             self.queue.pop(0)
 
+    def _upgrade_running(self) -> None:
+        """cba/joint: after a release, raise lightpaths that were set up short."""
+        if self.planner.name not in UPGRADE_POLICIES:
+            return
+        for st in list(self.running.values()):
+            if st.alloc is None or not st.alloc.short_gbps:
+                continue
+            self._settle(st)
+            if self.planner.upgrade(st.job, st.alloc):
+                self.upgraded_lightpaths += 1
+                t = self.planner.timing(st.job, st.alloc.stage_dcs, st.alloc.lightpaths,
+                                        st.schedule)
+                st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
+                st.routes = [_lp_text(lp) for lp in st.alloc.lightpaths]
+                self._schedule_departure(st)
+
     def _finish(self, st: JobState, reason: str = "") -> None:
         self._settle(st)
         assert st.alloc is not None
@@ -251,6 +269,7 @@ class JobSimulator:
                 st.remaining_iter = 0.0
                 self._finish(st)
                 self._serve_queue()
+                self._upgrade_running()
             elif kind == _NET:
                 self._advance(t)
                 self._network_event(payload)  # type: ignore[arg-type]

@@ -227,17 +227,26 @@ class Planner:
             if k is not None:
                 paths = paths[:k]
             got: Lightpath | None = None
-            for path in paths:
+            wants = []
+            for path in paths:  # first every path at the wanted count, then degrade
                 want, least = demand(bnd, path, f[bnd + 1])
                 want = min(want, self.policy.max_slots)
-                least = min(least, want)
-                for n in range(want, least - 1, -1):
-                    first = net.find_block(path, n + guard, self.policy.spectrum, self.rng)
-                    if first is not None:
-                        got = net.assign(path, first, n + guard)
-                        break
-                if got is not None:
+                wants.append((path, want, min(least, want)))
+            for path, want, _ in wants:
+                first = net.find_block(path, want + guard, self.policy.spectrum, self.rng)
+                if first is not None:
+                    got = net.assign(path, first, want + guard)
                     break
+            if got is None:
+                for path, want, least in wants:
+                    for n in range(want - 1, least - 1, -1):
+                        first = net.find_block(path, n + guard, self.policy.spectrum, self.rng)
+                        if first is not None:
+                            got = net.assign(path, first, n + guard)
+                            alloc.short_gbps[bnd] = want * path.gbps_per_slot
+                            break
+                    if got is not None:
+                        break
             if got is None:
                 cl.free_allocation(alloc, g)
                 return None, NO_SPECTRUM if paths else "no_path"
@@ -484,6 +493,31 @@ class Planner:
         return Placed(alloc, self.timing(job, sol.stage_dcs, alloc.lightpaths),
                       solver={"status": sol.status, "gap": sol.gap,
                               "objective_ms": sol.objective_ms})
+
+    # ---- CBA's blocking flag: raise short lightpaths when spectrum frees up ---------
+    def upgrade(self, job: Job, alloc: Allocation) -> bool:
+        """Give flagged boundaries the capacity they asked for (make before break: the
+        new lightpath is set up before the old one is released). True if any changed."""
+        net = self.cluster.network
+        changed = False
+        for bnd, want_gbps in list(alloc.short_gbps.items()):
+            old = alloc.lightpaths[bnd]
+            if old is None or old.id not in net.lightpaths:
+                continue
+            d1, d2 = alloc.stage_dcs[bnd], alloc.stage_dcs[bnd + 1]
+            for path in self.cluster.paths(d1, d2):
+                n = min(self.policy.max_slots, math.ceil(want_gbps / path.gbps_per_slot - 1e-9))
+                if n * path.gbps_per_slot <= old.capacity_gbps:
+                    continue
+                first = net.find_block(path, n + net.guard_slots, self.policy.spectrum, self.rng)
+                if first is None:
+                    continue
+                alloc.lightpaths[bnd] = net.assign(path, first, n + net.guard_slots)
+                net.release(old)
+                del alloc.short_gbps[bnd]
+                changed = True
+                break
+        return changed
 
     # ---- restoration after a network event --------------------------------------------
     def restore(self, job: Job, alloc: Allocation, lost: Sequence[int]) -> bool:

@@ -114,6 +114,7 @@ def summarize(states: Sequence[JobState], sim: JobSimulator, planner: Planner) -
         "spectrum_utilization": sim.spectrum_utilization(),
         "interrupted": sum(s.interrupted for s in states),
         "restored_lightpaths": sim.restored_lightpaths,
+        "upgraded_lightpaths": sim.upgraded_lightpaths,
         "lost_lightpaths": sim.lost_lightpaths,
         "makespan_s": sim.makespan_s,
         "timer_cache": {"hits": planner.timer.hits, "misses": planner.timer.misses},
