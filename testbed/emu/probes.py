@@ -160,20 +160,20 @@ class ProbeResult:
 
 def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
                     dst_ns: str, dst_if: str, dst_mac: str, dst_ip: str, vlan: int,
-                    hops: Sequence[tuple[str, str, str, str]], expected_ms: float,
+                    hops: Sequence[tuple[str, ...]], expected_ms: float,
                     timeout_s: float = 3.0) -> ProbeResult:
     """Send one scapy UDP probe and follow it: tagged with `vlan` on every expected fibre.
 
-    hops: (name, middle namespace path, interface the probe enters by, interface it
-    leaves by). Kernel timestamps on both give each fibre's own delay, free of the
-    switches' latency.
+    hops: (name, middle namespace path, interface the probe enters by[, interface it
+    leaves by]). With both interfaces, kernel timestamps give each fibre's own delay,
+    free of the switches' latency.
     """
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
     token = os.urandom(8)
-    watch_in = {name: sniff_socket(ns, i_in) for name, ns, i_in, _ in hops}
-    watch_out = {name: sniff_socket(ns, i_out) for name, ns, _, i_out in hops}
+    watch_in = {h[0]: sniff_socket(h[1], h[2]) for h in hops}
+    watch_out = {h[0]: sniff_socket(h[1], h[3]) for h in hops if len(h) > 3}
     dst_sock = sniff_socket(dst_ns, dst_if)
     with in_netns(src_ns):
         tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
@@ -217,7 +217,7 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
     hop_ms = [round((seen[n] - t_send) * 1000.0, 3) for n in order]
     fibre_ms = {n: round((left[n] - seen[n]) * 1000.0, 3) for n in order if n in left}
     return ProbeResult(vlan, src_ip, dst_ip, arrived is not None, one_way, expected_ms, order,
-                       [n for n, _, _, _ in hops], tag_ok, hop_ms, fibre_ms)
+                       [h[0] for h in hops], tag_ok, hop_ms, fibre_ms)
 
 
 @dataclass(frozen=True)
