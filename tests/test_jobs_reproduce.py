@@ -1,0 +1,36 @@
+"""`lightpipe reproduce cba|bace` end to end on a tiny sweep (CSV, Markdown, PNG)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.cli.main import main
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,policies", [("cba", {"sp-ff", "cba", "joint", "cba-ilp"}),
+                                           ("bace", {"delay-first", "cost-first",
+                                                     "bace-pipe", "joint"})])
+def test_reproduce_quick(tmp_path: Path, name: str, policies: set[str]) -> None:
+    out = tmp_path / name
+    rc = main(["reproduce", name, "--out", str(out), "--quick", "-q",
+               "--set", "seeds=2", "--set", "jobs=12"])
+    assert rc == 0
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert {r["policy"] for r in rows} == policies
+    for col in ("jobs", "blocking_ratio", "mean_iteration_time_s", "mean_jct_s",
+                "total_cost_usd", "gpu_utilization", "spectrum_utilization"):
+        assert col in rows[0]
+    assert (out / f"{name}.png").stat().st_size > 1000
+    assert "±" in (out / "summary.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["experiment"] == name
+
+
+def test_reproduce_rejects_unknown_option(tmp_path: Path) -> None:
+    rc = main(["reproduce", "cba", "--out", str(tmp_path / "x"), "--set", "bogus=1"])
+    assert rc == 2
+    assert not (tmp_path / "x").exists()
