@@ -36,7 +36,7 @@ JOBS_COLUMNS = ("job_id", "model", "stages", "gpus_per_stage", "microbatches", "
 SUMMARY_KEYS = ("jobs", "blocked", "blocking_ratio", "blocking_ci95", "mean_iteration_time_s",
                 "mean_bubble_ratio", "mean_wait_s", "mean_jct_s", "jct_ci95",
                 "total_energy_kwh", "total_cost_usd", "gpu_utilization",
-                "spectrum_utilization", "interrupted", "restored_lightpaths")
+                "spectrum_utilization", "interrupted", "lightpaths_restored")
 
 
 def resolve_jobs(workload: PPJobsWorkload, requests: Sequence[JobRequest]) -> list[Job]:
@@ -113,9 +113,9 @@ def summarize(states: Sequence[JobState], sim: JobSimulator, planner: Planner) -
         "gpu_utilization": sim.gpu_utilization(),
         "spectrum_utilization": sim.spectrum_utilization(),
         "interrupted": sum(s.interrupted for s in states),
-        "restored_lightpaths": sim.restored_lightpaths,
-        "upgraded_lightpaths": sim.upgraded_lightpaths,
-        "lost_lightpaths": sim.lost_lightpaths,
+        "lightpaths_restored": sim.restored_lightpaths,
+        "lightpaths_upgraded": sim.upgraded_lightpaths,
+        "lightpaths_lost": sim.lost_lightpaths,
         "makespan_s": sim.makespan_s,
         "timer_cache": {"hits": planner.timer.hits, "misses": planner.timer.misses},
     }
