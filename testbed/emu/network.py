@@ -168,6 +168,10 @@ class EmuNetwork:
         from mininet.node import Host, Node, OVSSwitch
 
         p = self.plan
+        # Mininet's class set-up is order dependent (Node.isSetup shadows it once a Host
+        # exists): run OVSSwitch's own check explicitly, against our private OVS.
+        OVSSwitch.setup()
+        OVSSwitch.isSetup = True
         dp = "user" if self.datapath == "user" else "kernel"
         switch_cls = partial(OVSSwitch, datapath=dp, protocols="OpenFlow13",
                              failMode="secure", inNamespace=False, listenPort=None)
