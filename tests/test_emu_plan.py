@@ -204,3 +204,24 @@ def test_forwarder_metrics_collector() -> None:
     text = generate_latest(reg).decode()
     assert 'lightpipe_lightpath_rate_mbps{direction="a_to_b",fibre="1-2",vlan="101"} 10.0' in text
     assert "lightpipe_fibre_queue_drops_total" in text
+
+
+def test_clean_and_exec_cli_input_errors(cli: Any, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTPIPE_STATE_DIR", str(tmp_path / "state"))
+    r = cli("clean", "notarun")
+    assert r.code == 2 and "lp + 4 hex" in r.err
+    r = cli("clean", "--dry-run")
+    assert r.code == 0 and "removed" not in r.out
+    r = cli("exec", "dc-a-h0", "--", "true")
+    assert r.code == 1 and "no live emulated network" in r.err
+    r = cli("exec", "dc-a-h0", "--network", str(tmp_path), "--", "true")
+    assert r.code == 2 and "no network.json" in r.err
+    (tmp_path / "network.json").write_text('{"hosts": [{"name": "dc-a-h0", "node": "x", '
+                                           '"pid": 999999999}]}')
+    r = cli("exec", "dc-b-h0", "--network", str(tmp_path), "--", "true")
+    assert r.code == 2 and "unknown host" in r.err and "dc-a-h0" in r.err
+    r = cli("exec", "dc-a-h0", "--network", str(tmp_path))
+    assert r.code == 2 and "give a command" in r.err
+    r = cli("exec", "dc-a-h0", "--network", str(tmp_path), "--", "true")
+    assert r.code == 1 and "gone" in r.err

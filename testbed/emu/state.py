@@ -199,9 +199,15 @@ def clean_run(state_dir: Path, force: bool = False) -> dict[str, Any]:
     return {"prefix": st.prefix, "killed": killed, "netns": st.netns}
 
 
+def all_state_roots() -> list[Path]:
+    roots = [state_root(), Path("/run/lightpipe"), Path("/tmp/lightpipe")]
+    return list(dict.fromkeys(roots))
+
+
 def orphan_namespaces() -> list[str]:
-    """LightPipe-prefixed named namespaces whose state directory is gone."""
-    known = {p.name for p in list_runs()}
+    """LightPipe-prefixed named namespaces with no state directory in any state root."""
+    known = {p.name for root in all_state_roots() if root.is_dir()
+             for p in root.iterdir() if p.is_dir()}
     ns_dir = Path("/run/netns")
     if not ns_dir.is_dir():
         return []
