@@ -225,3 +225,12 @@ def test_clean_and_exec_cli_input_errors(cli: Any, tmp_path: Path,
     assert r.code == 2 and "give a command" in r.err
     r = cli("exec", "dc-a-h0", "--network", str(tmp_path), "--", "true")
     assert r.code == 1 and "gone" in r.err
+
+
+def test_backend_supports_names_the_reason(quickstart: dict[str, Any]) -> None:
+    from testbed.backends.emu import EmuBackend
+
+    ok, why = EmuBackend().supports(parse_scenario(quickstart))
+    assert not ok and "bandwidth_divisor" in why
+    quickstart["emulation"]["bandwidth_divisor"] = 10000
+    assert EmuBackend().supports(parse_scenario(quickstart)) == (True, "")

@@ -45,6 +45,20 @@ class EmuBackend:
             return False, "iperf3 not installed"
         return True, ""
 
+    def supports(self, scenario: Scenario) -> tuple[bool, str]:
+        """Whether this scenario can be emulated at all (e.g. links not too fast), and why not.
+
+        `lightpipe run --backend auto` can use it to fall back to simulation.
+        """
+        from testbed.emu.plan import build_plan
+        from testbed.errors import InputError
+
+        try:
+            build_plan(scenario, prefix="lp0000")
+        except InputError as exc:
+            return False, str(exc)
+        return True, ""
+
     def run(self, scenario: Scenario, out_dir: Path, quiet: bool = False, *,
             hold: bool = False, link_mode: str | None = None,
             probe_seconds: float = PROBE_SECONDS,
