@@ -193,7 +193,8 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
         "name": "hold", "topology": {"links": [{"u": "A", "v": "B", "length_km": 1000}]},
         "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-b", "node": "B", "gpus": 8}],
         "workload": {"kind": "lightpath_requests"},
-        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}}))
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 3,
+                      "dc_fabric": "leaf_spine"}}))
     out = tmp_path / "held"
     proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -202,11 +203,15 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
     while not (out / "network.json").exists():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
-    prefix = json.loads((out / "network.json").read_text())["prefix"]
+    net = json.loads((out / "network.json").read_text())
+    prefix = net["prefix"]
+    assert sorted(s["kind"] for s in net["switches"]).count("spine") == 4  # 2 per DC
     proc.send_signal(signal.SIGTERM)
     _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     assert json.loads((out / "summary.json").read_text())["verified"] is True
+    pings = json.loads((out / "verification.json").read_text())["pings"]
+    assert len(pings) == 5 and all(p["received"] == p["sent"] for p in pings)  # across leaves
     assert not any(leftovers(prefix).values())
 
 
