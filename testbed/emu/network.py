@@ -144,9 +144,12 @@ class EmuNetwork:
                 self.state.add_proc(pid, role)
         self._build_nodes()
         self.timings_s["build"] = time.monotonic() - t0
+        # Forwarders (Python processes) start while the switches come up: overlap.
+        self._start_link_emulation(wait=False)
         self._start_switches()
         self._configure_hosts()
-        self._start_link_emulation()
+        for emu in self.emulators.values():
+            emu.wait_ready()
         self.state.phase = "up"
         self.state.save()
         self.timings_s["up"] = time.monotonic() - t0
@@ -174,7 +177,7 @@ class EmuNetwork:
         OVSSwitch.isSetup = True
         dp = "user" if self.datapath == "user" else "kernel"
         switch_cls = partial(OVSSwitch, datapath=dp, protocols="OpenFlow13",
-                             failMode="secure", inNamespace=False, listenPort=None)
+                             failMode="secure", inNamespace=False, listenPort=None, batch=True)
         for s in p.switches:
             node = switch_cls(s.node, dpid=s.dpid)
             self.nodes[s.node] = node
@@ -204,8 +207,12 @@ class EmuNetwork:
     def _start_switches(self) -> None:
         p = self.plan
         controllers: list[Any] = []
-        for s in p.switches:
-            self.nodes[s.node].start(controllers)
+        from mininet.node import OVSSwitch
+
+        switches = [self.nodes[s.node] for s in p.switches]
+        for sw in switches:  # batch=True: start() queues its ovs-vsctl commands
+            sw.start(controllers)
+        OVSSwitch.batchStartup(switches)  # one ovs-vsctl transaction for all bridges
         assert self.ovs is not None
         if self.controller:
             for s in p.switches:
@@ -247,7 +254,7 @@ class EmuNetwork:
             for intf in node.intfList():
                 node.cmd(f"ip link set {intf} up")
 
-    def _start_link_emulation(self) -> None:
+    def _start_link_emulation(self, wait: bool = True) -> None:
         p = self.plan
         assert self.state is not None
         caps: dict[str, dict[int, float]] = {f.middle: {} for f in p.fibres}
@@ -265,8 +272,9 @@ class EmuNetwork:
             self.emulators[f.middle] = emu
             if emu.pid is not None:
                 self.state.add_proc(emu.pid, "forwarder", f.middle)
-        for emu in self.emulators.values():
-            emu.wait_ready()
+        if wait:
+            for emu in self.emulators.values():
+                emu.wait_ready()
 
     def stop(self) -> None:
         """Tear everything down by recorded PIDs and namespace names (idempotent)."""
