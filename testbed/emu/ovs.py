@@ -116,5 +116,7 @@ class PrivateOVS:
             ticks = proc_start_ticks(pid)
             if ticks is not None:
                 recs.append(ProcRecord(pid, ticks, role))
-        kill_procs(recs, grace_s=3.0)
+        # A private, throw-away instance: no need to wait for ovs-vswitchd to remove its
+        # ports one by one (they vanish with the run's namespace).
+        kill_procs(recs, grace_s=0.3)
         self.pids.clear()
