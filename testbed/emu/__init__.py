@@ -1,0 +1,1 @@
+"""Emulation backend internals: plan, private OVS, link emulators, network lifecycle, probes."""
