@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ class EmuBackend:
     def run(self, scenario: Scenario, out_dir: Path, quiet: bool = False, *,
             hold: bool = False, link_mode: str | None = None,
             probe_seconds: float = PROBE_SECONDS,
-            ready: threading.Event | None = None) -> dict[str, Any]:
+            ready: threading.Event | None = None,
+            on_hold: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Build, verify and measure; with hold, keep the network up until SIGINT/SIGTERM."""
         from testbed.emu.netinfo import network_info
         from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
@@ -95,9 +97,8 @@ class EmuBackend:
                     net.state.save()
                     if ready is not None:
                         ready.set()
-                    if not quiet:
-                        log.warning("network up and verified; holding (Ctrl-C or SIGTERM "
-                                    "tears it down); lightpipe exec HOST -- CMD")
+                    if on_hold is not None:
+                        on_hold(info)
                     try:
                         while True:
                             signal.pause()

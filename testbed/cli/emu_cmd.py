@@ -41,8 +41,22 @@ def run(args: argparse.Namespace) -> int:
     if not ok:
         raise RuntimeFailure(f"emulation unavailable here: {reason}")
     out = Path(args.out)
+    def on_hold(info: dict[str, object]) -> None:
+        import sys
+
+        emit(f"emu: network {info['prefix']} up and verified ({info['link_mode']} links); "
+             f"{out}/network.json written")
+        hosts = info["hosts"]
+        assert isinstance(hosts, list)
+        for h in hosts:
+            emit(f"  {h['name']:<20} {h['dc']:<16} {h['ip']}")
+        emit("emu: holding; `lightpipe exec HOST -- CMD` runs in a host; Ctrl-C or SIGTERM "
+             "tears down")
+        sys.stdout.flush()
+
     summary = backend.run(scenario, out, quiet=args.quiet, hold=args.hold,
-                          link_mode=args.link_mode, probe_seconds=args.probe_seconds)
+                          link_mode=args.link_mode, probe_seconds=args.probe_seconds,
+                          on_hold=on_hold)
     emit(f"emu: results in {out}/ (summary.json, manifest.json, probes.csv, network.json)")
     for key in SHOWN:
         if key in summary:
