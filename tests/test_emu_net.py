@@ -225,3 +225,35 @@ def test_emu_cli_rejects_too_fast_links(tmp_path: Path) -> None:
     assert r.returncode == 2 and "bandwidth_divisor" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+@need_root
+@pytest.mark.slow
+def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.emu.verify import verify
+
+    sc = parse_scenario({
+        "name": "neg", "topology": {"links": [{"u": "A", "v": "B", "length_km": 400},
+                                              {"u": "B", "v": "C", "length_km": 400}]},
+        "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-c", "node": "C", "gpus": 8}],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}})
+    plan = build_plan(sc)
+    with EmuNetwork(plan, link_mode="userspace") as net:
+        good = verify(net)
+        assert good["ok"], good
+        probe = good["probes"][0]
+        assert probe["hops_seen"] == [plan.fibre("A", "B").middle, plan.fibre("B", "C").middle]
+        for name, ms in probe["fibre_delay_ms"].items():
+            assert abs(ms - 2.0) < 1.0, (name, ms)
+        emu = net.emulators[plan.fibre("B", "C").middle]
+        emu.request({"cmd": "set", "delay_ms": 2.0 + 5.0})  # fibre slower than configured
+        slow = verify(net)
+        assert not slow["ok"] and not any(p["delay_ok"] for p in slow["probes"])
+        emu.request({"cmd": "set", "delay_ms": 2.0, "down": True})  # fibre cut
+        cut = verify(net, ping_count=2)
+        assert not cut["ok"] and not any(p["delivered"] for p in cut["probes"])
+        bc = plan.fibre("B", "C").middle
+        assert all(bc not in p["fibre_delay_ms"] for p in cut["probes"])  # never left B-C

@@ -100,7 +100,7 @@ def verify(net: EmuNetwork, ping_count: int = 5) -> dict[str, Any]:
                     _ns(net, hs.name), str(net.nodes[hs.node].defaultIntf()), hs.mac,
                     hs.ip.split("/")[0], _ns(net, hd.name),
                     str(net.nodes[hd.node].defaultIntf()), hd.mac, hd.ip.split("/")[0],
-                    lp.vlan, hops, lp.delay_ms)
+                    lp.vlan, hops, lp.delay_ms, timeout_s=1.0 + 4 * lp.delay_ms / 1000)
                 route_ok, in_time = probe_ok(res, p, path)
                 if route_ok and in_time:
                     break
