@@ -125,3 +125,15 @@ def test_console_script_runs() -> None:
     assert res.returncode == 0 and res.stdout.startswith("lightpipe ")
     res = subprocess.run([str(exe)], capture_output=True, text=True, check=False)
     assert res.returncode == 2
+
+
+def test_run_auto_falls_back_to_sim_with_reason() -> None:
+    from testbed.cli.run_cmd import choose_backend
+    from testbed.spec import load_scenario
+
+    # pp-jobs' fibres are too fast for one machine at its bandwidth divisor.
+    names, why = choose_backend("auto", load_scenario(SCENARIOS / "pp-jobs.yaml"))
+    assert names == ["sim"] and "simulation" in why
+    assert choose_backend("sim", load_scenario(SCENARIOS / "quickstart.yaml"))[0] == ["sim"]
+    assert choose_backend("both", load_scenario(SCENARIOS / "quickstart.yaml"))[0] == \
+        ["sim", "emu"]

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 
+from typing import TYPE_CHECKING
+
 from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
+
+if TYPE_CHECKING:
+    from testbed.spec import Scenario
 
 HELP = "run a scenario (emulation where possible, else simulation; --backend to choose)"
 log = logging.getLogger(__name__)
@@ -19,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: emu if this machine can emulate the scenario, else sim")
 
 
-def choose_backend(requested: str) -> tuple[list[str], str]:
+def choose_backend(requested: str, scenario: Scenario) -> tuple[list[str], str]:
     """Backends to run and a sentence saying why."""
     from testbed.backends import get_backend
 
@@ -27,10 +32,14 @@ def choose_backend(requested: str) -> tuple[list[str], str]:
         return ["sim", "emu"], "running both backends"
     if requested != "auto":
         return [requested], f"running the {requested} backend (asked for)"
-    ok, reason = get_backend("emu").available()
+    emu = get_backend("emu")
+    ok, reason = emu.available()
+    if ok and hasattr(emu, "supports"):
+        ok, reason = emu.supports(scenario)
+        reason = f"this scenario cannot be emulated here: {reason}" if not ok else reason
     if ok:
         return ["emu"], "running the emulation backend (this machine can emulate)"
-    return ["sim"], f"running the simulation backend (emulation unavailable: {reason})"
+    return ["sim"], f"running the simulation backend ({reason or 'emulation unavailable'})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from testbed.spec import load_scenario
 
     scenario = load_scenario(args.spec)
-    names, why = choose_backend(args.backend)
+    names, why = choose_backend(args.backend, scenario)
     emit(f"lightpipe: {why}")
     out = Path(args.out)
     summaries: dict[str, dict] = {}
