@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-
 from typing import TYPE_CHECKING
 
 from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
