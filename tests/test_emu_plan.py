@@ -230,6 +230,7 @@ def test_clean_and_exec_cli_input_errors(cli: Any, tmp_path: Path,
 def test_backend_supports_names_the_reason(quickstart: dict[str, Any]) -> None:
     from testbed.backends.emu import EmuBackend
 
+    quickstart["emulation"]["bandwidth_divisor"] = 1000
     ok, why = EmuBackend().supports(parse_scenario(quickstart))
     assert not ok and "bandwidth_divisor" in why
     quickstart["emulation"]["bandwidth_divisor"] = 10000
