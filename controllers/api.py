@@ -45,6 +45,8 @@ class LightpathRequest(_Body):
         default=None, description="spectrum policy (default: the scenario's)")
     src_host: str | None = Field(default=None, description="carry only this host pair")
     dst_host: str | None = None
+    vid: Annotated[int, Field(ge=2, le=4094)] | None = Field(
+        default=None, description="ask for this VLAN id (default: the lowest free one)")
 
 
 class FibreEvent(_Body):
@@ -62,7 +64,10 @@ class JobRequest(_Body):
     microbatches: Annotated[int, Field(ge=1, le=100_000)] = 8
     iterations: Annotated[int, Field(ge=1)] = 100
     policy: str | None = Field(default=None, description="placement policy "
-                               "(default: the scenario's)")
+                               "(default: the scenario's policy.placement)")
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
+                      "crosspipe-opt", "geopipe"] | None = Field(
+        default=None, description="pipeline schedule (default: the scenario's)")
 
 
 def _error_text(exc: ValidationError) -> str:
@@ -144,6 +149,7 @@ class RestApi:
         ("POST", re.compile(r"^/repairs$"), "repair"),
         ("GET", re.compile(r"^/jobs$"), "list_jobs"),
         ("POST", re.compile(r"^/jobs$"), "create_job"),
+        ("GET", re.compile(r"^/jobs/(\d{1,9})$"), "get_job"),
         ("DELETE", re.compile(r"^/jobs/(\d{1,9})$"), "delete_job"),
         ("GET", re.compile(r"^/layout$"), "get_layout"),
         ("PUT", re.compile(r"^/layout$"), "put_layout"),
@@ -262,7 +268,8 @@ class RestApi:
         req = self._parse(LightpathRequest, raw)
         return 201, self.core.request(req.src_dc, req.dst_dc, bitrate_gbps=req.bitrate_gbps,
                                       slots=req.slots, policy=req.policy,
-                                      src_host=req.src_host, dst_host=req.dst_host)
+                                      src_host=req.src_host, dst_host=req.dst_host,
+                                      vid=req.vid)
 
     def _get_lightpath(self, _raw: Any, lp_id: str) -> tuple[int, Any]:
         return 200, self.core.lightpath(int(lp_id))
@@ -289,6 +296,11 @@ class RestApi:
             raise RequestError(501, "job placement is not available in this build")
         req = self._parse(JobRequest, raw)
         return 201, self.jobs.place(req)
+
+    def _get_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
+        if self.jobs is None:
+            raise RequestError(501, "job placement is not available in this build")
+        return 200, self.jobs.get(int(job_id))
 
     def _delete_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
         if self.jobs is None:
@@ -360,7 +372,9 @@ def openapi_document() -> dict[str, Any]:
             "get": {"summary": "placed pipeline jobs", "responses": {"200": ok}},
             "post": {"summary": "place a pipeline job and set up its lightpaths",
                      "requestBody": body("JobRequest"), "responses": {"201": ok, **bad}}},
-        "/jobs/{id}": {"delete": {"summary": "remove a job (frees GPUs and lightpaths)",
+        "/jobs/{id}": {"get": {"summary": "one placed job (its lightpaths as they are now)",
+                               "parameters": lp_id, "responses": {"200": ok, "404": err}},
+                       "delete": {"summary": "remove a job (frees GPUs and lightpaths)",
                                   "parameters": lp_id, "responses": {"200": ok, "404": err}}},
         "/layout": {
             "get": {"summary": "the data-plane layout", "responses": {"200": ok}},

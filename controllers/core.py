@@ -181,12 +181,20 @@ class ControllerCore:
     def request(self, src_dc: str, dst_dc: str, *, bitrate_gbps: float | None = None,
                 slots: int | None = None, policy: str | None = None,
                 src_host: str | None = None, dst_host: str | None = None,
-                job_id: int | None = None) -> dict[str, Any]:
-        """Set up a lightpath between two DCs; RequestError (4xx) if refused or blocked."""
+                job_id: int | None = None, vid: int | None = None) -> dict[str, Any]:
+        """Set up a lightpath between two DCs; RequestError (4xx) if refused or blocked.
+
+        vid: ask for this VLAN id (409 `vid_taken` if a live lightpath has it).
+        """
         t0 = self.clock()
         policy = policy or self.scenario.policy.spectrum
         self._check_request(src_dc, dst_dc, bitrate_gbps, slots, policy, src_host, dst_host)
+        if vid is not None and not VID_MIN <= vid <= VID_MAX:
+            raise RequestError(400, f"vid must be {VID_MIN}..{VID_MAX}, got {vid}")
         with self.lock:
+            if vid is not None and any(r.vid == vid for r in self.rows.values()):
+                raise RequestError(409, f"VLAN id {vid} is taken by a live lightpath",
+                                   reason="vid_taken")
             self.metrics.requests.inc()
             got = self.net.allocate_or_reason(self.dc_node[src_dc], self.dc_node[dst_dc],
                                               bitrate_gbps=bitrate_gbps, slots=slots,
@@ -195,7 +203,7 @@ class ControllerCore:
                 self.metrics.blocks.labels(reason=got).inc()
                 raise RequestError(409, f"blocked: {got} between {src_dc} and {dst_dc}",
                                    reason=got)
-            vid = self._free_vid()
+            vid = self._free_vid() if vid is None else vid
             if vid is None:
                 self.net.release(got)
                 self.metrics.blocks.labels(reason="no_vlan").inc()
@@ -220,14 +228,66 @@ class ControllerCore:
             view["setup_s"] = dt
             return view
 
-    def delete(self, lp_id: int) -> dict[str, Any]:
+    def adopt(self, lp: Lightpath, src_dc: str, dst_dc: str, *, job_id: int | None = None,
+              src_host: str | None = None, dst_host: str | None = None,
+              policy: str | None = None, program: bool = True) -> dict[str, Any]:
+        """Make an optical lightpath already held in `self.net` (e.g. by a job placement)
+        a controller lightpath: VLAN id, stored row, rules, emulator caps.
+
+        Restoration re-places it by its slot count. On RequestError the caller still
+        holds (and must release) the optical lightpath.
+        """
+        t0 = self.clock()
+        with self.lock:
+            if self.dc_node.get(src_dc) != lp.nodes[0] or self.dc_node.get(dst_dc) != lp.nodes[-1]:
+                raise RequestError(400, f"route {'-'.join(lp.nodes)} does not join "
+                                   f"{src_dc} and {dst_dc}")
+            vid = self._free_vid()
+            if vid is None:
+                self.metrics.blocks.labels(reason="no_vlan").inc()
+                raise RequestError(409, "blocked: no free VLAN id", reason="no_vlan")
+            lp_id = max(self.rows, default=0) + 1
+            row = LightpathRow(id=lp_id, vid=vid, src_dc=src_dc, dst_dc=dst_dc,
+                               src_host=src_host, dst_host=dst_host, bitrate_gbps=None,
+                               slots_req=lp.n_slots,
+                               policy=policy or self.scenario.policy.spectrum,
+                               nodes=list(lp.nodes), first_slot=lp.first_slot,
+                               n_slots=lp.n_slots, modulation=lp.modulation,
+                               capacity_gbps=lp.capacity_gbps, job_id=job_id,
+                               created_s=time.time())
+            if self.layout is not None:
+                try:
+                    check_route(self.layout, self._route(row))
+                except ValueError as exc:
+                    raise RequestError(422, str(exc)) from None
+            self.metrics.requests.inc()
+            self.store.save([row])
+            self.rows[lp_id] = row
+            self.optical[lp_id] = lp
+            self._caps(row, on=True)
+            if program:
+                self._program()
+            self._update_gauges()
+            dt = self.clock() - t0
+            self.metrics.setup_seconds.observe(dt)
+            view = self._view(row)
+            view["setup_s"] = dt
+            return view
+
+    def program(self) -> None:
+        """Install the desired rules now (after adopt/delete with program=False)."""
+        with self.lock:
+            self._program()
+
+    def delete(self, lp_id: int, program: bool = True) -> dict[str, Any]:
         with self.lock:
             row = self.rows.get(lp_id)
             if row is None:
                 raise RequestError(404, f"no lightpath {lp_id}")
             self.store.save([], delete_ids=[lp_id])
             self._drop(lp_id)
-            self._program()
+            if program:
+                self._program()
             self._update_gauges()
             return self._view(row)
 

@@ -132,7 +132,13 @@ def test_four_dc_up_verify_down_leaves_nothing(tmp_path: Path) -> None:
     assert manifest["backend"] == "emu" and manifest["link_mode"] == "userspace"
     assert manifest["bandwidth_divisor"] == 10000 and manifest["time_factor"] == 0.5
     net = json.loads((out / "network.json").read_text())
-    assert net["controller"] is None and len(net["hosts"]) == 8
+    # The os-ken controller programmed the switches (emulation.forwarding default) and
+    # was stopped before the network went down.
+    ctl = net["controller"]
+    assert ctl["rest_url"].startswith("http://127.0.0.1:") and ctl["token"]
+    assert summary["forwarding"] == "controller" and manifest["controller"]["pid"] == ctl["pid"]
+    assert not Path(f"/proc/{ctl['pid']}").exists()
+    assert len(net["hosts"]) == 8
     assert {f["mode"] for f in net["fibres"]} == {"userspace"}
     rows = (out / "probes.csv").read_text().splitlines()
     assert len(rows) == 7
@@ -160,7 +166,9 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
             assert proc.poll() is None, "lightpipe emu --hold exited early"
             assert time.monotonic() < deadline, "network did not come up"
             time.sleep(0.2)
-        prefix = json.loads((out / "network.json").read_text())["prefix"]
+        held = json.loads((out / "network.json").read_text())
+        prefix, ctl_pid = held["prefix"], held["controller"]["pid"]
+        assert Path(f"/proc/{ctl_pid}").exists()  # the run's os-ken controller
         # exec runs inside a host of the live network.
         r = subprocess.run([*LIGHTPIPE, "exec", "dc-b-h1", "--network", str(out), "--", "ip",
                             "-o", "-4", "addr"], cwd=REPO, capture_output=True, text=True)
@@ -174,6 +182,7 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
         time.sleep(0.5)
         left = leftovers(prefix)
         assert not any(left.values()), left
+        assert not Path(f"/proc/{ctl_pid}").exists(), "lightpipe clean left the controller"
         ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert other_ns in ns
         assert subprocess.run(["ip", "link", "show", other_veth],
@@ -194,7 +203,7 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
         "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-b", "node": "B", "gpus": 8}],
         "workload": {"kind": "lightpath_requests"},
         "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 3,
-                      "dc_fabric": "leaf_spine"}}))
+                      "dc_fabric": "leaf_spine", "forwarding": "static"}}))
     out = tmp_path / "held"
     proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -209,7 +218,9 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
-    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True and summary["forwarding"] == "static"
+    assert net["controller"] is None
     pings = json.loads((out / "verification.json").read_text())["pings"]
     assert len(pings) == 5 and all(p["received"] == p["sent"] for p in pings)  # across leaves
     assert not any(leftovers(prefix).values())

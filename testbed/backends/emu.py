@@ -7,6 +7,7 @@ manifest, in the same record layout as the simulation backend.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
@@ -66,6 +67,7 @@ class EmuBackend:
             ready: threading.Event | None = None,
             on_hold: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Build, verify and measure; with hold, keep the network up until SIGINT/SIGTERM."""
+        from controllers.emu_run import describe
         from testbed.emu.netinfo import network_info
         from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
         from testbed.emu.plan import build_plan
@@ -78,11 +80,32 @@ class EmuBackend:
         out_dir = Path(out_dir)
         interrupted = False
         jobs_result: dict[str, Any] = {}
+        use_ctl = scenario.emulation.forwarding == "controller"
+        if use_ctl:
+            from controllers.emu_run import controller_available
+
+            ok, why = controller_available()
+            if not ok:
+                raise RuntimeFailure(why)
+        ctl: Any = None
         with staged_dir(out_dir) as stage, sigterm_as_interrupt():
+            controller = None
+            if use_ctl:
+                from controllers.emu_glue import controller_address
+
+                controller = controller_address()
             net = EmuNetwork(plan, link_mode=mode, datapath=scenario.emulation.datapath,
-                             seed=getattr(scenario.workload, "seed", 1))
-            with net:
+                             seed=getattr(scenario.workload, "seed", 1), controller=controller)
+            with net, contextlib.ExitStack() as ctl_stack:  # controller stops before the net
+                if use_ctl:
+                    from controllers.emu_run import start_run_controller
+
+                    ctl = start_run_controller(net, scenario, stage / "controller")
+                    ctl_stack.callback(ctl.stop)
+                plan = net.plan  # with a controller: its lightpaths
                 info = network_info(net)
+                if ctl is not None:
+                    info["controller"] = describe(ctl)
                 atomic_write_json(net.state_dir / "network.json", info)
                 check = verify(net)
                 if not check["ok"]:
@@ -118,6 +141,8 @@ class EmuBackend:
             atomic_write_json(stage / "verification.json", check)
             summary = _summary(plan, net.link_mode, net.datapath, check, probes, timings,
                                time.monotonic() - t0, interrupted)
+            summary["forwarding"] = scenario.emulation.forwarding
+            summary["controller"] = describe(ctl, with_token=False) if ctl else None
             summary.update(jobs_result)
             atomic_write_json(stage / "summary.json", summary)
             write_manifest(stage, scenario, self.name, link_mode=net.link_mode,
@@ -126,6 +151,8 @@ class EmuBackend:
                            time_factor=scenario.emulation.time_factor,
                            kernel_features={"netem": netem_available(),
                                             "ovs_kernel_datapath": ovs_kernel_datapath()},
+                           forwarding=scenario.emulation.forwarding,
+                           controller=describe(ctl, with_token=False) if ctl else None,
                            records=["summary.json", "probes.csv", "network.json",
                                     "verification.json"])
         return summary

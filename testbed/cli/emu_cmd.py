@@ -50,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(hosts, list)
         for h in hosts:
             emit(f"  {h['name']:<20} {h['dc']:<16} {h['ip']}")
+        ctl = info.get("controller")
+        if isinstance(ctl, dict):
+            emit(f"emu: SDN controller REST API at {ctl['rest_url']} (bearer token in "
+                 f"{out}/network.json)")
         emit("emu: holding; `lightpipe exec HOST -- CMD` runs in a host; Ctrl-C or SIGTERM "
              "tears down")
         sys.stdout.flush()

@@ -328,6 +328,16 @@ class EmulationSpec(Frozen):
         default=1, description="pp_jobs: iterations run first and left out of the timing")
     max_jobs: Annotated[int, Field(ge=1, le=64)] = Field(
         default=2, description="pp_jobs: emulate the first N placed jobs concurrently")
+    forwarding: Literal["controller", "static"] = Field(
+        default="controller", description="who programs the switches: the os-ken SDN "
+        "controller (lightpaths set up through its REST API; needs os-ken) or static "
+        "OpenFlow rules written once by the emulator")
+    max_requests: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=50, description="lightpath_requests: replay the first N requests of the "
+        "scenario through the controller")
+    replay_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
+        default=15.0, description="lightpath_requests/events: wall-clock seconds the replayed "
+        "sample (and the spec events in it) is scaled to")
 
 
 class Scenario(Frozen):

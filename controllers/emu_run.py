@@ -1,0 +1,108 @@
+"""The controller inside one `lightpipe emu` run: start, default lightpaths, describe, stop.
+
+`lightpipe emu` (testbed.backends.emu) builds the network with
+`EmuNetwork(plan, controller=controller_address())` when `emulation.forwarding` is
+`controller`, then calls `start_run_controller(net, scenario, run_dir)`: the controller
+starts (OpenFlow listener in the run's namespace, REST on the host's loopback, a fresh
+bearer token), is recorded in the run state (so `lightpipe clean` kills a leftover one),
+gets the layout, and sets up the plan's DC-pair lightpaths through `POST /lightpaths`
+(same VLAN ids as the static plan). The plan's lightpaths are replaced by what the
+controller answered (its route, slots and capacity), so verification and the iperf3
+probes check the controller's decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import secrets
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controllers.launcher import ControllerProcess
+from testbed.errors import RuntimeFailure
+from testbed.spec import Scenario
+
+log = logging.getLogger(__name__)
+
+
+def controller_available() -> tuple[bool, str]:
+    """Whether the os-ken controller can run here (os-ken importable)."""
+    if importlib.util.find_spec("os_ken") is None and importlib.util.find_spec("ryu") is None:
+        return False, ("emulation.forwarding is 'controller' but os-ken is not installed "
+                       "(pip install os-ken, or set emulation.forwarding: static)")
+    return True, ""
+
+
+def write_spec(scenario: Scenario, path: Path) -> Path:
+    """The scenario as a YAML file the controller process can load (paths absolute)."""
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def start_run_controller(net: Any, scenario: Scenario, run_dir: Path,
+                         token: str | None = None) -> ControllerProcess:
+    """Start and attach the controller for a started EmuNetwork; set up its lightpaths."""
+    from controllers.emu_glue import attach_controller
+
+    ok, why = controller_available()
+    if not ok:
+        raise RuntimeFailure(why)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = write_spec(scenario, run_dir / "controller-scenario.yaml")
+    token = token or secrets.token_urlsafe(18)
+    try:
+        ctl = attach_controller(net, spec, run_dir, token=token)
+    except RuntimeError as exc:
+        raise RuntimeFailure(f"controller start-up failed: {exc}") from None
+    if net.state is not None:
+        net.state.add_proc(ctl.proc.pid, "controller", "os-ken")
+    net.controller_client = ctl  # for hooks (pp_jobs) that call the REST API
+    try:
+        net.plan = setup_plan_lightpaths(ctl, net.plan)
+    except BaseException:
+        ctl.stop()
+        raise
+    return ctl
+
+
+def setup_plan_lightpaths(ctl: ControllerProcess, plan: Any) -> Any:
+    """POST one lightpath per plan DC pair (slots and VLAN id of the plan); return the
+    plan with its lightpaths replaced by the controller's answers."""
+    lps = []
+    delay = {frozenset((f.u, f.v)): f.delay_ms for f in plan.fibres}
+    for lp in plan.lightpaths:
+        status, body = ctl.request("POST", "/lightpaths", {
+            "src_dc": lp.dc_a, "dst_dc": lp.dc_b, "slots": lp.slots, "vid": lp.vlan})
+        if status != 201:
+            msg = body.get("error", body) if isinstance(body, dict) else body
+            raise RuntimeFailure(f"controller refused the {lp.dc_a}-{lp.dc_b} lightpath "
+                                 f"({lp.slots} slots): {status} {msg}; lower "
+                                 "emulation.lightpath_gbps or use emulation.forwarding: static")
+        nodes = tuple(body["nodes"])
+        if nodes != lp.path:
+            log.info("controller routed %s-%s on %s (plan: %s)", lp.dc_a, lp.dc_b,
+                     "-".join(nodes), "-".join(lp.path))
+        lps.append(dataclasses.replace(
+            lp, path=nodes, real_gbps=body["capacity_gbps"], slots=body["n_slots"],
+            rate_mbps=body["capacity_gbps"] * 1000.0 / plan.bandwidth_divisor,
+            delay_ms=round(sum(delay[frozenset(e)] for e in pairwise(nodes)), 6)))
+    return dataclasses.replace(plan, lightpaths=tuple(lps))
+
+
+def describe(ctl: ControllerProcess | None, with_token: bool = True) -> dict[str, Any] | None:
+    """network.json / summary / manifest record of the run's controller."""
+    if ctl is None:
+        return None
+    d = ctl.describe()
+    log_path = Path(d["log"])
+    d["log"] = f"{log_path.parent.name}/{log_path.name}"  # relative to the run's out dir
+    if not with_token:
+        d.pop("token", None)
+    return d
