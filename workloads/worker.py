@@ -48,6 +48,43 @@ def _emit(fh: TextIO, record: dict[str, Any]) -> None:
     fh.flush()
 
 
+def check_self_reach(ip: str, timeout_s: float = 3.0) -> None:
+    """Fail clearly unless this host can open a TCP connection to its own address `ip`.
+
+    Stage 0 hosts the rendezvous store and connects to it itself, and two stages on
+    one host connect to each other: both go through the host's loopback device even
+    when addressed to the interface's IP. A Mininet host whose `lo` is down (the cause
+    of the first cross-DC rendezvous failures) drops those packets and torch reports
+    only a client time-out after the full gloo timeout.
+    """
+    import socket
+
+    with socket.socket() as lsock, socket.socket() as csock:
+        lsock.bind((ip, 0))
+        lsock.listen(1)
+        csock.settimeout(timeout_s)
+        try:
+            csock.connect(lsock.getsockname())
+        except OSError as exc:
+            raise RuntimeError(f"cannot open TCP to this host's own address {ip} ({exc}); "
+                               "is the host's loopback device 'lo' up?") from exc
+
+
+def iface_ipv4(iface: str) -> str | None:
+    """IPv4 address of `iface` in this network namespace (None if it has none)."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            res = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                              struct.pack("256s", iface.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(res[20:24])
+
+
 def run(args: argparse.Namespace, fh: TextIO) -> None:
     if args.iface:
         os.environ["GLOO_SOCKET_IFNAME"] = args.iface
@@ -81,6 +118,11 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     else:
         from workloads.model import ModelProgram
         program = ModelProgram(plan, args.rank)
+    own_ip = iface_ipv4(args.iface) if args.iface else None
+    if own_ip is None and args.rank == 0:
+        own_ip = args.master.rsplit(":", 1)[0]
+    if own_ip is not None:
+        check_self_reach(own_ip)
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
                             world_size=plan.stages, timeout=timedelta(seconds=args.timeout_s))
     t_ready = time.monotonic()
