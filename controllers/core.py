@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from controllers.layout import Layout
 from controllers.metrics import ControllerMetrics
 from controllers.rules import (
+    NODE_END,
     FlowRule,
     LayoutIndex,
     LightpathRoute,
@@ -104,7 +105,10 @@ class ControllerCore:
         self.net = OpticalNetwork.from_scenario(scenario)
         self.metrics = metrics or ControllerMetrics()
         self.dc_node = {d.name: d.node for d in scenario.dcs}
-        self.rng = random.Random(getattr(scenario.workload, "seed", 1))
+        # Lightpath ends that are optical nodes without a DC ("node:<id>", ROADM rules only)
+        self.dc_node.update({f"{NODE_END}{n}": n for n in self.net.topology.nodes})
+        # random_fit draws from the same stream as the simulator (testbed.sim.engine)
+        self.rng = random.Random(f"{getattr(scenario.workload, 'seed', 1)}:spectrum")
         self.layout: LayoutIndex | None = LayoutIndex.build(layout) if layout else None
         self.rows: dict[int, LightpathRow] = {}
         self.optical: dict[int, Lightpath] = {}  # controller id -> optical lightpath
@@ -370,8 +374,9 @@ class ControllerCore:
                        dst_host: str | None) -> None:
         for name in (src_dc, dst_dc):
             if name not in self.dc_node:
-                raise RequestError(404, f"unknown DC {name!r} (known: "
-                                   f"{', '.join(sorted(self.dc_node))})")
+                dcs = sorted(d.name for d in self.scenario.dcs)
+                raise RequestError(404, f"unknown DC {name!r} (known: {', '.join(dcs)}; or "
+                                   f"{NODE_END}<optical node>)")
         if self.dc_node[src_dc] == self.dc_node[dst_dc]:
             raise RequestError(400, f"{src_dc} and {dst_dc} sit on the same optical node "
                                f"{self.dc_node[src_dc]}: no lightpath needed")

@@ -233,12 +233,23 @@ def base_rules(ix: LayoutIndex, routing: RoutingPolicy) -> list[FlowRule]:
     return rules
 
 
+NODE_END = "node:"  # an end that is an optical node without a DC: "node:<id>"
+
+
+def end_node(ix: LayoutIndex, end: str) -> str | None:
+    """Optical node of a lightpath end (a DC name or "node:<id>"), None if unknown."""
+    if end.startswith(NODE_END):
+        node = end[len(NODE_END):]
+        return node if node in ix.roadm else None
+    return ix.dc_node.get(end) if end in ix.edge else None
+
+
 def check_route(ix: LayoutIndex, lp: LightpathRoute) -> None:
     """ValueError if the layout cannot carry the lightpath (unknown DC, node, port, host)."""
     for dc in (lp.src_dc, lp.dst_dc):
-        if dc not in ix.edge:
+        if end_node(ix, dc) is None:
             raise ValueError(f"DC {dc!r} has no uplink in the layout")
-    if ix.dc_node[lp.src_dc] != lp.nodes[0] or ix.dc_node[lp.dst_dc] != lp.nodes[-1]:
+    if end_node(ix, lp.src_dc) != lp.nodes[0] or end_node(ix, lp.dst_dc) != lp.nodes[-1]:
         raise ValueError(f"route {'-'.join(lp.nodes)} does not join {lp.src_dc} and {lp.dst_dc}")
     for u, v in pairwise(lp.nodes):
         if (u, v) not in ix.fibre_port:
@@ -261,6 +272,18 @@ def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute, carries_dc_pair: bool) 
     ends = ((lp.src_dc, lp.dst_dc, lp.src_host, lp.dst_host, lp.nodes),
             (lp.dst_dc, lp.src_dc, lp.dst_host, lp.src_host, tuple(reversed(lp.nodes))))
     for a_dc, b_dc, a_host, b_host, nodes in ends:
+        if a_dc.startswith(NODE_END) or b_dc.startswith(NODE_END):
+            # An end without a DC (a request between optical nodes): only the ROADM
+            # cross-connects of the hops, from the end nodes' fibres on.
+            rules.extend(_roadm_rules(ix, lp, tag, cookie, nodes,
+                                      None if a_dc.startswith(NODE_END) else ix.edge[a_dc][3],
+                                      None if b_dc.startswith(NODE_END) else ix.edge[b_dc][3]))
+            if not b_dc.startswith(NODE_END):
+                b_edge, b_port, _, _ = ix.edge[b_dc]
+                rules.append(FlowRule(ix.dpid[b_edge], 0, P_VLAN,
+                                      (("in_port", b_port), ("vlan_vid", tag)),
+                                      (("pop_vlan", 0), ("goto_table", 1)), cookie))
+            continue
         edge_sw, edge_port, _, a_roadm_port = ix.edge[a_dc]
         dpid = ix.dpid[edge_sw]
         push: tuple[Action, ...] = (("push_vlan", ETH_VLAN), ("set_vlan_vid", tag),
@@ -291,6 +314,22 @@ def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute, carries_dc_pair: bool) 
     return rules
 
 
+def _roadm_rules(ix: LayoutIndex, lp: LightpathRoute, tag: int, cookie: int,
+                 nodes: tuple[str, ...], a_port: int | None,
+                 b_port: int | None) -> list[FlowRule]:
+    """Per-ROADM (in_port, VLAN) -> out rules along nodes; ends without a port skipped."""
+    out = []
+    for i, node in enumerate(nodes):
+        in_port = a_port if i == 0 else ix.fibre_port[(node, nodes[i - 1])]
+        out_port = b_port if i == len(nodes) - 1 else ix.fibre_port[(node, nodes[i + 1])]
+        if in_port is None or out_port is None:
+            continue
+        out.append(FlowRule(ix.dpid[ix.roadm[node]], 0, P_VLAN,
+                            (("in_port", in_port), ("vlan_vid", tag)),
+                            (("output", out_port),), cookie))
+    return out
+
+
 def desired_rules(ix: LayoutIndex, routing: RoutingPolicy,
                   lightpaths: Iterable[LightpathRoute]) -> dict[int, dict[tuple, FlowRule]]:
     """Every rule the network should hold, by dpid and rule key."""
@@ -300,7 +339,8 @@ def desired_rules(ix: LayoutIndex, routing: RoutingPolicy,
     owners: dict[frozenset[str], int] = {}
     lps = sorted(lightpaths, key=lambda lp: lp.id)
     for lp in lps:
-        if lp.src_host is None:
+        if lp.src_host is None and not (lp.src_dc.startswith(NODE_END)
+                                        or lp.dst_dc.startswith(NODE_END)):
             owners.setdefault(frozenset((lp.src_dc, lp.dst_dc)), lp.id)
     for lp in lps:
         own = owners.get(frozenset((lp.src_dc, lp.dst_dc))) == lp.id
