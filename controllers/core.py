@@ -50,11 +50,49 @@ class CapacityChannel(Protocol):
     def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None: ...
 
 
+class NetemChannel:
+    """CapacityChannel for netem-mode fibres: the layout's control is "netem:<descriptor>"
+    (written by testbed.emu.links.NetemLink.write_descriptor); the per-lightpath cap is an
+    HTB class + flower VLAN filter in the fibre's middle namespace (tc through mnexec)."""
+
+    def __init__(self) -> None:
+        self.links: dict[str, Any] = {}
+
+    def link(self, control: str) -> Any:
+        got = self.links.get(control)
+        if got is None:
+            import json
+            from pathlib import Path
+
+            from testbed.emu.links import NetemLink
+
+            path = Path(control.removeprefix(NetemLink.NETEM_CONTROL))
+            got = self.links[control] = NetemLink.from_descriptor(json.loads(path.read_text()))
+        return got
+
+    def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None:
+        link = self.link(control)
+        if link.caps_mbps.get(vid) == rate_mbps:
+            return  # already so (e.g. the emulator's start-up caps): no tc rebuild
+        try:
+            link.set_cap(vid, rate_mbps)
+        except Exception as exc:  # RuntimeFailure from tc
+            raise RuntimeError(str(exc)) from None
+
+
 class ForwarderChannel:
-    """CapacityChannel over the emulator's control socket (testbed.emu.forwarder)."""
+    """CapacityChannel over the emulator's control socket (testbed.emu.forwarder), or
+    tc/HTB for netem-mode fibres (control "netem:<descriptor>")."""
+
+    def __init__(self) -> None:
+        self.netem = NetemChannel()
 
     def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None:
         from testbed.emu.forwarder import control_request
+
+        if control.startswith("netem:"):
+            self.netem.set_cap(control, vid, rate_mbps)
+            return
 
         req: dict[str, Any] = ({"vlan": vid, "remove": True} if rate_mbps is None
                                else {"vlan": vid, "rate_mbps": rate_mbps})

@@ -49,6 +49,8 @@ def layout_from_emu(net: Any) -> Layout:
     for f in plan.fibres:
         emu = getattr(net, "emulators", {}).get(f.middle)
         control = getattr(emu, "control", None) if emu is not None else None
+        if control is None and hasattr(emu, "write_descriptor"):  # netem mode: tc/HTB
+            control = emu.write_descriptor()
         links.append(LinkSpec(a=f.roadm_u, a_port=ports[(f.roadm_u, f.middle)],
                               b=f.roadm_v, b_port=ports[(f.roadm_v, f.middle)],
                               kind="fibre", control=control))

@@ -53,7 +53,8 @@ class LinkSpec(_Frozen):
     b_port: Port
     kind: Literal["fibre", "uplink", "fabric"]
     control: str | None = Field(default=None, description="fibre emulator control socket "
-                                "(per-lightpath capacity), if any")
+                                "(per-lightpath capacity), or 'netem:<descriptor file>' for a "
+                                "netem/HTB fibre (testbed.emu.links.NetemLink), if any")
 
 
 class HostSpec(_Frozen):

@@ -187,6 +187,32 @@ class NetemLink(LinkEmulator):
     def start(self) -> None:
         self._tc(self.script())
 
+    NETEM_CONTROL = "netem:"  # a layout `control` naming a descriptor file: "netem:<path>"
+
+    def descriptor(self) -> dict[str, object]:
+        """What another process (the SDN controller) needs to re-shape this fibre."""
+        from dataclasses import asdict
+
+        return {"fibre": asdict(self.fibre), "ns_pid": self.ns_pid, "intf_u": self.intf_u,
+                "intf_v": self.intf_v, "caps_mbps": {str(k): v for k, v in
+                                                     self.caps_mbps.items()},
+                "state_dir": str(self.state_dir), "seed": self.seed}
+
+    def write_descriptor(self) -> str:
+        """Write the descriptor next to the run state; return the layout control string."""
+        import json
+
+        path = self.state_dir / f"{self.fibre.middle}.netem.json"
+        path.write_text(json.dumps(self.descriptor()))
+        return self.NETEM_CONTROL + str(path)
+
+    @classmethod
+    def from_descriptor(cls, d: dict[str, object]) -> NetemLink:
+        fibre = FibrePlan(**d["fibre"])  # type: ignore[arg-type]
+        caps = {int(k): float(v) for k, v in d["caps_mbps"].items()}  # type: ignore[union-attr]
+        return cls(fibre, int(d["ns_pid"]), str(d["intf_u"]), str(d["intf_v"]),  # type: ignore[call-overload]
+                   caps, Path(str(d["state_dir"])), seed=int(d["seed"]))  # type: ignore[call-overload]
+
     def set_cap(self, vlan: int, rate_mbps: float | None) -> None:
         if rate_mbps is None:
             self.caps_mbps.pop(vlan, None)
