@@ -270,3 +270,53 @@ def requests_csv(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(",".join(str(r[c]) for c in REQUESTS_COLUMNS))
     return "\n".join(lines) + "\n"
+
+
+class EventReplayer:
+    """Plays the spec's fibre events in a background thread on a scaled clock (event at
+    at_s -> at_s x scale seconds after start()), e.g. while pp_jobs workers run; stop()
+    ends it (events not yet due are counted as not applied)."""
+
+    def __init__(self, events: Sequence[EventSpec], client: Client, scale: float,
+                 set_link: LinkSwitch | None = None, settle_timeout_s: float = 5.0) -> None:
+        import threading
+
+        self.events = sorted(events, key=lambda e: e.at_s)
+        self.client = client
+        self.scale = scale
+        self.set_link = set_link
+        self.settle_timeout_s = settle_timeout_s
+        self.applied: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="event-replay", daemon=True)
+
+    def start(self) -> EventReplayer:
+        if self.events:
+            self._t0 = time.monotonic()
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        for ev in self.events:
+            if self._stop.wait(max(0.0, self._t0 + ev.at_s * self.scale - time.monotonic())):
+                return
+            try:
+                rec = _event(ev, self.client, {}, self.set_link, time.monotonic, time.sleep,
+                             self.settle_timeout_s)
+            except Exception as exc:  # recorded, the run goes on
+                self.errors.append(f"{ev.kind} {'-'.join(ev.link)}: {exc}")
+                continue
+            rec["at_s"] = ev.at_s
+            self.applied.append(rec)
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.settle_timeout_s + 5)
+        return {"events": self.applied, "events_applied": len(self.applied),
+                "events_not_reached": len(self.events) - len(self.applied)
+                - len(self.errors), "event_errors": self.errors,
+                "cut_to_restored_s": [e["cut_to_restored_s"] for e in self.applied
+                                      if "cut_to_restored_s" in e],
+                "events_time_scale": self.scale}

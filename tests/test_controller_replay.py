@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,28 @@ def test_replay_clock_is_scaled(tmp_path: Path) -> None:
         api.close()
     assert now[0] == pytest.approx(12.0)  # last arrival lands at replay_s
     assert res.summary["replay_time_scale"] == pytest.approx(12.0 / sample[-1][1])
+
+
+def test_event_replayer_cuts_and_repairs_in_background(tmp_path: Path) -> None:
+    from controllers.replay import EventReplayer
+
+    sc = _scenario(events=[{"at_s": 0.0, "kind": "fiber_cut", "link": ["1", "3"]},
+                           {"at_s": 0.01, "kind": "fiber_repair", "link": ["1", "3"]},
+                           {"at_s": 1000.0, "kind": "fiber_cut", "link": ["1", "2"]}])
+    api = _serve(sc, tmp_path)
+    try:
+        client = _client(api)
+        status, lp = client("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
+                                                    "slots": 2})
+        assert status == 201 and ["1", "3"] == lp["nodes"][:2]
+        ev = EventReplayer(sc.events, client, scale=1.0).start()
+        deadline = time.monotonic() + 5
+        while len(ev.applied) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = ev.stop()
+        assert out["events_applied"] == 2 and out["events_not_reached"] == 1
+        assert out["events"][0]["restored"] == [lp["id"]]
+        assert not api.core.net.is_failed("1", "3")
+        assert api.core.lightpath(lp["id"])["nodes"][:2] != ["1", "3"]  # re-routed
+    finally:
+        api.close()

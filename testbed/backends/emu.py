@@ -131,10 +131,17 @@ class EmuBackend:
                 elif scenario.workload.kind == "pp_jobs":
                     from workloads.emu_jobs import run_pp_jobs  # PyTorch workers (issue 8)
 
+                    events = _event_replayer(ctl, net, scenario)  # fibre cuts meanwhile
                     jobs_result = run_pp_jobs(scenario, net, stage, quiet)
+                    if events is not None:
+                        jobs_result = {**jobs_result, **events.stop()}
                     probes = []
                 else:
                     probes = measure_lightpaths(net, probe_seconds, quiet)
+                    if ctl is not None:  # requests (and fibre events) through the controller
+                        from controllers.emu_run import run_replay
+
+                        jobs_result = run_replay(ctl, net, scenario, stage)
             timings = dict(net.timings_s)
             atomic_write_json(stage / "network.json", info)
             atomic_write_text(stage / "probes.csv", _csv(probes))
@@ -154,8 +161,22 @@ class EmuBackend:
                            forwarding=scenario.emulation.forwarding,
                            controller=describe(ctl, with_token=False) if ctl else None,
                            records=["summary.json", "probes.csv", "network.json",
-                                    "verification.json"])
+                                    "verification.json"]
+                           + (["requests.csv"] if (stage / "requests.csv").exists() else []))
         return summary
+
+
+def _event_replayer(ctl: Any, net: Any, scenario: Scenario) -> Any:
+    """pp_jobs with a controller: the spec's fibre events on the emulated clock (at_s x
+    emulation.time_factor), as real port-downs the controller restores; else None."""
+    if ctl is None or not scenario.events:
+        return None
+    from controllers.replay import EventReplayer
+    from testbed.emu.events import link_switch
+
+    return EventReplayer(scenario.events, lambda m, p, b: ctl.request(m, p, b),
+                         scale=scenario.emulation.time_factor,
+                         set_link=link_switch(net)).start()
 
 
 def measure_lightpaths(net: Any, seconds: float, quiet: bool) -> list[dict[str, Any]]:

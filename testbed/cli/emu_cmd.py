@@ -8,7 +8,8 @@ from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
 
 HELP = "emulate a scenario (root): build, verify, probe, tear down; --hold keeps it up"
 SHOWN = ("link_mode", "datapath", "hosts", "switches", "fibres", "lightpaths", "verified",
-         "mean_goodput_ratio", "min_goodput_ratio", "setup_s", "teardown_s", "wall_s")
+         "mean_goodput_ratio", "min_goodput_ratio", "setup_s", "teardown_s", "wall_s",
+         "forwarding", "requests", "blocking_ratio", "sim_blocking_ratio", "cut_to_restored_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,4 +66,7 @@ def run(args: argparse.Namespace) -> int:
     for key in SHOWN:
         if key in summary:
             emit(f"  {key}: {summary[key]}")
+    agr = summary.get("agreement")
+    if isinstance(agr, dict):  # lightpath_requests replayed through the controller
+        emit(f"  agreement with sim: {agr['same']}/{agr['requests']} decisions identical")
     return 0
