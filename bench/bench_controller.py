@@ -8,7 +8,9 @@ backend, starts the controller, then prints
     median and p99 (client side) and the controller's own set-up time;
   - restoration time of one cut fibre (port down on the busiest fibre): the
     controller's cut-detected -> re-routed-rules-installed time, and the count of
-    lightpaths restored / lost; also a REST-injected cut.
+    lightpaths restored / lost; also a REST-injected cut;
+  - POST /jobs (placement + all boundary lightpaths' rules installed) and DELETE
+    latency for 8-stage jobs under sp-ff and cba.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def restorable(sc, lps, fibre) -> int:  # type: ignore[no-untyped-def]
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lightpaths", type=int, default=40)
+    ap.add_argument("--jobs", type=int, default=20, help="POST /jobs + DELETE rounds")
     args = ap.parse_args()
     from controllers.emu_glue import attach_controller, controller_address
     from testbed.emu.network import EmuNetwork
@@ -125,6 +128,32 @@ def main() -> int:
             print(f"REST cut of fibre {u2}-{v2} ({n2} lightpaths): restored "
                   f"{len(res['restored'])}, lost {len(res['lost'])} in "
                   f"{res['restoration_s'] * 1e3:.1f} ms")
+            # POST /jobs: placement (testbed.jobs policy on the controller's optical state)
+            # + every boundary lightpath's rules installed; then DELETE.
+            for lp in ids:
+                ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+            for u_, v_ in ((u, v), (u2, v2)):
+                ctl.request("POST", "/repairs", {"link": [u_, v_]})
+            for policy in ("sp-ff", "cba"):
+                place, drop, n_lp = [], [], 0
+                for _ in range(args.jobs):
+                    t = time.perf_counter()
+                    status, job = ctl.request("POST", "/jobs", {
+                        "model": "llama2-7b", "stages": 8, "gpus_per_stage": 32,
+                        "policy": policy})
+                    place.append(time.perf_counter() - t)
+                    if status != 201:
+                        print(f"job refused: {status} {job}")
+                        continue
+                    n_lp += len(job["lightpath_ids"])
+                    t = time.perf_counter()
+                    ctl.request("DELETE", f"/jobs/{job['id']}")
+                    drop.append(time.perf_counter() - t)
+                print(f"POST /jobs ({policy}, 8 stages, {n_lp / max(1, len(drop)):.1f} "
+                      f"lightpaths each, n={len(place)}): median "
+                      f"{statistics.median(place) * 1e3:.1f} ms, p99 "
+                      f"{pct(place, 0.99) * 1e3:.1f} ms; DELETE median "
+                      f"{statistics.median(drop) * 1e3:.1f} ms")
         finally:
             if ctl is not None:
                 ctl.stop()

@@ -299,3 +299,39 @@ def test_layout_matches(env: dict[str, Any]) -> None:
     assert len(lay["switches"]) == len(env["net"].plan.switches)
     assert all(Path(link["control"]).exists() for link in lay["links"]
                if link["kind"] == "fibre")
+
+
+def test_job_lightpaths_carry_traffic(env: dict[str, Any]) -> None:
+    """POST /jobs: the boundary's lightpath carries the stage hosts' traffic, on its route."""
+    net, ctl = env["net"], env["ctl"]
+    for lp in ctl.request("GET", "/lightpaths")[1]["lightpaths"]:  # a clean slate
+        ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+    for f in ctl.request("GET", "/topology")[1]["fibres"]:
+        if f["failed"]:
+            ctl.request("POST", "/repairs", {"link": [f["u"], f["v"]]})
+    status, job = ctl.request("POST", "/jobs", {"model": "llama2-7b", "stages": 2,
+                                                "gpus_per_stage": 8, "policy": "sp-ff"})
+    assert status == 201, job
+    assert sorted(job["dcs"]) == ["dc-a", "dc-c"]
+    (b,) = job["boundaries"]
+    lp = b["lightpath"]
+    assert lp["src_host"] == b["src_host"] and lp["dst_host"] == b["dst_host"]
+    hosts = {h.name: h for h in net.plan.hosts}
+    src, dst = hosts[b["src_host"]], hosts[b["dst_host"]]
+    before = {n: _vlan_packets(net, _roadm(net, n), lp["vid"]) for n in lp["nodes"]}
+    assert _ping_ok(net, src, dst, count=5) >= 4
+    for n in lp["nodes"]:
+        assert _vlan_packets(net, _roadm(net, n), lp["vid"]) > before[n], n
+    res = _probe(net, lp, src, dst)
+    assert res.delivered and res.tag_ok and res.hops_seen == res.hops_expected, res
+    # Only that host pair rides it: the DCs' other hosts have no lightpath.
+    other_a = next(h for h in net.plan.hosts if h.dc == src.dc and h.name != src.name)
+    other_c = next(h for h in net.plan.hosts if h.dc == dst.dc and h.name != dst.name)
+    assert _ping_ok(net, other_a, other_c, count=2) == 0
+    # a second job does not fit (16 GPUs in all): 409 no_gpus
+    status, body = ctl.request("POST", "/jobs", {"model": "llama2-7b", "stages": 1,
+                                                 "gpus_per_stage": 8})
+    assert status == 409 and body["reason"] == "no_gpus"
+    assert ctl.request("DELETE", f"/jobs/{job['id']}")[0] == 200
+    assert _ping_ok(net, src, dst, count=2) == 0
+    assert ctl.request("GET", "/lightpaths")[1]["lightpaths"] == []
