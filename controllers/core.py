@@ -401,6 +401,7 @@ class ControllerCore:
             if self.net.is_failed(u, v):
                 self.net.repair_link(u, v)
                 self.store.save([], repaired=(u, v))
+                log.info("fibre %s-%s repaired", u, v)
 
     def fibre_of_port(self, dpid: int, port: int) -> tuple[str, str] | None:
         ix = self.layout

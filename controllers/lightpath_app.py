@@ -107,6 +107,9 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         self.installed: dict[int, dict[tuple, FlowRule]] = {}
         self.barriers: dict[tuple[int, int], threading.Event] = {}
         self.sync_lock = threading.RLock()
+        # Last PortStatus per fibre port, in arrival order: a repair runs only if both ends
+        # are up when it gets the core's lock (a stale "up" must not undo a later cut).
+        self.port_up: dict[tuple[int, int], bool] = {}
         self.core = ControllerCore(scenario, Store(os.environ.get(
             "LIGHTPIPE_CTL_DB", "lightpipe-controller.db")), layout=layout, southbound=self,
             capacity=ForwarderChannel())
@@ -219,6 +222,10 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             return
         down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or \
             bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) or msg.reason == ofp.OFPPR_DELETE
+        self.port_up[(msg.datapath.id, msg.desc.port_no)] = not down
+        log.debug("switch %#x port %d: %s (reason %d, state %#x, config %#x)",
+                  msg.datapath.id, msg.desc.port_no, "down" if down else "up", msg.reason,
+                  msg.desc.state, msg.desc.config)
         if down:
             hub.spawn(self._cut, fibre, t0)
         else:
@@ -229,7 +236,15 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             self.core.fail_fibre(*fibre, t0=t0)
 
     def _repair(self, fibre: tuple[str, str]) -> None:
-        self.core.repair_fibre(*fibre)
+        with self.core.lock:
+            ix = self.core.layout
+            if ix is not None:
+                u, v = fibre
+                ends = ((ix.dpid[ix.roadm[u]], ix.fibre_port[(u, v)]),
+                        (ix.dpid[ix.roadm[v]], ix.fibre_port[(v, u)]))
+                if not all(self.port_up.get(e, True) for e in ends):
+                    return  # an end is (again) down: no repair
+            self.core.repair_fibre(*fibre)
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev: Any) -> None:

@@ -320,8 +320,14 @@ def test_job_lightpaths_carry_traffic(env: dict[str, Any]) -> None:
     src, dst = hosts[b["src_host"]], hosts[b["dst_host"]]
     before = {n: _vlan_packets(net, _roadm(net, n), lp["vid"]) for n in lp["nodes"]}
     assert _ping_ok(net, src, dst, count=5) >= 4
-    for n in lp["nodes"]:
-        assert _vlan_packets(net, _roadm(net, n), lp["vid"]) > before[n], n
+    deadline = time.monotonic() + 3.0  # OVS's revalidators refresh flow stats lazily
+    while True:
+        grew = {n: _vlan_packets(net, _roadm(net, n), lp["vid"]) > before[n]
+                for n in lp["nodes"]}
+        if all(grew.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert all(grew.values()), grew
     res = _probe(net, lp, src, dst)
     assert res.delivered and res.tag_ok and res.hops_seen == res.hops_expected, res
     # Only that host pair rides it: the DCs' other hosts have no lightpath.

@@ -59,6 +59,10 @@ class EmuBackend:
             build_plan(scenario, prefix="lp0000")
         except InputError as exc:
             return False, str(exc)
+        if scenario.emulation.forwarding == "controller":
+            from controllers.emu_run import controller_available
+
+            return controller_available()
         return True, ""
 
     def run(self, scenario: Scenario, out_dir: Path, quiet: bool = False, *,
