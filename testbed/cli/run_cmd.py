@@ -65,8 +65,12 @@ def run(args: argparse.Namespace) -> int:
         for key in ("requests", "jobs", "blocking_ratio", "mean_iteration_time_s", "wall_s"):
             if key in summary:
                 emit(f"  {key}: {summary[key]}")
-    if "emu" in summaries and summaries["emu"].get("agreement"):
-        _tabulate_agreement(summaries["emu"]["agreement"], out if len(names) > 1 else None)
+    agreement = summaries.get("emu", {}).get("agreement")
+    if isinstance(agreement, dict):  # lightpath_requests replayed through the controller
+        emit(f"agreement with sim: {agreement['same']}/{agreement['requests']} request "
+             "decisions identical (route, slots, accept)")
+    elif agreement:
+        _tabulate_agreement(agreement, out if len(names) > 1 else None)
     return 0
 
 
