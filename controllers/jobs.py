@@ -51,6 +51,7 @@ class JobService:
             self.jobs[job_id] = body
             for st in body["stages_placement"]:
                 self.cluster.free[self.dc_index[st["dc"]]] -= body["gpus_per_stage"]
+        core.metrics.jobs_active.set(len(self.jobs))
 
     # ---- API ---------------------------------------------------------------------------
     def list(self) -> list[dict[str, Any]]:
@@ -84,6 +85,8 @@ class JobService:
             update["schedule"] = req.schedule
         policy = self.core.scenario.policy.model_copy(update=update)
         core = self.core
+        t0 = core.clock()
+        core.metrics.job_requests.inc()
         with core.lock:
             job_id = max(self.jobs, default=0) + 1
             jr = JobRequest(job_id, 0.0, req.model, req.stages, req.gpus_per_stage,
@@ -91,7 +94,7 @@ class JobService:
             planner = Planner(self.cluster, policy, timer=self.timer, rng=self.rng)
             got = planner.place(Job(jr, arch), 0.0)
             if not isinstance(got, Placed):
-                core.metrics.blocks.labels(reason=f"job_{got.reason}").inc()
+                core.metrics.job_refusals.labels(reason=got.reason).inc()
                 raise RequestError(409, f"job refused by {policy_name}: {got.reason}",
                                    reason=got.reason)
             try:
@@ -101,6 +104,8 @@ class JobService:
                 raise
             core.store.save_job(job_id, body)
             self.jobs[job_id] = body
+            core.metrics.jobs_active.set(len(self.jobs))
+            core.metrics.job_setup_seconds.observe(core.clock() - t0)
             log.info("job %d (%s, %d stages) placed by %s on %s", job_id, req.model,
                      req.stages, policy_name, ",".join(body["dcs"]))
             return self._live_view(body)
@@ -121,6 +126,7 @@ class JobService:
                 self.cluster.free[self.dc_index[st["dc"]]] += body["gpus_per_stage"]
             core.store.delete_job(job_id)
             del self.jobs[job_id]
+            core.metrics.jobs_active.set(len(self.jobs))
             view["removed"] = True
             return view
 

@@ -38,6 +38,17 @@ class ControllerMetrics:
                                        registry=r)
         self.switches = Gauge("lightpipe_switches_connected", "OpenFlow switches connected",
                               registry=r)
+        self.jobs_active = Gauge("lightpipe_jobs_active", "Pipeline jobs placed now (POST /jobs)",
+                                 registry=r)
+        self.job_requests = Counter("lightpipe_job_requests", "POST /jobs placement requests",
+                                    registry=r)
+        self.job_refusals = Counter("lightpipe_job_refusals",
+                                    "POST /jobs refused by the placement policy",
+                                    ["reason"], registry=r)
+        self.job_setup_seconds = Histogram("lightpipe_job_setup_seconds",
+                                           "POST /jobs to placement done and every boundary "
+                                           "lightpath's rules installed",
+                                           buckets=LATENCY_BUCKETS_S, registry=r)
 
     def exposition(self) -> bytes:
         """Text exposition format (GET /metrics)."""

@@ -141,6 +141,10 @@ def test_no_gpus_left_is_409_and_nothing_leaks(setup: Any) -> None:
     assert status == 409 and reply["reason"] == "no_gpus"
     n_rows = len(core.rows)
     assert sum(api.jobs.cluster.free) == 0 and len(core.rows) == n_rows
+    text = call(api, "GET", "/metrics")[1]
+    assert "lightpipe_jobs_active 2.0" in text
+    assert 'lightpipe_job_refusals_total{reason="no_gpus"} 1.0' in text
+    assert "lightpipe_job_setup_seconds_count 2.0" in text
 
 
 def test_jobs_survive_a_restart(tmp_path: Path) -> None:
