@@ -45,6 +45,28 @@ def write_spec(scenario: Scenario, path: Path) -> Path:
     return path
 
 
+def plan_lightpaths_refused(scenario: Scenario, plan: Any) -> str | None:
+    """Why the controller would refuse one of the plan's DC-pair lightpaths (None if it
+    sets them all up). Exact: the same core, same order, on an empty network. (The static
+    plan assumes regeneration beyond the modulation reach; the controller does not.)"""
+    import tempfile
+
+    from controllers.core import ControllerCore, RequestError
+    from controllers.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        core = ControllerCore(scenario, Store(Path(tmp) / "check.db"))
+        try:
+            for lp in plan.lightpaths:
+                try:
+                    core.request(lp.dc_a, lp.dc_b, slots=lp.slots, vid=lp.vlan)
+                except RequestError as exc:
+                    return f"{lp.dc_a}-{lp.dc_b} ({lp.slots} slots): {exc.message}"
+        finally:
+            core.store.close()
+    return None
+
+
 def start_run_controller(net: Any, scenario: Scenario, run_dir: Path,
                          token: str | None = None) -> ControllerProcess:
     """Start and attach the controller for a started EmuNetwork; set up its lightpaths."""

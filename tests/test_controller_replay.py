@@ -130,3 +130,14 @@ def test_event_replayer_cuts_and_repairs_in_background(tmp_path: Path) -> None:
         assert api.core.lightpath(lp["id"])["nodes"][:2] != ["1", "3"]  # re-routed
     finally:
         api.close()
+
+
+def test_plan_lightpaths_refused_names_the_pair() -> None:
+    from controllers.emu_run import plan_lightpaths_refused
+    from testbed.emu.plan import build_plan
+
+    quick = load_scenario(REPO / "scenarios/quickstart.yaml")
+    assert plan_lightpaths_refused(quick, build_plan(quick)) is None
+    regions = load_scenario(REPO / "scenarios/bace-regions.yaml")  # beyond modulation reach
+    why = plan_lightpaths_refused(regions, build_plan(regions))
+    assert why is not None and "no_reach" in why

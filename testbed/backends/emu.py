@@ -85,12 +85,18 @@ class EmuBackend:
         interrupted = False
         jobs_result: dict[str, Any] = {}
         use_ctl = scenario.emulation.forwarding == "controller"
+        fallback = None
         if use_ctl:
-            from controllers.emu_run import controller_available
+            from controllers.emu_run import controller_available, plan_lightpaths_refused
 
             ok, why = controller_available()
             if not ok:
                 raise RuntimeFailure(why)
+            fallback = plan_lightpaths_refused(scenario, plan)
+            if fallback is not None:  # e.g. beyond reach: the static plan regenerates
+                log.warning("the controller would refuse the DC-pair lightpath %s; emulating "
+                            "with static forwarding", fallback)
+                use_ctl = False
         ctl: Any = None
         with staged_dir(out_dir) as stage, sigterm_as_interrupt():
             controller = None
@@ -152,7 +158,9 @@ class EmuBackend:
             atomic_write_json(stage / "verification.json", check)
             summary = _summary(plan, net.link_mode, net.datapath, check, probes, timings,
                                time.monotonic() - t0, interrupted)
-            summary["forwarding"] = scenario.emulation.forwarding
+            summary["forwarding"] = "controller" if ctl is not None else "static"
+            if fallback is not None:
+                summary["forwarding_fallback"] = f"controller refuses {fallback}"
             summary["controller"] = describe(ctl, with_token=False) if ctl else None
             summary.update(jobs_result)
             atomic_write_json(stage / "summary.json", summary)
@@ -162,7 +170,7 @@ class EmuBackend:
                            time_factor=scenario.emulation.time_factor,
                            kernel_features={"netem": netem_available(),
                                             "ovs_kernel_datapath": ovs_kernel_datapath()},
-                           forwarding=scenario.emulation.forwarding,
+                           forwarding=summary["forwarding"],
                            controller=describe(ctl, with_token=False) if ctl else None,
                            records=["summary.json", "probes.csv", "network.json",
                                     "verification.json"]

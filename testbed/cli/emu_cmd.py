@@ -9,7 +9,8 @@ from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
 HELP = "emulate a scenario (root): build, verify, probe, tear down; --hold keeps it up"
 SHOWN = ("link_mode", "datapath", "hosts", "switches", "fibres", "lightpaths", "verified",
          "mean_goodput_ratio", "min_goodput_ratio", "setup_s", "teardown_s", "wall_s",
-         "forwarding", "requests", "blocking_ratio", "sim_blocking_ratio", "cut_to_restored_s")
+         "forwarding", "forwarding_fallback", "requests", "blocking_ratio", "sim_blocking_ratio",
+         "cut_to_restored_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
