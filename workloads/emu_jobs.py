@@ -62,6 +62,40 @@ def hosts_of(net: Any) -> dict[str, list[Host]]:
     return out
 
 
+# TCP as long-lived training connections see it: a pipeline stage's connection idles
+# between transfers for longer than an RTO (the WAN RTT is stretched by time_factor), and
+# Linux would then restart slow start for every activation (RFC 2861), adding whole RTTs
+# that neither real gloo/NCCL links with warm connections nor the simulator's
+# latency + size / bandwidth model have. Keep the congestion window across idle periods
+# and start it large enough for one activation. Per host network namespace only.
+TCP_INIT_WINDOW_SEGMENTS = 256
+HOST_TCP_SYSCTLS = ("net.ipv4.tcp_slow_start_after_idle=0",)
+
+
+def tune_host_tcp(hosts: list[Host], init_window: int = TCP_INIT_WINDOW_SEGMENTS) -> None:
+    """Apply HOST_TCP_SYSCTLS and initcwnd/initrwnd on every on-link route of each host."""
+    import subprocess
+
+    for h in hosts:
+        run = [*h.prefix]
+        sysctls = [a for s in HOST_TCP_SYSCTLS for a in ("-w", s)]
+        subprocess.run([*run, "sysctl", "-q", *sysctls], check=True,
+                       stdout=subprocess.DEVNULL, timeout=10)
+        if not h.iface:
+            continue
+        routes = subprocess.run([*run, "ip", "-o", "-4", "route", "show", "dev", h.iface],
+                                check=True, capture_output=True, text=True, timeout=10)
+        for line in routes.stdout.splitlines():
+            words = line.split()
+            for key in ("initcwnd", "initrwnd"):  # drop old values, keep the route key
+                while key in words:
+                    i = words.index(key)
+                    del words[i:i + 2]
+            subprocess.run([*run, "ip", "route", "change", *words, "dev", h.iface,
+                            "initcwnd", str(init_window), "initrwnd", str(init_window)],
+                           check=True, timeout=10)
+
+
 def _in_ns(fd: int | None, fn: Any) -> Any:
     """Run fn() in a thread that first joins netns `fd` (setns is per thread)."""
     if fd is None:
@@ -97,7 +131,9 @@ def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False
             result["prometheus_url"] = prom.url
             if not quiet:
                 log.warning("prometheus: %s (data in %s)", prom.url, prom.data_dir)
-        result.update(run_jobs_on_hosts(jobs, hosts_of(net), Path(out_dir), prometheus=prom,
+        by_dc = hosts_of(net)
+        tune_host_tcp([h for hs in by_dc.values() for h in hs])
+        result.update(run_jobs_on_hosts(jobs, by_dc, Path(out_dir), prometheus=prom,
                                         metrics_netns_fd=home_fd))
         if prom is not None:
             from testbed.metrics.query import query
