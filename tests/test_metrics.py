@@ -94,3 +94,44 @@ def test_live_prometheus_scrapes_every_worker_metric(tmp_path: Path) -> None:
         assert all(t["health"] == "up" for t in targets(prom.url))
         launcher.stop()
     assert any((tmp_path / "prometheus" / "data").iterdir())
+
+
+def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> None:
+    """The exporter reads each link's counters at scrape time (the forwarder's stats
+    format) and serves them under the forwarder's own metric names."""
+    import urllib.request
+    from types import SimpleNamespace
+
+    from testbed.metrics.links import LINK_METRIC_NAMES, LinkExporter
+
+    def direction(tx: int) -> dict:
+        return {"rx_packets": 3, "rx_bytes": tx, "tx_packets": 3, "tx_bytes": tx,
+                "tx_segments": 3, "queue_drops": 2, "loss_drops": 1, "down_drops": 0,
+                "send_errors": 0, "queue_depth_bytes": 1500, "in_flight_frames": 0,
+                "vlans": {"101": {"rate_mbps": 50.0, "bytes": tx, "packets": 3, "drops": 2,
+                                  "queue_depth_bytes": 0}}}
+
+    class Link:
+        def __init__(self, u: str, v: str, tx: int | None) -> None:
+            self.fibre = SimpleNamespace(u=u, v=v)
+            self.tx = tx
+
+        def stats(self) -> dict:
+            if self.tx is None:
+                raise ConnectionRefusedError("forwarder stopped")
+            return {"directions": {"a_to_b": direction(self.tx),
+                                   "b_to_a": direction(self.tx + 1)}}
+
+    exp = LinkExporter([Link("A", "B", 1000), Link("B", "C", None)])
+    exp.start()
+    try:
+        body = urllib.request.urlopen(f"http://{exp.target}/metrics", timeout=5).read().decode()
+    finally:
+        exp.stop()
+    for name in LINK_METRIC_NAMES:
+        assert f'{name}{{' in body, name
+    assert 'lightpipe_fibre_tx_bytes_total{direction="b_to_a",fibre="A-B"} 1001.0' in body
+    assert ('lightpipe_lightpath_drops_total{direction="a_to_b",fibre="A-B",vlan="101"} 2.0'
+            in body)
+    assert 'fibre="B-C"' not in body  # a stopped forwarder gives no samples, no error
+    assert exp.snapshot()["A-B"]["a_to_b"]["lightpath_drops"] == {"101": 2}

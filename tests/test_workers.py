@@ -201,3 +201,59 @@ def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:
     assert relative_error(nd, row["emulated_iteration_time_s"]) < 0.15
     assert (tmp_path / "iterations.csv").read_text().count("\n") == 1 + 4
     assert (tmp_path / "trace.json").stat().st_size > 100
+
+
+def test_emulated_hosts_tcp_windows_fit_the_lightpath_queue() -> None:
+    from testbed.emu.forwarder import default_queue_bytes
+    from testbed.emu.plan import build_plan
+    from workloads.emu_jobs import (
+        TCP_GOODPUT,
+        WIRE_BYTES_PER_SEGMENT,
+        host_routes,
+        window_segments,
+    )
+
+    assert TCP_GOODPUT == pytest.approx(1448 / 1518)
+    for rate, delay in ((50.0, 90.0), (25.0, 100.0), (1.0, 5.0)):
+        w = window_segments(rate, delay)
+        queue = default_queue_bytes(rate, delay)
+        bdp = rate * 1e6 / 8 * 2 * delay / 1e3
+        assert w * WIRE_BYTES_PER_SEGMENT <= queue  # a whole window fits the pacer queue
+        assert w * WIRE_BYTES_PER_SEGMENT >= min(bdp, queue) - 5 * WIRE_BYTES_PER_SEGMENT
+    sc = load_scenario(ROOT / "scenarios" / "calib-bandwidth-1f1b.yaml")
+    plan = build_plan(sc, prefix="lp0000")
+    routes = dict(host_routes(plan, "dc-a"))
+    assert set(routes) == {plan.dc_subnets["dc-b"], plan.dc_subnets["dc-c"]}
+    lp = next(x for x in plan.lightpaths if {x.dc_a, x.dc_b} == {"dc-a", "dc-c"})
+    assert routes[plan.dc_subnets["dc-c"]] == window_segments(lp.rate_mbps, lp.delay_ms)
+
+
+def test_simulated_side_uses_the_emulated_lightpaths() -> None:
+    from testbed.emu.plan import build_plan
+    from workloads.emu_jobs import TCP_GOODPUT, on_emulated_links
+
+    sc = load_scenario(ROOT / "scenarios" / "calib-bandwidth-1f1b.yaml")
+    plan = build_plan(sc, prefix="lp0000")
+    by_pair = {frozenset((lp.dc_a, lp.dc_b)): lp for lp in plan.lightpaths}
+    for job in plan_emulated_jobs(sc):
+        j = on_emulated_links(job, plan, sc)
+        for b, hop in enumerate(j.problem.hops):
+            a, c = j.stage_dcs[b], j.stage_dcs[b + 1]
+            if a == c:
+                assert hop == job.problem.hops[b]  # DC fabric unchanged
+            else:
+                lp = by_pair[frozenset((a, c))]
+                assert hop.latency_ms == pytest.approx(lp.delay_ms / sc.emulation.time_factor)
+                assert hop.bandwidth_gbps == pytest.approx(lp.real_gbps * TCP_GOODPUT)
+        timing = time_schedule(j.problem, j.schedule, check_memory_cap=False, record=False)
+        assert j.simulated_iteration_time_s == pytest.approx(timing.iteration_time_ms / 1e3)
+
+
+def test_self_reach_check() -> None:
+    from workloads.worker import check_self_reach, iface_ipv4
+
+    assert iface_ipv4("lo") == "127.0.0.1"
+    assert iface_ipv4("no-such-if0") is None
+    check_self_reach("127.0.0.1")
+    with pytest.raises(OSError):
+        check_self_reach("192.0.2.77")  # not ours: bind fails

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.metrics.links import LINK_METRIC_NAMES, LinkExporter
 from testbed.metrics.prometheus import PrometheusServer, find_binary
 from testbed.schedule import Hop, build_schedule, time_schedule
 from testbed.spec.models import Scenario
@@ -36,7 +38,7 @@ def on_emulated_links(job: EmuJob, emu_plan: Any, scenario: Scenario) -> EmuJob:
         a, c = job.stage_dcs[b], job.stage_dcs[b + 1]
         if a != c and frozenset((a, c)) in by_pair:
             lp = by_pair[frozenset((a, c))]
-            hops[b] = Hop(lp.delay_ms / tf, lp.real_gbps)
+            hops[b] = Hop(lp.delay_ms / tf, lp.real_gbps * TCP_GOODPUT)
     problem = dataclasses.replace(job.problem, hops=tuple(hops))
     schedule = build_schedule(job.schedule.name, problem)
     timing = time_schedule(problem, schedule, check_memory_cap=False, record=False)
@@ -62,38 +64,65 @@ def hosts_of(net: Any) -> dict[str, list[Host]]:
     return out
 
 
-# TCP as long-lived training connections see it: a pipeline stage's connection idles
-# between transfers for longer than an RTO (the WAN RTT is stretched by time_factor), and
-# Linux would then restart slow start for every activation (RFC 2861), adding whole RTTs
-# that neither real gloo/NCCL links with warm connections nor the simulator's
-# latency + size / bandwidth model have. Keep the congestion window across idle periods
-# and start it large enough for one activation. Per host network namespace only.
-TCP_INIT_WINDOW_SEGMENTS = 256
+# TCP as long-lived training connections see it. The simulator times a transfer as
+# latency + size / bandwidth on a FIFO link; a default Linux TCP instead (1) restarts
+# slow start after every idle gap longer than an RTO (RFC 2861; the stages idle between
+# activations and the WAN RTT is stretched by time_factor), adding whole RTTs per
+# activation, and (2) probes the window up until the lightpath pacer's queue overflows,
+# then runs window-limited below the lightpath rate. Both were measured here (latency
+# calibration 10-17 % slow; bandwidth calibration up to 2x per transfer). So each host
+# keeps its window across idle gaps and gets, per destination DC, a route whose initial
+# and clamped congestion window equal the lightpath's bandwidth-delay product (= its
+# pacer queue, see window_segments): the pipe stays full and one flow never overflows
+# the queue, which is how a tuned long-haul transport behaves. Per host network namespace only.
+MSS_BYTES = 1448              # 1500 MTU - 20 IP - 32 TCP (with timestamps)
+WIRE_BYTES_PER_SEGMENT = 1518  # + 14 Ethernet + 4 802.1Q tag, as the pacer counts them
+TCP_GOODPUT = MSS_BYTES / WIRE_BYTES_PER_SEGMENT  # 0.954 of a lightpath's rate
+MIN_WINDOW_SEGMENTS = 64
+WINDOW_MARGIN_SEGMENTS = 4
 HOST_TCP_SYSCTLS = ("net.ipv4.tcp_slow_start_after_idle=0",)
 
 
-def tune_host_tcp(hosts: list[Host], init_window: int = TCP_INIT_WINDOW_SEGMENTS) -> None:
-    """Apply HOST_TCP_SYSCTLS and initcwnd/initrwnd on every on-link route of each host."""
+def window_segments(rate_mbps: float, one_way_delay_ms: float) -> int:
+    """Congestion window (segments) for a lightpath: its pacer queue, less a margin.
+
+    The forwarder's per-lightpath pacer holds `default_queue_bytes` = rate x RTT (the
+    BDP, at least 256 KiB). A window of that size fills the pipe (window / RTT = rate)
+    and, sent as one burst after an idle gap (no slow-start restart), still fits in the
+    queue, so a flow never tail-drops itself.
+    """
+    from testbed.emu.forwarder import default_queue_bytes
+
+    queue = default_queue_bytes(rate_mbps, one_way_delay_ms)
+    return max(MIN_WINDOW_SEGMENTS, queue // WIRE_BYTES_PER_SEGMENT - WINDOW_MARGIN_SEGMENTS)
+
+
+def host_routes(emu_plan: Any, dc: str) -> list[tuple[str, int]]:
+    """(destination DC subnet, window segments) for every lightpath leaving `dc`."""
+    out = []
+    for lp in emu_plan.lightpaths:
+        if dc not in (lp.dc_a, lp.dc_b):
+            continue
+        other = lp.dc_b if lp.dc_a == dc else lp.dc_a
+        out.append((emu_plan.dc_subnets[other], window_segments(lp.rate_mbps, lp.delay_ms)))
+    return out
+
+
+def tune_host_tcp(emu_plan: Any, hosts_by_dc: dict[str, list[Host]]) -> None:
+    """Apply HOST_TCP_SYSCTLS and per-destination-DC window routes in every host."""
     import subprocess
 
-    for h in hosts:
-        run = [*h.prefix]
-        sysctls = [a for s in HOST_TCP_SYSCTLS for a in ("-w", s)]
-        subprocess.run([*run, "sysctl", "-q", *sysctls], check=True,
-                       stdout=subprocess.DEVNULL, timeout=10)
-        if not h.iface:
-            continue
-        routes = subprocess.run([*run, "ip", "-o", "-4", "route", "show", "dev", h.iface],
-                                check=True, capture_output=True, text=True, timeout=10)
-        for line in routes.stdout.splitlines():
-            words = line.split()
-            for key in ("initcwnd", "initrwnd"):  # drop old values, keep the route key
-                while key in words:
-                    i = words.index(key)
-                    del words[i:i + 2]
-            subprocess.run([*run, "ip", "route", "change", *words, "dev", h.iface,
-                            "initcwnd", str(init_window), "initrwnd", str(init_window)],
-                           check=True, timeout=10)
+    for dc, hosts in hosts_by_dc.items():
+        routes = host_routes(emu_plan, dc)
+        for h in hosts:
+            sysctls = [a for s in HOST_TCP_SYSCTLS for a in ("-w", s)]
+            subprocess.run([*h.prefix, "sysctl", "-q", *sysctls], check=True,
+                           stdout=subprocess.DEVNULL, timeout=10)
+            for subnet, win in routes:
+                assert h.iface is not None
+                subprocess.run([*h.prefix, "ip", "route", "replace", subnet, "dev", h.iface,
+                                "src", h.ip, "initcwnd", str(win), "initrwnd", str(win),
+                                "cwnd", "lock", str(win)], check=True, timeout=10)
 
 
 def _in_ns(fd: int | None, fn: Any) -> Any:
@@ -118,32 +147,45 @@ def _in_ns(fd: int | None, fn: Any) -> Any:
 
 
 def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False,
-                mode: str | None = None) -> dict[str, Any]:
-    """Place, launch, supervise and record the scenario's jobs on the live network."""
+                mode: str | None = None,
+                on_metrics: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Place, launch, supervise and record the scenario's jobs on the live network.
+
+    `on_metrics(url)`, if given, is called once the jobs have ended, while Prometheus
+    (and the link exporter) still run, from a thread in the run's home namespace.
+    """
     home_fd = getattr(net, "_back_fd", None)
     jobs = [on_emulated_links(j, net.plan, scenario)
             for j in plan_emulated_jobs(scenario, mode=mode)]
     prom = PrometheusServer(out_dir, scrape_interval_s=1.0) if find_binary() else None
+    links = LinkExporter(getattr(net, "emulators", {}).values())
     result: dict[str, Any] = {}
     try:
+        _in_ns(home_fd, links.start)
         if prom is not None:
             _in_ns(home_fd, prom.start)
+            prom.set_targets("links", [(links.target, {"component": "links"})])
             result["prometheus_url"] = prom.url
             if not quiet:
                 log.warning("prometheus: %s (data in %s)", prom.url, prom.data_dir)
         by_dc = hosts_of(net)
-        tune_host_tcp([h for hs in by_dc.values() for h in hs])
+        tune_host_tcp(net.plan, by_dc)
         result.update(run_jobs_on_hosts(jobs, by_dc, Path(out_dir), prometheus=prom,
                                         metrics_netns_fd=home_fd))
         if prom is not None:
             from testbed.metrics.query import query
             got = {}
-            for name in METRIC_NAMES:
+            for name in (*METRIC_NAMES, *LINK_METRIC_NAMES):
                 q = f"count(last_over_time({name}{'_count' if 'duration' in name else ''}[1h]))"
                 res = _in_ns(home_fd, lambda q=q: query(prom.url, q))
                 got[name] = int(float(res[0]["value"][1])) if res else 0
             result["prometheus_series"] = got
+            if on_metrics is not None:
+                url = prom.url
+                _in_ns(home_fd, lambda: on_metrics(url))
+        result["link_counters"] = links.snapshot()
     finally:
         if prom is not None:
             prom.stop()
+        links.stop()
     return result
