@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -72,29 +73,66 @@ def hosts_of(net: Any) -> dict[str, list[Host]]:
 # then runs window-limited below the lightpath rate. Both were measured here (latency
 # calibration 10-17 % slow; bandwidth calibration up to 2x per transfer). So each host
 # keeps its window across idle gaps and gets, per destination DC, a route whose initial
-# and clamped congestion window equal the lightpath's bandwidth-delay product (= its
-# pacer queue, see window_segments): the pipe stays full and one flow never overflows
-# the queue, which is how a tuned long-haul transport behaves. Per host network namespace only.
+# and clamped congestion window is the lightpath's bandwidth-delay product, and the
+# lightpath's pacers queue up to 2 BDPs (deep-buffered WAN ingress; the emulator's
+# default is 1 BDP, which a burst of one window plus whole 64 KB GSO frames overflows:
+# measured tail drops and RTO stalls). So the pipe stays full and one flow never
+# overflows its queue, which is how a tuned long-haul transport behaves. Hosts: per
+# network namespace only.
 MSS_BYTES = 1448              # 1500 MTU - 20 IP - 32 TCP (with timestamps)
 WIRE_BYTES_PER_SEGMENT = 1518  # + 14 Ethernet + 4 802.1Q tag, as the pacer counts them
 TCP_GOODPUT = MSS_BYTES / WIRE_BYTES_PER_SEGMENT  # 0.954 of a lightpath's rate
 MIN_WINDOW_SEGMENTS = 64
-WINDOW_MARGIN_SEGMENTS = 4
+WINDOW_MARGIN_SEGMENTS = 8
+LIGHTPATH_QUEUE_BDPS = 2.0
 HOST_TCP_SYSCTLS = ("net.ipv4.tcp_slow_start_after_idle=0",)
 
 
-def window_segments(rate_mbps: float, one_way_delay_ms: float) -> int:
-    """Congestion window (segments) for a lightpath: its pacer queue, less a margin.
-
-    The forwarder's per-lightpath pacer holds `default_queue_bytes` = rate x RTT (the
-    BDP, at least 256 KiB). A window of that size fills the pipe (window / RTT = rate)
-    and, sent as one burst after an idle gap (no slow-start restart), still fits in the
-    queue, so a flow never tail-drops itself.
-    """
+def lightpath_queue_bytes(rate_mbps: float, one_way_delay_ms: float) -> int:
+    """Per-lightpath pacer queue for pp_jobs runs: LIGHTPATH_QUEUE_BDPS x the BDP."""
     from testbed.emu.forwarder import default_queue_bytes
 
-    queue = default_queue_bytes(rate_mbps, one_way_delay_ms)
-    return max(MIN_WINDOW_SEGMENTS, queue // WIRE_BYTES_PER_SEGMENT - WINDOW_MARGIN_SEGMENTS)
+    bdp = rate_mbps * 1e6 / 8 * 2 * one_way_delay_ms / 1e3
+    return max(default_queue_bytes(rate_mbps, one_way_delay_ms),
+               int(LIGHTPATH_QUEUE_BDPS * bdp))
+
+
+def window_segments(rate_mbps: float, one_way_delay_ms: float) -> int:
+    """Congestion window (segments) for a lightpath: its BDP plus a few segments.
+
+    The window fills the pipe (window / RTT >= rate) and, sent as one burst after an
+    idle gap (no slow-start restart), fits in the lightpath's pacer queue
+    (lightpath_queue_bytes) with one BDP to spare for whole GSO frames and ACK timing.
+    """
+    bdp = rate_mbps * 1e6 / 8 * 2 * one_way_delay_ms / 1e3
+    return max(MIN_WINDOW_SEGMENTS, math.ceil(bdp / WIRE_BYTES_PER_SEGMENT)
+               + WINDOW_MARGIN_SEGMENTS)
+
+
+def deepen_lightpath_queues(net: Any) -> dict[int, int]:
+    """Give each DC-pair lightpath's pacers a queue of lightpath_queue_bytes (in place).
+
+    Sets the limit of the lightpath's existing cap (same rate) on every fibre of its
+    route over the forwarder's control channel; returns {vlan: limit_bytes}.
+    """
+    plan = net.plan
+    fibre_of = {frozenset((f.u, f.v)): f for f in plan.fibres}
+    out: dict[int, int] = {}
+    for lp in plan.lightpaths:
+        limit = lightpath_queue_bytes(lp.rate_mbps, lp.delay_ms)
+        for u, v in zip(lp.path, lp.path[1:], strict=False):
+            emu = getattr(net, "emulators", {}).get(fibre_of[frozenset((u, v))].middle)
+            if emu is None or not hasattr(emu, "request"):
+                continue  # netem links: no user-space pacer
+            caps = {vid: c for d in emu.stats().get("directions", {}).values()
+                    for vid, c in d.get("vlans", {}).items()}
+            cap = caps.get(str(lp.vlan))
+            if cap is None:
+                continue
+            emu.request({"vlan": lp.vlan, "rate_mbps": cap["rate_mbps"],
+                         "limit_bytes": limit})
+            out[lp.vlan] = limit
+    return out
 
 
 def host_routes(emu_plan: Any, dc: str) -> list[tuple[str, int]]:
@@ -170,6 +208,7 @@ def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False
                 log.warning("prometheus: %s (data in %s)", prom.url, prom.data_dir)
         by_dc = hosts_of(net)
         tune_host_tcp(net.plan, by_dc)
+        result["lightpath_queue_bytes"] = deepen_lightpath_queues(net)
         result.update(run_jobs_on_hosts(jobs, by_dc, Path(out_dir), prometheus=prom,
                                         metrics_netns_fd=home_fd))
         if prom is not None:
