@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import RuntimeFailure
 from testbed.metrics.links import LINK_METRIC_NAMES, LinkExporter
 from testbed.metrics.prometheus import PrometheusServer, find_binary
 from testbed.schedule import Hop, build_schedule, time_schedule
@@ -193,8 +194,21 @@ def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False
     (and the link exporter) still run, from a thread in the run's home namespace.
     """
     home_fd = getattr(net, "_back_fd", None)
-    jobs = [on_emulated_links(j, net.plan, scenario)
-            for j in plan_emulated_jobs(scenario, mode=mode)]
+    mode = mode or scenario.emulation.workers
+    by_dc = hosts_of(net)
+    by_name = {h.name: h for hs in by_dc.values() for h in hs}
+    client = getattr(net, "controller_client", None)
+    placement: list[list[Host]] | None = None
+    ctl_ids: list[int] = []
+    if client is not None:  # placement and lightpaths from the controller (POST /jobs)
+        from workloads.ctl_jobs import place_via_controller
+
+        jobs, placement, ctl_ids = place_via_controller(scenario, net, by_name, mode)
+        if not jobs:
+            raise RuntimeFailure("the controller placed none of the scenario's jobs")
+    else:
+        jobs = [on_emulated_links(j, net.plan, scenario)
+                for j in plan_emulated_jobs(scenario, mode=mode)]
     prom = PrometheusServer(out_dir, scrape_interval_s=1.0) if find_binary() else None
     links = LinkExporter(getattr(net, "emulators", {}).values())
     result: dict[str, Any] = {}
@@ -206,11 +220,16 @@ def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False
             result["prometheus_url"] = prom.url
             if not quiet:
                 log.warning("prometheus: %s (data in %s)", prom.url, prom.data_dir)
-        by_dc = hosts_of(net)
         tune_host_tcp(net.plan, by_dc)
-        result["lightpath_queue_bytes"] = deepen_lightpath_queues(net)
+        queues = deepen_lightpath_queues(net)
+        if client is not None:
+            from workloads.ctl_jobs import tune_job_paths
+
+            queues.update(tune_job_paths(net, jobs, by_name))
+        result["placement_from"] = "controller" if client is not None else "emulator"
+        result["lightpath_queue_bytes"] = queues
         result.update(run_jobs_on_hosts(jobs, by_dc, Path(out_dir), prometheus=prom,
-                                        metrics_netns_fd=home_fd))
+                                        metrics_netns_fd=home_fd, placement=placement))
         if prom is not None:
             from testbed.metrics.query import query
             got = {}
@@ -227,4 +246,8 @@ def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False
         if prom is not None:
             prom.stop()
         links.stop()
+        if ctl_ids:
+            from workloads.ctl_jobs import delete_jobs
+
+            delete_jobs(net, ctl_ids)
     return result

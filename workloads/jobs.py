@@ -76,36 +76,45 @@ def plan_emulated_jobs(scenario: Scenario, mode: str | None = None) -> list[EmuJ
             log.info("job %s not placed (%s); skipped", job.req.job_id, res.reason)
             continue
         dcs = res.alloc.stage_dcs
-        f, b = planner.stage_fb(job, dcs)
         hops = planner.hops(res.alloc.lightpaths, dcs)
-        problem = PipelineProblem(tuple(f), tuple(b), tuple(Hop(lat, bw) for lat, bw in hops),
-                                  job.act_mb, job.req.microbatches)
-        name = f"job{job.req.job_id}"
-        sched_name = scenario.policy.schedule
-        if mode == "model" and sched_name not in MODEL_MODE_SCHEDULES:
-            sched_name = "1f1b"
-        schedule = build_schedule(sched_name, problem)
-        timing = time_schedule(problem, schedule, check_memory_cap=False, record=False)
-        info = {"model": job.req.model, "stage_dcs": [cluster.dcs[d].name for d in dcs]}
-        if mode == "shadow":
-            plan = shadow_plan(name, problem, schedule, iterations=em.worker_iterations,
-                               warmup_iterations=em.worker_warmup_iterations,
-                               bandwidth_divisor=em.bandwidth_divisor,
-                               time_factor=em.time_factor, info=info)
-        else:
-            plan = model_plan(name, schedule, problem.microbatches,
-                              iterations=em.worker_iterations,
-                              warmup_iterations=em.worker_warmup_iterations,
-                              config=TinyGPTConfig(layers=max(4, problem.stages)), info=info)
         lps = [None if lp is None else {"boundary": i, "route": list(lp.nodes),
                                         "slots": lp.n_slots, "capacity_gbps": lp.capacity_gbps,
                                         "latency_ms": lp.latency_ms}
                for i, lp in enumerate(res.alloc.lightpaths)]
-        out.append(EmuJob(name, job.req.model, info["stage_dcs"], problem, schedule,
-                          timing.iteration_time_ms / 1e3, timing.bubble_ratio, plan, lps))
+        out.append(build_emu_job(scenario, planner, job, dcs, hops, mode, lps))
     if not out:
         raise InputError("workload", "no job of the scenario could be placed for emulation")
     return out
+
+
+def build_emu_job(scenario: Scenario, planner: Any, job: Any, dcs: Sequence[int],
+                  hops: Sequence[tuple[float, float]], mode: str,
+                  lightpaths: list[dict[str, Any] | None]) -> EmuJob:
+    """The EmuJob of a placed job: stage times in its DCs, the given (latency_ms,
+    bandwidth_gbps) per boundary, schedule, simulated timing and the workers' plan."""
+    em = scenario.emulation
+    f, b = planner.stage_fb(job, dcs)
+    problem = PipelineProblem(tuple(f), tuple(b), tuple(Hop(lat, bw) for lat, bw in hops),
+                              job.act_mb, job.req.microbatches)
+    name = f"job{job.req.job_id}"
+    sched_name = scenario.policy.schedule
+    if mode == "model" and sched_name not in MODEL_MODE_SCHEDULES:
+        sched_name = "1f1b"
+    schedule = build_schedule(sched_name, problem)
+    timing = time_schedule(problem, schedule, check_memory_cap=False, record=False)
+    info = {"model": job.req.model, "stage_dcs": [planner.cluster.dcs[d].name for d in dcs]}
+    if mode == "shadow":
+        plan = shadow_plan(name, problem, schedule, iterations=em.worker_iterations,
+                           warmup_iterations=em.worker_warmup_iterations,
+                           bandwidth_divisor=em.bandwidth_divisor,
+                           time_factor=em.time_factor, info=info)
+    else:
+        plan = model_plan(name, schedule, problem.microbatches,
+                          iterations=em.worker_iterations,
+                          warmup_iterations=em.worker_warmup_iterations,
+                          config=TinyGPTConfig(layers=max(4, problem.stages)), info=info)
+    return EmuJob(name, job.req.model, info["stage_dcs"], problem, schedule,
+                  timing.iteration_time_ms / 1e3, timing.bubble_ratio, plan, lightpaths)
 
 
 def assign_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence[Host]]
@@ -143,10 +152,15 @@ def iterations_csv(records: Mapping[str, Sequence[Sequence[dict[str, Any]]]],
 def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence[Host]],
                       out_dir: Path, *, prometheus: Any = None, deadline_s: float = 600.0,
                       timeout_s: float = 120.0, metrics_netns_fd: int | None = None,
-                      duty: float | None = None) -> dict[str, Any]:
-    """Run every job's workers concurrently; write records; return the summary part."""
+                      duty: float | None = None,
+                      placement: Sequence[Sequence[Host]] | None = None) -> dict[str, Any]:
+    """Run every job's workers concurrently; write records; return the summary part.
+
+    `placement`: the host of every stage of every job (e.g. the controller's); default
+    round-robin over each DC's hosts (assign_hosts)."""
     out_dir = Path(out_dir)
-    placement = assign_hosts(jobs, hosts_by_dc)
+    placement = [list(p) for p in placement] if placement is not None else assign_hosts(
+        jobs, hosts_by_dc)
     time_factor = jobs[0].plan.time_factor if jobs else 1.0
     with Launcher(out_dir, timeout_s=timeout_s, duty=duty,
                   metrics_netns_fd=metrics_netns_fd) as launcher:
