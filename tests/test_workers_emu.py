@@ -71,17 +71,37 @@ SCENARIO: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def live_net() -> Any:
+def live_net(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The network, with the os-ken controller placing jobs (POST /jobs) where os-ken
+    is installed, else static forwarding (placement computed beside it)."""
     why = _skip_reason()
     if why:
         pytest.skip(why)
+    from controllers.emu_run import controller_available
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
 
-    scenario = parse_scenario(SCENARIO)
-    net = EmuNetwork(build_plan(scenario), link_mode="userspace")
+    use_ctl = controller_available()[0]
+    spec = {**SCENARIO, "emulation": {**SCENARIO["emulation"],
+                                      "forwarding": "controller" if use_ctl else "static"}}
+    scenario = parse_scenario(spec)
+    controller = None
+    if use_ctl:
+        from controllers.emu_glue import controller_address
+
+        controller = controller_address()
+    net = EmuNetwork(build_plan(scenario), link_mode="userspace", controller=controller)
     with net:
-        yield scenario, net
+        ctl = None
+        if use_ctl:
+            from controllers.emu_run import start_run_controller
+
+            ctl = start_run_controller(net, scenario, tmp_path_factory.mktemp("controller"))
+        try:
+            yield scenario, net
+        finally:
+            if ctl is not None:
+                ctl.stop()
 
 
 def _query_all(url: str, names: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
@@ -111,6 +131,11 @@ def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path)
                           url, WORKER_METRICS + LINK_METRICS)))
     jobs = res["worker_jobs"]
     assert len(jobs) == 2 and all(j["ok"] for j in jobs), [j["failure"] for j in jobs]
+    ctl = getattr(net, "controller_client", None) is not None
+    assert res["placement_from"] == ("controller" if ctl else "emulator")
+    if ctl:  # every cross-DC boundary on its own controller lightpath, other VLANs
+        lps = [lp for j in jobs for lp in j["lightpaths"] if lp is not None]
+        assert lps and all(lp["vlan"] < 101 and lp["lightpath_id"] for lp in lps)
     assert all(len(set(j["stage_dcs"])) >= 2 for j in jobs)  # across DCs
     assert all(j["mode"] == "shadow" and len(j["exit_codes"]) == 4 for j in jobs)
     for name in WORKER_METRICS:
@@ -122,7 +147,9 @@ def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path)
     for name in LINK_METRICS:
         assert {r["metric"]["fibre"] for r in seen[name]} == fibres, name
     vlans = {str(lp.vlan) for lp in net.plan.lightpaths}
-    assert {r["metric"]["vlan"] for r in seen["lightpipe_lightpath_bytes_total"]} == vlans
+    if ctl:
+        vlans |= {str(lp["vlan"]) for j in jobs for lp in j["lightpaths"] if lp}
+    assert {r["metric"]["vlan"] for r in seen["lightpipe_lightpath_bytes_total"]} >= vlans
     carried = sum(float(r["value"][1]) for r in seen["lightpipe_lightpath_bytes_total"])
     assert carried > 1e5
     rows = res["agreement"]
