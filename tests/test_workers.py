@@ -258,3 +258,24 @@ def test_self_reach_check() -> None:
     check_self_reach("127.0.0.1")
     with pytest.raises(OSError):
         check_self_reach("192.0.2.77")  # not ours: bind fails
+
+
+def test_controller_job_requests_and_route_delay() -> None:
+    from testbed.emu.plan import build_plan
+    from testbed.errors import RuntimeFailure
+    from testbed.jobs.sim import resolve_jobs
+    from testbed.traces import generate_jobs
+    from workloads.ctl_jobs import job_request, route_delay_ms
+
+    sc = load_scenario(ROOT / "scenarios" / "calib-latency-gpipe.yaml")
+    plan = build_plan(sc, prefix="lp0000")
+    f = {frozenset((x.u, x.v)): x.delay_ms for x in plan.fibres}
+    assert route_delay_ms(plan, [["B", "A"]]) == f[frozenset("AB")]
+    assert route_delay_ms(plan, [["A", "B"], ["B", "C"]]) == pytest.approx(
+        f[frozenset("AB")] + f[frozenset("BC")])
+    with pytest.raises(RuntimeFailure, match="unknown fibre"):
+        route_delay_ms(plan, [["A", "Z"]])
+    job = resolve_jobs(sc.workload, generate_jobs(sc.workload))[0]  # type: ignore[arg-type]
+    req = job_request(sc, job, "shadow")
+    assert req == {"model": "calib-lat", "stages": 4, "gpus_per_stage": 1, "microbatches": 8,
+                   "iterations": 10, "policy": "sp-ff", "schedule": "gpipe"}

@@ -11,6 +11,7 @@ printed URL works from the user's shell.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import threading
@@ -164,6 +165,25 @@ def tune_host_tcp(emu_plan: Any, hosts_by_dc: dict[str, list[Host]]) -> None:
                                 "cwnd", "lock", str(win)], check=True, timeout=10)
 
 
+TCP_COUNTERS = ("TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
+
+
+def tcp_counters(hosts: list[Host]) -> dict[str, dict[str, int]]:
+    """Per host: TCP retransmitted segments, RTO time-outs and loss probes (nstat)."""
+    import subprocess
+
+    out: dict[str, dict[str, int]] = {}
+    for h in hosts:
+        try:
+            res = subprocess.run([*h.prefix, "nstat", "-az", "--json", *TCP_COUNTERS],
+                                 capture_output=True, text=True, timeout=10, check=True)
+            kernel = json.loads(res.stdout).get("kernel", {})
+            out[h.name] = {k: int(kernel.get(k, 0)) for k in TCP_COUNTERS}
+        except (OSError, subprocess.SubprocessError, ValueError):
+            continue
+    return out
+
+
 def _in_ns(fd: int | None, fn: Any) -> Any:
     """Run fn() in a thread that first joins netns `fd` (setns is per thread)."""
     if fd is None:
@@ -230,6 +250,7 @@ def run_pp_jobs(scenario: Scenario, net: Any, out_dir: Path, quiet: bool = False
         result["lightpath_queue_bytes"] = queues
         result.update(run_jobs_on_hosts(jobs, by_dc, Path(out_dir), prometheus=prom,
                                         metrics_netns_fd=home_fd, placement=placement))
+        result["tcp_counters"] = tcp_counters(list(by_name.values()))
         if prom is not None:
             from testbed.metrics.query import query
             got = {}
