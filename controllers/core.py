@@ -258,17 +258,7 @@ class ControllerCore:
                                n_slots=got.n_slots, modulation=got.modulation,
                                capacity_gbps=got.capacity_gbps, job_id=job_id,
                                created_s=time.time())
-            self.store.save([row])
-            self.rows[lp_id] = row
-            self.optical[lp_id] = got
-            self._caps(row, on=True)
-            self._program()
-            self._update_gauges()
-            dt = self.clock() - t0
-            self.metrics.setup_seconds.observe(dt)
-            view = self._view(row)
-            view["setup_s"] = dt
-            return view
+            return self._commit(row, got, t0)
 
     def adopt(self, lp: Lightpath, src_dc: str, dst_dc: str, *, job_id: int | None = None,
               src_host: str | None = None, dst_host: str | None = None,
@@ -303,18 +293,23 @@ class ControllerCore:
                 except ValueError as exc:
                     raise RequestError(422, str(exc)) from None
             self.metrics.requests.inc()
-            self.store.save([row])
-            self.rows[lp_id] = row
-            self.optical[lp_id] = lp
-            self._caps(row, on=True)
-            if program:
-                self._program()
-            self._update_gauges()
-            dt = self.clock() - t0
-            self.metrics.setup_seconds.observe(dt)
-            view = self._view(row)
-            view["setup_s"] = dt
-            return view
+            return self._commit(row, lp, t0, program=program)
+
+    def _commit(self, row: LightpathRow, lp: Lightpath, t0: float,
+                program: bool = True) -> dict[str, Any]:
+        """Store a new lightpath, cap it on the emulators, install its rules; its view."""
+        self.store.save([row])
+        self.rows[row.id] = row
+        self.optical[row.id] = lp
+        self._caps(row, on=True)
+        if program:
+            self._program()
+        self._update_gauges()
+        dt = self.clock() - t0
+        self.metrics.setup_seconds.observe(dt)
+        view = self._view(row)
+        view["setup_s"] = dt
+        return view
 
     def program(self) -> None:
         """Install the desired rules now (after adopt/delete with program=False)."""

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write text to path via a temporary file in the same directory and a rename."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write data to path via a temporary file in the same directory and a rename."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -28,6 +28,11 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise
     return target
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write text (UTF-8) to path atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:

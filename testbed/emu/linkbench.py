@@ -17,7 +17,7 @@ from typing import Any
 
 from testbed.emu import links as linkemu
 from testbed.emu.netns import netns_inode, pids_in_netns
-from testbed.emu.network import HOST_SYSCTLS, choose_link_mode
+from testbed.emu.network import HOST_SYSCTLS, choose_link_mode, close_nodes
 from testbed.emu.plan import FibrePlan, new_prefix
 from testbed.emu.probes import IperfResult, PingStats, icmp_ping, run_iperf3
 from testbed.emu.state import RunState, alive, kill_procs, new_state
@@ -103,16 +103,7 @@ class LinkTestbed:
             for pid in pids_in_netns(set(st.ns_inodes) - {self._home}):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        for node in self.nodes.values():
-            # The pty master belongs to node.stdin: close it through the file object
-            # (closing the raw fd too would later close a reused fd of another node).
-            with contextlib.suppress(Exception):
-                node.stdin.close()
-            with contextlib.suppress(Exception):
-                os.close(node.slave)
-            with contextlib.suppress(Exception):
-                node.shell.wait(timeout=2)
-        self.nodes.clear()
+        close_nodes(self.nodes)
         if st is not None:
             shutil.rmtree(st.state_dir, ignore_errors=True)
             self.state = None

@@ -41,6 +41,20 @@ HOST_SYSCTLS = ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disab
                 "net.ipv4.tcp_no_metrics_save=1")
 
 
+def close_nodes(nodes: dict[str, Any]) -> None:
+    """Close the shells of Mininet nodes (after their processes were killed) and forget them."""
+    for node in nodes.values():
+        # The pty master belongs to node.stdin: close it through the file object
+        # (closing the raw fd too would later close a reused fd of another node).
+        with contextlib.suppress(Exception):
+            node.stdin.close()
+        with contextlib.suppress(Exception):
+            os.close(node.slave)
+        with contextlib.suppress(Exception):
+            node.shell.wait(timeout=2)
+    nodes.clear()
+
+
 def choose_link_mode(requested: str) -> str:
     """'netem' where the kernel has it, else 'userspace' (requested 'auto')."""
     from testbed.envprobe import netem_available
@@ -307,16 +321,7 @@ class EmuNetwork:
                     if pid != me:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
-        for node in self.nodes.values():
-            # The pty master belongs to node.stdin: close it through the file object
-            # (closing the raw fd too would later close a reused fd of another node).
-            with contextlib.suppress(Exception):
-                node.stdin.close()
-            with contextlib.suppress(Exception):
-                os.close(node.slave)
-            with contextlib.suppress(Exception):
-                node.shell.wait(timeout=2)
-        self.nodes.clear()
+        close_nodes(self.nodes)
         if self._back_fd is not None:
             leave_netns(self._back_fd)
             self._back_fd = None

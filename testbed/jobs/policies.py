@@ -306,9 +306,9 @@ class Planner:
     def _fixed(self, b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
         return self.policy.fixed_slots, self.policy.fixed_slots
 
-    def _sp_ff(self, job: Job, now_s: float) -> Placed | Refused:
-        anchors = self.anchors()
-        lay = self.fill(job, self.nearest_order(anchors[0])) if anchors else None
+    def _fill_fixed(self, job: Job, order: list[int] | None) -> Placed | Refused:
+        """Fill DCs in `order`; shortest path, the fixed slot count, first fit."""
+        lay = self.fill(job, order) if order is not None else None
         if lay is None:
             return Refused(NO_GPUS)
         alloc, why = self._setup(job, lay, self._fixed, k=1)
@@ -316,16 +316,14 @@ class Planner:
             return Refused(why)
         return Placed(alloc, self.timing(job, lay, alloc.lightpaths))
 
+    def _sp_ff(self, job: Job, now_s: float) -> Placed | Refused:
+        anchors = self.anchors()
+        return self._fill_fixed(job, self.nearest_order(anchors[0]) if anchors else None)
+
     def _cost_first(self, job: Job, now_s: float) -> Placed | Refused:
         dcs = self.cluster.dcs
         order = sorted(range(len(dcs)), key=lambda d: (_mean_price(dcs[d], now_s), d))
-        lay = self.fill(job, order)
-        if lay is None:
-            return Refused(NO_GPUS)
-        alloc, why = self._setup(job, lay, self._fixed, k=1)
-        if alloc is None:
-            return Refused(why)
-        return Placed(alloc, self.timing(job, lay, alloc.lightpaths))
+        return self._fill_fixed(job, order)
 
     def _delay_first(self, job: Job, now_s: float) -> Placed | Refused:
         dcs = self.cluster.dcs

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
-import tempfile
 from pathlib import Path
 
-from testbed.atomicio import atomic_write_json
+from testbed.atomicio import atomic_write_bytes, atomic_write_json
 from testbed.schedule.timer import Timing
 
 _COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}
@@ -79,19 +77,4 @@ def write_gantt(timing: Timing, path: str | os.PathLike[str], title: str | None 
         fig.savefig(buf, format="png", dpi=120)
     finally:
         plt.close(fig)
-    return _atomic_write_bytes(path, buf.getvalue())
-
-
-def _atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return target
+    return atomic_write_bytes(path, buf.getvalue())
