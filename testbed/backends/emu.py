@@ -1,8 +1,10 @@
-"""EmuBackend: bring the scenario's network up in Mininet/OVS, verify it, probe it, tear down.
+"""EmuBackend: bring the scenario's network up in Mininet/OVS, verify it, run it, tear down.
 
-Until the pipeline workers exist, the run measures every lightpath with iperf3 (TCP
-goodput) and ICMP (RTT) and writes summary.json, probes.csv, network.json and the
-manifest, in the same record layout as the simulation backend.
+Every run verifies the lightpaths and measures each DC pair with iperf3 (TCP goodput)
+and ICMP (RTT) into probes.csv; then the workload runs: lightpath requests replayed
+through the SDN controller, or pipeline jobs on the PyTorch workers. Records use the
+simulation backend's layout (manifest.json, summary.json, requests.csv / jobs records)
+plus network.json.
 """
 
 from __future__ import annotations
