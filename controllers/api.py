@@ -68,6 +68,9 @@ class JobRequest(_Body):
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
                       "crosspipe-opt", "geopipe"] | None = Field(
         default=None, description="pipeline schedule (default: the scenario's)")
+    max_stages_per_dc: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        default=None, description="most stages of this job in one DC (default: the "
+        "scenario's workload.max_stages_per_dc, as in the simulator)")
 
 
 def _error_text(exc: ValidationError) -> str:

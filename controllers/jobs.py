@@ -42,6 +42,9 @@ class JobService:
         self.cluster = Cluster(self.dcs, core.net)
         extra = sc.workload.models if isinstance(sc.workload, PPJobsWorkload) else []
         self.catalog = model_catalog(extra)
+        # Same cross-domain spreading rule as the simulator's planner for this scenario.
+        self.max_stages_per_dc = (sc.workload.max_stages_per_dc
+                                  if isinstance(sc.workload, PPJobsWorkload) else None)
         self.timer = Timer()
         self.rng = random.Random(getattr(sc.workload, "seed", 1))
         self.dc_index = {d.name: d.index for d in self.dcs}
@@ -91,7 +94,9 @@ class JobService:
             job_id = max(self.jobs, default=0) + 1
             jr = JobRequest(job_id, 0.0, req.model, req.stages, req.gpus_per_stage,
                             req.microbatches, req.iterations)
-            planner = Planner(self.cluster, policy, timer=self.timer, rng=self.rng)
+            planner = Planner(self.cluster, policy, timer=self.timer, rng=self.rng,
+                              max_stages_per_dc=req.max_stages_per_dc
+                              or self.max_stages_per_dc)
             got = planner.place(Job(jr, arch), 0.0)
             if not isinstance(got, Placed):
                 core.metrics.job_refusals.labels(reason=got.reason).inc()

@@ -164,3 +164,18 @@ def test_jobs_survive_a_restart(tmp_path: Path) -> None:
     assert [j["id"] for j in svc2.list()] == [job["id"]]
     assert svc2.remove(job["id"])["removed"] and sum(svc2.cluster.free) == 48
     assert core2.rows == {}
+
+
+def test_max_stages_per_dc_spreads_stages_like_the_simulator(setup: Any) -> None:
+    """The request's (or scenario's) max_stages_per_dc limits stages per DC, as in sim."""
+    api, _core, _rec = setup
+    status, packed = call(api, "POST", "/jobs", {**JOB, "gpus_per_stage": 4})
+    assert status == 201, packed
+    assert len(set(packed["dcs"])) == 1  # 16 GPUs in dc-a hold all four 4-GPU stages
+    assert call(api, "DELETE", f"/jobs/{packed['id']}")[0] == 200
+    status, spread = call(api, "POST", "/jobs",
+                          {**JOB, "gpus_per_stage": 4, "max_stages_per_dc": 2})
+    assert status == 201, spread
+    counts = {d: spread["dcs"].count(d) for d in spread["dcs"]}
+    assert max(counts.values()) == 2 and len(counts) == 2
+    assert sum(b["lightpath"] is not None for b in spread["boundaries"]) == 1
