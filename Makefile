@@ -5,7 +5,7 @@ STAMP := $(VENV)/.lightpipe-setup
 SCENARIO ?= scenarios/quickstart.yaml
 OUT ?= runs/quickstart
 
-.PHONY: setup demo test lint clean-runs
+.PHONY: setup demo test lint clean-runs grafana
 
 setup: $(STAMP)
 
@@ -20,7 +20,11 @@ test: setup
 	$(BIN)/python -m pytest tests
 
 lint: setup
-	$(BIN)/ruff check testbed controllers workloads tests bench
+	$(BIN)/ruff check testbed controllers workloads tests bench grafana
+
+# Regenerate grafana/dashboards/*.json from grafana/lightpipe_dashboards.py.
+grafana: setup
+	$(BIN)/lightpipe grafana build
 
 clean-runs:
 	rm -rf runs

@@ -54,9 +54,9 @@ def main() -> int:
     ap.add_argument("--lightpaths", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=20, help="POST /jobs + DELETE rounds")
     args = ap.parse_args()
-    from controllers.emu_glue import attach_controller, controller_address
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
+    from testbed.orchestrate.glue import attach_controller, controller_address
     from testbed.spec import load_scenario, parse_scenario
 
     base = load_scenario(ROOT / "scenarios" / "quickstart.yaml").model_dump(mode="json")

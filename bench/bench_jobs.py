@@ -16,10 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed.experiments.placement import cba_scenario
 from testbed.jobs import milp
 from testbed.jobs.cluster import Cluster
-from testbed.jobs.policies import Placed, Planner
-from testbed.jobs.reproduce import cba_scenario
+from testbed.jobs.outcome import Placed
+from testbed.jobs.placement import ilp_instance
+from testbed.jobs.policies import Planner
 from testbed.jobs.sim import resolve_jobs, simulate
 from testbed.jobs.timing import Timer
 from testbed.spec import parse_scenario
@@ -83,7 +85,7 @@ def bench_milp(reps: int) -> None:
         planner = Planner(cluster, scen.policy, Timer(), rng, wl.max_stages_per_dc)
         job = resolve_jobs(wl, generate_jobs(wl))[0]
         t0 = time.perf_counter()
-        inst, _ = planner.ilp_instance(job)
+        inst, _ = ilp_instance(planner, job)
         sol = milp.solve(inst, time_limit_s=10.0)
         times.append(time.perf_counter() - t0)
         if sol is not None:

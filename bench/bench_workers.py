@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.orchestrate.launch import Host, Launcher
+from testbed.orchestrate.results import summarize_job
 from testbed.schedule import PipelineProblem, build_schedule, time_schedule
-from workloads.launch import Host, Launcher
 from workloads.plan import shadow_plan
-from workloads.results import summarize_job
 
 
 def pss_mb(pid: int) -> float | None:

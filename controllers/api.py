@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controllers.core import ControllerCore, RequestError
+from controllers.jobs import JobService
 from controllers.layout import Layout
 from testbed.spec.models import SPECTRUM_POLICIES
 
@@ -73,6 +74,22 @@ class JobRequest(_Body):
         "scenario's workload.max_stages_per_dc, as in the simulator)")
 
 
+class RoutingJobRequest(_Body):
+    """POST /routing/jobs: a ring all-reduce job whose flows the controller routes."""
+
+    members: Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]],
+                       Field(min_length=2, max_length=256)] = Field(
+        description="host names in ring order (member i sends to member i+1)")
+    buffer_bytes: Annotated[int, Field(ge=1, le=1 << 40)] = Field(
+        default=1 << 20, description="all-reduced bytes (flow demand: 2 (n-1)/n of it)")
+
+
+class RoutingPolicyRequest(_Body):
+    """PUT /routing: the policy that routes every registered flow (re-routes at once)."""
+
+    policy: Annotated[str, Field(min_length=1, max_length=32)]
+
+
 def _error_text(exc: ValidationError) -> str:
     e = exc.errors()[0]
     loc = ".".join(str(x) for x in e["loc"]) or "body"
@@ -83,12 +100,12 @@ class RestApi:
     """Route table + server; `serve()` starts it in a daemon thread."""
 
     def __init__(self, core: ControllerCore, host: str = "127.0.0.1", port: int = 8080,
-                 token: str | None = None, jobs: Any = None,
+                 token: str | None = None, jobs: JobService | None = None,
                  on_layout: Callable[[Layout], None] | None = None,
                  sock: socket.socket | None = None) -> None:
         self.core = core
         self.token = token
-        self.jobs = jobs
+        self.jobs = jobs if jobs is not None else JobService(core)
         self.on_layout = on_layout or core.set_layout
         self.started_s = time.time()
         api = self
@@ -154,6 +171,10 @@ class RestApi:
         ("POST", re.compile(r"^/jobs$"), "create_job"),
         ("GET", re.compile(r"^/jobs/(\d{1,9})$"), "get_job"),
         ("DELETE", re.compile(r"^/jobs/(\d{1,9})$"), "delete_job"),
+        ("GET", re.compile(r"^/routing$"), "get_routing"),
+        ("PUT", re.compile(r"^/routing$"), "put_routing"),
+        ("POST", re.compile(r"^/routing/jobs$"), "create_routing_job"),
+        ("DELETE", re.compile(r"^/routing/jobs/(\d{1,9})$"), "delete_routing_job"),
         ("GET", re.compile(r"^/layout$"), "get_layout"),
         ("PUT", re.compile(r"^/layout$"), "put_layout"),
     ]
@@ -290,25 +311,31 @@ class RestApi:
         return 200, {"fibre": ev.link, "failed": False}
 
     def _list_jobs(self, _raw: Any) -> tuple[int, Any]:
-        if self.jobs is None:
-            raise RequestError(501, "job placement is not available in this build")
         return 200, {"jobs": self.jobs.list()}
 
     def _create_job(self, raw: Any) -> tuple[int, Any]:
-        if self.jobs is None:
-            raise RequestError(501, "job placement is not available in this build")
         req = self._parse(JobRequest, raw)
         return 201, self.jobs.place(req)
 
     def _get_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
-        if self.jobs is None:
-            raise RequestError(501, "job placement is not available in this build")
         return 200, self.jobs.get(int(job_id))
 
     def _delete_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
-        if self.jobs is None:
-            raise RequestError(501, "job placement is not available in this build")
         return 200, self.jobs.remove(int(job_id))
+
+    def _get_routing(self, _raw: Any) -> tuple[int, Any]:
+        return 200, self.core.routing_view()
+
+    def _put_routing(self, raw: Any) -> tuple[int, Any]:
+        req = self._parse(RoutingPolicyRequest, raw)
+        return 200, self.core.routing_call("set_policy", req.policy)
+
+    def _create_routing_job(self, raw: Any) -> tuple[int, Any]:
+        req = self._parse(RoutingJobRequest, raw)
+        return 201, self.core.routing_call("register", req.members, req.buffer_bytes)
+
+    def _delete_routing_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
+        return 200, self.core.routing_call("unregister", int(job_id))
 
     def _get_layout(self, _raw: Any) -> tuple[int, Any]:
         ix = self.core.layout
@@ -379,13 +406,29 @@ def openapi_document() -> dict[str, Any]:
                                "parameters": lp_id, "responses": {"200": ok, "404": err}},
                        "delete": {"summary": "remove a job (frees GPUs and lightpaths)",
                                   "parameters": lp_id, "responses": {"200": ok, "404": err}}},
+        "/routing": {
+            "get": {"summary": "flow routing: policy, jobs, per-flow paths and rates, failed "
+                    "fabric links, last re-route; `wan`: which lightpath each cross-DC "
+                    "job flow takes",
+                    "responses": {"200": ok}},
+            "put": {"summary": "choose the flow routing policy (re-routes every flow)",
+                    "requestBody": body("RoutingPolicyRequest"),
+                    "responses": {"200": ok, **bad}}},
+        "/routing/jobs": {"post": {"summary": "register a ring all-reduce job (its flows "
+                                   "are routed and installed)",
+                                   "requestBody": body("RoutingJobRequest"),
+                                   "responses": {"201": ok, **bad}}},
+        "/routing/jobs/{id}": {"delete": {"summary": "unregister a job (re-routes the rest)",
+                                          "parameters": lp_id,
+                                          "responses": {"200": ok, "404": err}}},
         "/layout": {
             "get": {"summary": "the data-plane layout", "responses": {"200": ok}},
             "put": {"summary": "set the data-plane layout and program the switches",
                     "requestBody": body("Layout"), "responses": {"200": ok, **bad}}},
     }
     schemas: dict[str, Any] = {}
-    for model in (LightpathRequest, FibreEvent, JobRequest, Layout):
+    for model in (LightpathRequest, FibreEvent, JobRequest, RoutingJobRequest,
+                  RoutingPolicyRequest, Layout):
         s = schema(model)
         schemas.update(s.pop("$defs", {}))
         schemas[model.__name__] = s

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controllers.flowjobs import FlowRouting
+from controllers.flowroute import fabric_link_of_port, without_failed
 from controllers.layout import Layout
 from controllers.metrics import ControllerMetrics
 from controllers.rules import (
@@ -30,6 +32,7 @@ from controllers.rules import (
     desired_rules,
 )
 from controllers.store import LightpathRow, Store
+from controllers.wanroute import WanFlow, WanLightpath, WanRouting, wan_rules
 from testbed.optical import Lightpath, OpticalNetwork
 from testbed.spec.models import SPECTRUM_POLICIES, Scenario
 
@@ -74,10 +77,35 @@ class NetemChannel:
         link = self.link(control)
         if link.caps_mbps.get(vid) == rate_mbps:
             return  # already so (e.g. the emulator's start-up caps): no tc rebuild
+        if _under_eventlet():
+            # pyroute2's netlink sockets hang under eventlet's monkey-patching (the os-ken
+            # controller process): send the requests from a plain child process.
+            import subprocess
+            import sys
+
+            path = control.removeprefix("netem:")
+            argv = [sys.executable, "-m", "testbed.emu.links", "--descriptor", path,
+                    "--vlan", str(vid)] + (["--remove"] if rate_mbps is None
+                                           else ["--rate-mbps", repr(rate_mbps)])
+            r = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"netem cap VLAN {vid}: {r.stderr.strip()[-300:]}")
+            if rate_mbps is None:
+                link.caps_mbps.pop(vid, None)
+            else:
+                link.caps_mbps[vid] = rate_mbps
+            return
         try:
             link.set_cap(vid, rate_mbps)
         except Exception as exc:  # RuntimeFailure from tc
             raise RuntimeError(str(exc)) from None
+
+
+def _under_eventlet() -> bool:
+    import sys
+
+    patcher = getattr(sys.modules.get("eventlet"), "patcher", None)
+    return bool(patcher is not None and patcher.is_monkey_patched("socket"))
 
 
 class ForwarderChannel:
@@ -142,6 +170,7 @@ class ControllerCore:
         self.lock = threading.RLock()
         self.net = OpticalNetwork.from_scenario(scenario)
         self.metrics = metrics or ControllerMetrics()
+        self.metrics.watch_network(self.net)  # spectrum and fibre state (issue 13)
         self.dc_node = {d.name: d.node for d in scenario.dcs}
         # Lightpath ends that are optical nodes without a DC ("node:<id>", ROADM rules only)
         self.dc_node.update({f"{NODE_END}{n}": n for n in self.net.topology.nodes})
@@ -150,6 +179,15 @@ class ControllerCore:
         self.layout: LayoutIndex | None = LayoutIndex.build(layout) if layout else None
         self.rows: dict[int, LightpathRow] = {}
         self.optical: dict[int, Lightpath] = {}  # controller id -> optical lightpath
+        # Per-flow routing of all-reduce jobs inside DC fabrics (POST /routing/jobs).
+        self.flows = FlowRouting(self.metrics, policy=scenario.policy.routing,
+                                 seed=getattr(scenario.workload, "seed", 1), clock=clock)
+        self.fabric_port_up: dict[tuple[int, int], bool] = {}
+        # Which lightpath each cross-DC job flow takes (controllers.wanroute); the job
+        # services add their flows' sources (e.g. JobService.wan_flows).
+        self.wan = WanRouting(self.metrics, clock=clock)
+        self.wan_sources: list[Callable[[], list[WanFlow]]] = [
+            lambda: self.flows.wan_flows(self.layout)]
         self._load()
 
     # ---- start-up --------------------------------------------------------------------
@@ -172,7 +210,15 @@ class ControllerCore:
         with self.lock:
             for row in self.rows.values():
                 check_route(ix, self._route(row))
+            for job in self.flows.jobs.values():  # registered flows: hosts must stay
+                missing = [m for m in job.members if m not in ix.hosts]
+                if missing:
+                    raise ValueError(f"routing job {job.id}: host {missing[0]} is not in "
+                                     "the new layout")
             self.layout = ix
+            if self.flows.jobs:  # switch names may have changed: route afresh
+                self.flows.paths.clear()
+                self.flows.reroute(ix, "layout")
             self._program()
             for row in self.rows.values():
                 self._caps(row, on=True)
@@ -182,8 +228,14 @@ class ControllerCore:
         with self.lock:
             if self.layout is None:
                 return {}
-            return desired_rules(self.layout, self.routing,
-                                 (self._route(r) for r in self.rows.values()))
+            ix = without_failed(self.layout, self.flows.failed)
+            out = desired_rules(ix, self.routing, (self._route(r) for r in self.rows.values()))
+            rules, groups = self.flows.rules(ix)
+            vids = {r.id: r.vid for r in self.rows.values()}
+            live = {f: lp for f, lp in self.wan.assignment.items() if lp in vids}
+            for x in (*groups, *rules, *wan_rules(ix, vids, live)):
+                out.setdefault(x.dpid, {})[x.key] = x
+            return out
 
     def lightpaths(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -335,6 +387,83 @@ class ControllerCore:
             self.net.release(lp)
         self._caps(row, on=False)
 
+    # ---- per-flow routing (all-reduce jobs in DC fabrics) -------------------------------
+    def _ix(self) -> LayoutIndex:
+        if self.layout is None:
+            raise RequestError(409, "no layout yet (PUT /layout)")
+        return self.layout
+
+    def routing_call(self, what: str, *args: Any) -> dict[str, Any]:
+        """Run a FlowRouting change (register, unregister, set_policy) and install the
+        resulting rules; RequestError for bad input."""
+        from controllers.flowjobs import RoutingError
+
+        with self.lock:
+            ix = self._ix()
+            try:
+                out = getattr(self.flows, what)(ix, *args)
+            except RoutingError as exc:
+                raise RequestError(400 if "unknown routing policy" in str(exc) else 422,
+                                   str(exc)) from None
+            except KeyError as exc:
+                raise RequestError(404, f"no routing job {exc.args[0]}") from None
+            self._program()
+            if what == "set_policy":  # PUT /routing answers with the whole view
+                return {**out, "wan": self.wan.view()}
+            return dict(out)
+
+    def routing_view(self) -> dict[str, Any]:
+        with self.lock:
+            return {**self.flows.view(), "wan": self.wan.view()}
+
+    def wan_lightpaths(self) -> list[WanLightpath]:
+        """Live lightpaths between two DCs of the layout (candidates for job flows)."""
+        ix = self.layout
+        if ix is None:
+            return []
+        return [WanLightpath(r.id, r.vid, r.src_dc, r.dst_dc, r.capacity_gbps)
+                for r in sorted(self.rows.values(), key=lambda r: r.id)
+                if r.src_dc in ix.edge and r.dst_dc in ix.edge]
+
+    def reassign_wan(self) -> bool:
+        """Assign the running jobs' cross-DC flows to lightpaths if anything changed."""
+        with self.lock:
+            ix = self.layout
+            if ix is None:
+                return False
+            flows = [f for src in self.wan_sources for f in src()
+                     if f.src in ix.hosts and f.dst in ix.hosts]
+            host_dc = {h: ix.hosts[h].dc for f in flows for h in (f.src, f.dst)}
+            return self.wan.update(self.flows.policy, self.flows.seed, flows,
+                                   self.wan_lightpaths(), host_dc)
+
+    def fabric_link_of_port(self, dpid: int, port: int) -> tuple[str, str] | None:
+        ix = self.layout
+        return fabric_link_of_port(ix).get((dpid, port)) if ix else None
+
+    def fabric_port_status(self, dpid: int, port: int, up: bool) -> bool:
+        """A PortStatus on a fabric port: the link is down while either end is down (the
+        two ends report separately, in any order). True if the routing changed."""
+        with self.lock:
+            ix = self._ix()
+            ports = fabric_link_of_port(ix)
+            link = ports.get((dpid, port))
+            if link is None:
+                return False
+            self.fabric_port_up[(dpid, port)] = up
+            ends = [e for e, lk in ports.items() if lk == link]
+            link_up = all(self.fabric_port_up.get(e, True) for e in ends)
+            return self.set_fabric_link(*link, up=link_up)
+
+    def set_fabric_link(self, a: str, b: str, up: bool) -> bool:
+        """A DC fabric link went down (or up): re-route the flows, install (True if changed)."""
+        with self.lock:
+            ix = self._ix()
+            changed = self.flows.set_link(ix, a, b, up)
+            if changed:
+                self._program()
+            return changed
+
     # ---- failures ---------------------------------------------------------------------
     def fail_fibre(self, u: str, v: str, t0: float | None = None) -> Restoration:
         """Cut fibre u-v: re-route its lightpaths with new spectrum, or drop them (lost).
@@ -458,6 +587,8 @@ class ControllerCore:
         return d
 
     def _program(self) -> None:
+        if self.layout is not None:
+            self.reassign_wan()
         if self.southbound is not None and self.layout is not None:
             self.southbound.sync(self.desired())
 

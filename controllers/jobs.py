@@ -19,9 +19,11 @@ from collections import Counter
 from typing import Any
 
 from controllers.core import ControllerCore, RequestError
+from controllers.wanroute import WanFlow
 from testbed.jobs.cluster import DC, Cluster
 from testbed.jobs.model import model_catalog
-from testbed.jobs.policies import Job, Placed, Planner
+from testbed.jobs.outcome import Job, Placed
+from testbed.jobs.policies import Planner
 from testbed.jobs.timing import Timer
 from testbed.spec.models import PLACEMENT_POLICIES, PPJobsWorkload
 from testbed.traces import JobRequest
@@ -55,6 +57,14 @@ class JobService:
             for st in body["stages_placement"]:
                 self.cluster.free[self.dc_index[st["dc"]]] -= body["gpus_per_stage"]
         core.metrics.jobs_active.set(len(self.jobs))
+        core.wan_sources.append(self.wan_flows)
+
+    def wan_flows(self) -> list[WanFlow]:
+        """The running jobs' cross-DC stage-to-stage transfers (host pairs), for the
+        lightpath assignment (controllers.wanroute)."""
+        return [WanFlow(job_id, e["src_host"], e["dst_host"], "pipeline")
+                for job_id, body in sorted(self.jobs.items()) for e in body["boundaries"]
+                if e.get("src_host") and e.get("dst_host") and e["src_dc"] != e["dst_dc"]]
 
     # ---- API ---------------------------------------------------------------------------
     def list(self) -> list[dict[str, Any]]:
@@ -109,6 +119,7 @@ class JobService:
                 raise
             core.store.save_job(job_id, body)
             self.jobs[job_id] = body
+            core.program()  # its flows join the lightpath assignment
             core.metrics.jobs_active.set(len(self.jobs))
             core.metrics.job_setup_seconds.observe(core.clock() - t0)
             log.info("job %d (%s, %d stages) placed by %s on %s", job_id, req.model,
@@ -126,11 +137,11 @@ class JobService:
             for lp_id in body["lightpath_ids"]:
                 if lp_id in core.rows and core.rows[lp_id].job_id == job_id:
                     core.delete(lp_id, program=False)
-            core.program()
             for st in body["stages_placement"]:
                 self.cluster.free[self.dc_index[st["dc"]]] += body["gpus_per_stage"]
             core.store.delete_job(job_id)
             del self.jobs[job_id]
+            core.program()  # after the job left: its flows leave the assignment
             core.metrics.jobs_active.set(len(self.jobs))
             view["removed"] = True
             return view

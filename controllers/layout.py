@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from testbed.emu.scale import Scale
 from testbed.names import DC_NAME_RE, NODE_NAME_RE
 from testbed.spec.models import Scenario
 
@@ -55,6 +56,8 @@ class LinkSpec(_Frozen):
     control: str | None = Field(default=None, description="fibre emulator control socket "
                                 "(per-lightpath capacity), or 'netem:<descriptor file>' for a "
                                 "netem/HTB fibre (testbed.emu.links.NetemLink), if any")
+    rate_mbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="emulated rate of a fabric link (HTB both ways), if limited")
 
 
 class HostSpec(_Frozen):
@@ -66,6 +69,8 @@ class HostSpec(_Frozen):
     mac: Annotated[str, Field(pattern=MAC_RE)]
     switch: str
     port: Port
+    rate_mbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="emulated rate of the host's link, if limited")
 
     @model_validator(mode="after")
     def _ip(self) -> HostSpec:
@@ -81,7 +86,7 @@ class Layout(_Frozen):
     hosts: list[HostSpec] = Field(default_factory=list)
     mbps_per_gbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
         default=1.0, description="emulated Mb/s per real Gb/s of lightpath capacity "
-        "(1000 / bandwidth_divisor)")
+        "(testbed.emu.scale.Scale.mbps_per_gbps)")
 
     @model_validator(mode="after")
     def _refs(self) -> Layout:
@@ -127,7 +132,6 @@ def default_layout(scenario: Scenario, hosts_per_dc: int | None = None,
     from testbed.spec import topology_of
 
     topo = topology_of(scenario)
-    divisor = scenario.emulation.bandwidth_divisor
     switches: list[SwitchSpec] = []
     links: list[LinkSpec] = []
     hosts: list[HostSpec] = []
@@ -158,4 +162,4 @@ def default_layout(scenario: Scenario, hosts_per_dc: int | None = None,
         next_port[a] += 1
         next_port[b] += 1
     return Layout(switches=switches, links=links, hosts=hosts,
-                  mbps_per_gbps=1000.0 / divisor)
+                  mbps_per_gbps=Scale.of(scenario.emulation).mbps_per_gbps)

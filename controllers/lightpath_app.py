@@ -38,6 +38,8 @@ from controllers.compat import (
     set_ev_cls,
 )
 from controllers.core import ControllerCore, ForwarderChannel
+from controllers.flowroute import GroupRule
+from controllers.jobs import JobService
 from controllers.layout import Layout
 from controllers.rules import ETH_ARP, FlowRule, diff_rules
 from controllers.store import Store
@@ -62,6 +64,8 @@ def _actions(dp: Any, rule: FlowRule) -> list[Any]:
             actions.append(parser.OFPActionSetField(vlan_vid=arg))
         elif name == "pop_vlan":
             actions.append(parser.OFPActionPopVlan())
+        elif name == "group":
+            actions.append(parser.OFPActionGroup(arg))
         elif name == "goto_table":
             inst.append(parser.OFPInstructionGotoTable(arg))
         else:
@@ -83,6 +87,29 @@ def flow_mod(dp: Any, rule: FlowRule, delete: bool = False) -> Any:
     return parser.OFPFlowMod(dp, cookie=rule.cookie, table_id=rule.table,
                              command=ofp.OFPFC_ADD, priority=rule.priority, match=match,
                              instructions=_actions(dp, rule))
+
+
+def group_mod(dp: Any, group: GroupRule, command: str) -> Any:
+    """The OFPGroupMod that adds, modifies or deletes a select group."""
+    parser, ofp = dp.ofproto_parser, dp.ofproto
+    cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[command]
+    buckets = [] if command == "delete" else [
+        parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
+                         actions=[parser.OFPActionOutput(port)]) for port in group.ports]
+    return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, group.group_id, buckets)
+
+
+def send_changes(dp: Any, installed: dict[tuple, Any], add: tuple[Any, ...],
+                 delete: tuple[Any, ...]) -> None:
+    """Groups before the flows that use them; flows deleted before their groups."""
+    for g in (x for x in add if isinstance(x, GroupRule)):
+        dp.send_msg(group_mod(dp, g, "modify" if g.key in installed else "add"))
+    for r in (x for x in add if not isinstance(x, GroupRule)):
+        dp.send_msg(flow_mod(dp, r))
+    for r in (x for x in delete if not isinstance(x, GroupRule)):
+        dp.send_msg(flow_mod(dp, r, delete=True))
+    for g in (x for x in delete if isinstance(x, GroupRule)):
+        dp.send_msg(group_mod(dp, g, "delete"))
 
 
 class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
@@ -120,7 +147,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         sock = socket.socket(fileno=int(fd)) if fd else None
         self.api = RestApi(self.core, host or "127.0.0.1", int(port),
                            token=os.environ.get("LIGHTPIPE_CTL_TOKEN") or None,
-                           jobs=_job_service(self.core), sock=sock)
+                           jobs=JobService(self.core), sock=sock)
         self.api.serve()
         log.info("REST API on %s", self.api.url)
 
@@ -140,10 +167,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 d = diff_rules(self.installed.get(dpid, {}), rules, dpid)
                 if not d.add and not d.delete:
                     continue
-                for r in d.add:
-                    dp.send_msg(flow_mod(dp, r))
-                for r in d.delete:
-                    dp.send_msg(flow_mod(dp, r, delete=True))
+                send_changes(dp, self.installed.get(dpid, {}), d.add, d.delete)
                 waits.append((dpid, self._barrier(dp)))
                 self.installed[dpid] = dict(rules)
         self._wait(waits)
@@ -158,8 +182,9 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE,
                                           table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
                                           out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
-            for r in desired.values():
-                dp.send_msg(flow_mod(dp, r))
+            dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT,
+                                           ofp.OFPG_ALL, []))
+            send_changes(dp, {}, tuple(desired.values()), ())
             ev = self._barrier(dp)
             self.installed[dp.id] = dict(desired)
         self._wait([(dp.id, ev)])
@@ -218,10 +243,14 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         msg = ev.msg
         ofp = msg.datapath.ofproto
         fibre = self.core.fibre_of_port(msg.datapath.id, msg.desc.port_no)
-        if fibre is None:
-            return
         down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or \
             bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) or msg.reason == ofp.OFPPR_DELETE
+        if fibre is None:
+            if self.core.fabric_link_of_port(msg.datapath.id, msg.desc.port_no) is not None:
+                # a DC fabric link: re-route the flows around it (or back)
+                hub.spawn(self.core.fabric_port_status, msg.datapath.id, msg.desc.port_no,
+                          not down)
+            return
         self.port_up[(msg.datapath.id, msg.desc.port_no)] = not down
         log.debug("switch %#x port %d: %s (reason %d, state %#x, config %#x)",
                   msg.datapath.id, msg.desc.port_no, "down" if down else "up", msg.reason,
@@ -276,12 +305,3 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         msg = ev.msg
         log.warning("switch %#x: OpenFlow error type=%d code=%d", msg.datapath.id, msg.type,
                     msg.code)
-
-
-def _job_service(core: ControllerCore) -> Any:
-    """The POST /jobs service if the job-placement layer is available, else None."""
-    try:
-        from controllers.jobs import JobService
-    except ImportError:
-        return None
-    return JobService(core)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 # Set-up and restoration: 0.5 ms .. 10 s (the target for restoration is 50 ms).
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
@@ -49,7 +54,61 @@ class ControllerMetrics:
                                            "POST /jobs to placement done and every boundary "
                                            "lightpath's rules installed",
                                            buckets=LATENCY_BUCKETS_S, registry=r)
+        # Per-flow routing of all-reduce jobs in DC fabrics (controllers.flowjobs).
+        self.routing_moved = Counter("lightpipe_routing_flows_moved",
+                                     "Flows whose path changed in a re-route", ["policy"],
+                                     registry=r)
+        self.routing_reroutes = Counter("lightpipe_routing_reroutes",
+                                        "Flow re-routes (job arrival/departure, link "
+                                        "failure/repair, policy change)", ["policy", "reason"],
+                                        registry=r)
+        self.routing_seconds = Histogram("lightpipe_routing_computation_seconds",
+                                         "Path computation time of one re-route", ["policy"],
+                                         buckets=LATENCY_BUCKETS_S, registry=r)
+        self.routing_bottleneck = Gauge("lightpipe_routing_job_bottleneck_bytes_per_second",
+                                        "Max-min rate of a job's slowest flow (real units) "
+                                        "under the chosen paths", ["policy", "allreduce_job"],
+                                        registry=r)
+
+        # Which lightpath each cross-DC job flow takes (controllers.wanroute).
+        self.wan_moved = Counter("lightpipe_wan_flows_moved",
+                                 "Cross-DC flows moved to another lightpath in a "
+                                 "re-assignment", ["policy"], registry=r)
+        self.wan_reassignments = Counter("lightpipe_wan_reassignments",
+                                         "Lightpath re-assignments of cross-DC flows (job "
+                                         "arrival/departure, lightpath down/up, policy)",
+                                         ["policy", "reason"], registry=r)
+
+    def watch_network(self, net: Any) -> None:
+        """Export `net`'s (an OpticalNetwork) spectrum and fibre state at scrape time."""
+        self.registry.register(SpectrumCollector(net))
 
     def exposition(self) -> bytes:
         """Text exposition format (GET /metrics)."""
         return generate_latest(self.registry)
+
+
+class SpectrumCollector(Collector):
+    """Per fibre at scrape time: slots in the grid, which slots are used, and up/cut."""
+
+    def __init__(self, net: Any) -> None:
+        self.net = net
+
+    def collect(self) -> Iterator[Any]:
+        total = GaugeMetricFamily("lightpipe_fibre_slots",
+                                  "Spectrum slots (or wavelengths) in each fibre's grid",
+                                  labels=["fibre"])
+        used = GaugeMetricFamily("lightpipe_fibre_slot_used",
+                                 "1 while the spectrum slot is held by a lightpath (or "
+                                 "blocked), else 0", labels=["fibre", "slot"])
+        up = GaugeMetricFamily("lightpipe_fibre_up", "1 while the fibre is up, 0 while cut",
+                               labels=["fibre"])
+        n = int(self.net.slots)
+        for f in self.net.topology.fibres:
+            name = f"{f.u}-{f.v}"
+            total.add_metric([name], n)
+            mask = self.net.mask(f.u, f.v)
+            for i in range(n):
+                used.add_metric([name, str(i)], mask >> i & 1)
+            up.add_metric([name], 0 if self.net.is_failed(f.u, f.v) else 1)
+        yield from (total, used, up)

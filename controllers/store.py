@@ -57,14 +57,40 @@ class LightpathRow:
         return asdict(self)
 
 
+def wal_works(directory: Path) -> bool:
+    """Whether SQLite's WAL mode works on files in directory (tried on a scratch file)."""
+    import contextlib
+    import uuid
+
+    probe = directory / f".walprobe-{uuid.uuid4().hex[:8]}.db"
+    try:
+        db = sqlite3.connect(str(probe), isolation_level=None)
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            db.execute("CREATE TABLE t (x)")
+            db.execute("INSERT INTO t VALUES (1)")
+            return str(mode).lower() == "wal"
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                Path(f"{probe}{suffix}").unlink()
+
+
 class Store:
     """Thread-safe wrapper of one SQLite connection in WAL mode."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
+        wal = wal_works(Path(self.path).parent)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # WAL needs shared memory beside the file, which 9p/NFS mounts (a virtme-ng guest's
+        # --rwdir) do not give ("disk I/O error"): there a rollback journal.
+        self._db.execute("PRAGMA journal_mode=WAL" if wal else "PRAGMA journal_mode=DELETE")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
 

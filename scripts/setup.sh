@@ -3,7 +3,13 @@
 # project with its dev extras in a virtual environment. Idempotent; quick when done.
 set -euo pipefail
 VENV="${1:-.venv}"
-SYS_PKGS=(mininet openvswitch-switch iperf3 ethtool iptables nftables prometheus iproute2 tcpdump)
+# Every tool a documented command uses: ping/iperf3/ip/tc/curl in `lightpipe exec`
+# examples, unshare+mount (util-linux, mount) for host names inside emulated hosts,
+# prometheus/promtool for metrics, chromium + chromium-driver for the report tests,
+# kmod (modprobe: netem/openvswitch where the kernel has them), shellcheck (CI).
+SYS_PKGS=(mininet openvswitch-switch iperf3 ethtool iptables nftables prometheus iproute2 tcpdump
+          iputils-ping curl util-linux mount procps chromium chromium-driver
+          kmod shellcheck)
 
 log() { echo "setup: $*" >&2; }
 

@@ -12,12 +12,23 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write data to path via a temporary file in the same directory and a rename."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
+    """Write data to path via a temporary file in the same directory and a rename.
+
+    The file gets ordinary permissions (0666 less the umask, so 0644 by default), not
+    mkstemp's private 0600; pass mode=0o600 for a secret.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, (0o666 & ~_umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -30,14 +41,26 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return target
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
     """Write text (UTF-8) to path atomically."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write data as indented JSON atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], data: Any, mode: int | None = None) -> Path:
+    """Write data as indented JSON atomically (mode=0o600 for one holding a secret)."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", mode)
+
+
+def check_out_target(target: Path) -> None:
+    """Refuse an --out that LightPipe did not write: an existing file, or a non-empty
+    directory without a manifest.json (never replaced, never wiped)."""
+    from testbed.errors import InputError
+
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise InputError("--out", f"{target} exists and is not a directory; not replaced")
+    if target.is_dir() and any(target.iterdir()) and not (target / "manifest.json").is_file():
+        raise InputError("--out", f"{target} is a non-empty directory that is not a LightPipe "
+                         "run (no manifest.json); not replaced")
 
 
 @contextlib.contextmanager
@@ -49,12 +72,11 @@ def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     On failure the staging directory is removed and `out` is left as it was.
     """
     target = Path(out).resolve()
+    check_out_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     # mkdtemp makes the directory private (0700); a run directory is ordinary output.
-    umask = os.umask(0)
-    os.umask(umask)
-    stage.chmod(0o777 & ~umask)
+    stage.chmod(0o777 & ~_umask())
     try:
         yield stage
     except BaseException:

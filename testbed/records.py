@@ -12,15 +12,33 @@ from typing import Any
 
 from testbed import __version__
 from testbed.atomicio import atomic_write_json
+from testbed.boundedio import check_regular
 from testbed.spec import Scenario
 
 MANIFEST_SCHEMA = 1
 
 
 def spec_hash(scenario: Scenario) -> str:
-    """sha256 of the canonical JSON of the validated scenario."""
-    canon = json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """sha256 of the canonical JSON of the validated scenario, where each referenced file
+    (topology.file, workload.trace) stands for the sha256 of its contents, not its path:
+    the same inputs elsewhere hash the same, an edited trace hashes differently."""
+    spec = scenario.model_dump(mode="json")
+    for section, key in (("topology", "file"), ("workload", "trace")):
+        ref = (spec.get(section) or {}).get(key)
+        if ref:
+            spec[section][key] = {"sha256": file_sha256(ref)}
+    canon = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a referenced input file (a regular file; read in blocks)."""
+    check_regular(path, "spec")
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def manifest(scenario: Scenario, backend: str, **extra: Any) -> dict[str, Any]:

@@ -5,16 +5,38 @@ from __future__ import annotations
 import csv
 import io
 import random
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from testbed.atomicio import atomic_write_text
+from testbed.boundedio import TRACE_MAX_BYTES, read_bounded_text
 from testbed.errors import InputError
 from testbed.names import KEY_RE
-from testbed.spec.models import PPJobsWorkload
+from testbed.spec.models import JobTemplate, PPJobsWorkload
 
 JOB_TRACE_COLUMNS = ("job_id", "arrival_s", "model", "stages", "gpus_per_stage",
                      "microbatches", "iterations")
+_ASCII_INT = re.compile(r"[0-9]{1,18}")
+MAX_TRACE_JOBS = 10_000_000
+"""Most jobs a trace may hold (the spec's bound on workload.jobs)."""
+MAX_ARRIVAL_S = 1e12
+
+
+def _bounds(name: str) -> tuple[int, int]:
+    """(min, max) of a job field, taken from the spec's JobTemplate so both stay equal."""
+    lo, hi = 1, None
+    for meta in JobTemplate.model_fields[name].metadata:
+        lo = getattr(meta, "ge", None) if getattr(meta, "ge", None) is not None else lo
+        hi = getattr(meta, "le", None) if getattr(meta, "le", None) is not None else hi
+    assert hi is not None
+    return int(lo), int(hi)
+
+
+FIELD_BOUNDS: dict[str, tuple[int, int]] = {
+    "job_id": (0, MAX_TRACE_JOBS * 100),
+    **{c: _bounds(c) for c in ("stages", "gpus_per_stage", "microbatches", "iterations")},
+}
 
 
 @dataclass(frozen=True)
@@ -66,14 +88,18 @@ def write_job_trace(jobs: list[JobRequest], path: str | Path) -> Path:
 def read_job_trace(path: str | Path) -> list[JobRequest]:
     """Import a job trace CSV; errors name the file, row and column."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("workload.trace", f"cannot read {str(p)!r}: {exc.strerror}") from None
+    text = read_bounded_text(p, "workload.trace", TRACE_MAX_BYTES)
     return parse_job_trace(text, origin=str(p))
 
 
 def parse_job_trace(text: str, origin: str = "<trace>") -> list[JobRequest]:
+    try:
+        return _parse_job_trace(text, origin)
+    except csv.Error as exc:
+        raise InputError("workload.trace", f"{origin}: bad CSV: {exc}") from None
+
+
+def _parse_job_trace(text: str, origin: str) -> list[JobRequest]:
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
     missing = [c for c in JOB_TRACE_COLUMNS if c not in header]
@@ -85,27 +111,34 @@ def parse_job_trace(text: str, origin: str = "<trace>") -> list[JobRequest]:
     ids: set[int] = set()
     last = 0.0
     for row_no, row in enumerate(reader, start=2):
+        if len(jobs) >= MAX_TRACE_JOBS:
+            raise InputError("workload.trace", f"{origin}: more than {MAX_TRACE_JOBS} jobs")
         values: dict[str, object] = {}
         for col in JOB_TRACE_COLUMNS:
             raw = (row.get(col) or "").strip()
             where = f"{origin}: row {row_no}: {col}"
             if types[col] in ("int", int):
-                if not raw.isdigit() or (col != "job_id" and int(raw) < 1):
-                    raise InputError("workload.trace", f"{where}: expected a positive "
-                                     f"integer, got {raw!r}")
+                lo, hi = FIELD_BOUNDS[col]
+                if not _ASCII_INT.fullmatch(raw):
+                    raise InputError("workload.trace", f"{where}: expected an integer "
+                                     f"(digits 0-9), got {_clip(raw)!r}")
+                if not lo <= int(raw) <= hi:
+                    raise InputError("workload.trace", f"{where}: must be in {lo}..{hi}, "
+                                     f"got {raw}")
                 values[col] = int(raw)
             elif types[col] in ("float", float):
                 try:
                     val = float(raw)
                 except ValueError:
                     val = float("nan")
-                if not val >= 0 or val == float("inf"):
-                    raise InputError("workload.trace", f"{where}: expected a time >= 0, "
-                                     f"got {raw!r}")
+                if not 0 <= val <= MAX_ARRIVAL_S or not raw.isascii():
+                    raise InputError("workload.trace", f"{where}: expected a time in "
+                                     f"0..{MAX_ARRIVAL_S:g} s, got {_clip(raw)!r}")
                 values[col] = val
             else:
                 if not KEY_RE.fullmatch(raw):
-                    raise InputError("workload.trace", f"{where}: bad model name {raw!r}")
+                    raise InputError("workload.trace", f"{where}: bad model name "
+                                     f"{_clip(raw)!r}")
                 values[col] = raw
         job = JobRequest(**values)  # type: ignore[arg-type]
         if job.job_id in ids:
@@ -120,6 +153,10 @@ def parse_job_trace(text: str, origin: str = "<trace>") -> list[JobRequest]:
     if not jobs:
         raise InputError("workload.trace", f"{origin}: no jobs")
     return jobs
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def job_as_dict(job: JobRequest) -> dict[str, object]:

@@ -10,10 +10,10 @@ import pytest
 
 from controllers.api import RestApi, openapi_document
 from controllers.core import ControllerCore
-from controllers.launcher import rest_call
 from controllers.layout import default_layout
 from controllers.store import Store
 from testbed.cli.main import main
+from testbed.orchestrate.ctl_process import rest_call
 from tests.test_controller_core import small_scenario
 
 

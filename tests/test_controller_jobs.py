@@ -11,12 +11,12 @@ import pytest
 from controllers.api import RestApi
 from controllers.core import ControllerCore
 from controllers.jobs import JobService
-from controllers.launcher import rest_call
 from controllers.layout import default_layout
 from controllers.store import Store
 from testbed.jobs.cluster import Cluster
 from testbed.jobs.model import model_catalog
 from testbed.jobs.policies import Job, Placed, Planner
+from testbed.orchestrate.ctl_process import rest_call
 from testbed.spec import parse_scenario
 from testbed.traces import JobRequest
 from tests.test_controller_core import Recorder

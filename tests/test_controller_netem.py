@@ -1,6 +1,6 @@
-"""netem-mode fibres: the controller sets per-lightpath caps as HTB classes (tc/flower).
+"""netem-mode fibres: the controller sets per-lightpath caps as HTB classes (netlink, pyroute2).
 
-The pure test checks the path from the controller's capacity channel to the tc batch
+The pure test checks the path from the controller's capacity channel to the tc requests
 (no tc run); the root test needs a kernel with the netem qdisc and skips without it.
 """
 
@@ -31,27 +31,39 @@ def test_netem_descriptor_round_trip_and_caps_from_the_controller(
     assert control.startswith("netem:") and Path(control[6:]).is_file()
     back = NetemLink.from_descriptor(json.loads(Path(control[6:]).read_text()))
     assert back.script() == link.script()
-    calls: list[tuple[list[str], str | None]] = []
+    sent: list[tuple[list[Any], bool]] = []
 
-    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append((list(argv), kw.get("input")))
-        return subprocess.CompletedProcess(argv, 0, "", "")
+    def fake_apply(self: NetemLink, ops: list[Any], clear: bool = False) -> None:
+        sent.append((list(ops), clear))
 
-    monkeypatch.setattr("testbed.emu.links.subprocess.run", fake_run)
+    monkeypatch.setattr(NetemLink, "_apply", fake_apply)
     ch = ForwarderChannel()
     ch.set_cap(control, 101, 10.0)  # unchanged start-up cap: nothing to do
-    assert calls == []
+    assert sent == []
     ch.set_cap(control, 7, 25.0)
-    batches = [inp for argv, inp in calls if argv[-2:] == ["-batch", "-"]]
-    assert len(batches) == 1 and all(a[:3] == ["mnexec", "-a", "4242"] for a, _ in calls)
-    script = batches[0]
+    assert len(sent) == 1 and sent[0][1]  # one rebuild, old trees cleared first
+    ops = sent[0][0]
     for dev in ("lp0001f1-eth0", "lp0001f1-eth1"):  # both directions
-        assert f"filter add dev {dev} parent 1: protocol 802.1Q prio 10 flower vlan_id 7 " \
-               "classid 1:10" in script
-        assert f"class add dev {dev} parent 1:1 classid 1:10 htb rate 25.000000mbit" in script
-    calls.clear()
+        vlan_filters = [op for op in ops if op.dev == dev and op.kind == "basic"]
+        assert sorted(op.args["match"][0]["value"] for op in vlan_filters) == [7, 101]
+        f7 = next(op for op in vlan_filters if op.args["match"][0]["value"] == 7)
+        cls7 = next(op for op in ops if op.dev == dev and op.command == "add-class"
+                    and op.args["handle"] == f7.args["classid"])
+        assert cls7.args["rate"] == 25_000_000 // 8  # bytes/s
+        redirect = next(op for op in ops if op.kind == "u32" and
+                        op.args["action"]["ifindex"].name == dev)
+        assert redirect.dev != dev and redirect.args["action"]["action"] == "redirect"
+    netems = [op for op in ops if op.kind == "netem"]
+    assert len(netems) == 2 * 3 and all(op.args["delay"] == 500 for op in netems)
+    sent.clear()
     ch.set_cap(control, 7, None)
-    assert "vlan_id 7" not in next(inp for argv, inp in calls if inp)
+    assert all(op.args["match"][0]["value"] != 7 for op in sent[0][0] if op.kind == "basic")
+
+
+def test_netem_requests_reject_unsafe_names(tmp_path: Path) -> None:
+    link = NetemLink(_fibre(), 4242, "lp0001f1-eth0", "bad;name", {}, tmp_path)
+    with pytest.raises(ValueError, match="unsafe interface name"):
+        link.tc_ops()
 
 
 def _why_skip() -> str | None:
@@ -70,9 +82,9 @@ def test_netem_caps_follow_controller_lightpaths(tmp_path: Path) -> None:
     why = _why_skip()
     if why:
         pytest.skip(why)
-    from controllers.emu_glue import attach_controller, controller_address
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
+    from testbed.orchestrate.glue import attach_controller, controller_address
     from testbed.spec import load_scenario
     from tests.test_controller_ovs import SCENARIO
 
@@ -92,11 +104,11 @@ def test_netem_caps_follow_controller_lightpaths(tmp_path: Path) -> None:
         emu = net.emulators[f.middle]
         out = subprocess.run(["mnexec", "-a", str(emu.ns_pid), "tc", "filter", "show", "dev",
                               emu.intf_v], capture_output=True, text=True, check=True).stdout
-        assert f"vlan_id {lp['vid']}" in out
+        assert f"vlan_tag eq {lp['vid']}" in out
         ctl.request("DELETE", f"/lightpaths/{lp['id']}")
         out = subprocess.run(["mnexec", "-a", str(emu.ns_pid), "tc", "filter", "show", "dev",
                               emu.intf_v], capture_output=True, text=True, check=True).stdout
-        assert f"vlan_id {lp['vid']}" not in out
+        assert f"vlan_tag eq {lp['vid']}" not in out
     finally:
         if ctl is not None:
             ctl.stop()

@@ -51,9 +51,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     why = _why_skip()
     if why:
         pytest.skip(why)
-    from controllers.emu_glue import attach_controller, controller_address
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
+    from testbed.orchestrate.glue import attach_controller, controller_address
     from testbed.spec import load_scenario
 
     tmp = tmp_path_factory.mktemp("ctl")
@@ -262,7 +262,7 @@ def test_malformed_rest_input_gets_4xx(env: dict[str, Any]) -> None:
 
 
 def test_controller_restart_keeps_lightpaths(env: dict[str, Any]) -> None:
-    from controllers.emu_glue import attach_controller
+    from testbed.orchestrate.glue import attach_controller
 
     net, ctl = env["net"], env["ctl"]
     _, before = ctl.request("GET", "/lightpaths")
@@ -341,3 +341,53 @@ def test_job_lightpaths_carry_traffic(env: dict[str, Any]) -> None:
     assert ctl.request("DELETE", f"/jobs/{job['id']}")[0] == 200
     assert _ping_ok(net, src, dst, count=2) == 0
     assert ctl.request("GET", "/lightpaths")[1]["lightpaths"] == []
+
+
+def test_wan_flows_take_the_lightpaths_the_policy_assigned(env: dict[str, Any]) -> None:
+    """Two lightpaths between dc-a and dc-c and two jobs across them: under greedy each
+    job's host pair gets its own lightpath, and real packets of each pair carry that
+    lightpath's VLAN through the ROADM (flow counters), not the other's."""
+    net, ctl = env["net"], env["ctl"]
+    for lp in ctl.request("GET", "/lightpaths")[1]["lightpaths"]:  # a clean slate
+        ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+    for f in ctl.request("GET", "/topology")[1]["fibres"]:
+        if f["failed"]:
+            ctl.request("POST", "/repairs", {"link": [f["u"], f["v"]]})
+    assert ctl.request("PUT", "/routing", {"policy": "greedy"})[0] == 200
+    lps = []
+    for _ in range(2):
+        status, lp = ctl.request("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c",
+                                                         "slots": 2})
+        assert status == 201, lp
+        lps.append(lp)
+    pairs = [(_host(net, "dc-a", i), _host(net, "dc-c", i)) for i in range(2)]
+    jobs = []
+    try:
+        for a, c in pairs:
+            status, job = ctl.request("POST", "/routing/jobs",
+                                      {"members": [a.name, c.name], "buffer_bytes": 1 << 20})
+            assert status == 201, job
+            jobs.append(job["id"])
+        wan = ctl.request("GET", "/routing")[1]["wan"]
+        on = {(f["src"], f["dst"]): f["lightpath_id"] for f in wan["flows"]}
+        assigned = [on[(a.name, c.name)] for a, c in pairs]
+        assert sorted(assigned) == sorted(lp["id"] for lp in lps), wan  # one each
+        vid = {lp["id"]: lp["vid"] for lp in lps}
+        roadm_b = _roadm(net, "B")  # both lightpaths run A-B-C (disjoint slots)
+        for (a, c), lp_id in zip(pairs, assigned, strict=True):
+            other = next(i for i in vid if i != lp_id)
+            before = {i: _vlan_packets(net, roadm_b, vid[i]) for i in vid}
+            assert _ping_ok(net, a, c, count=5) >= 4
+            deadline = time.monotonic() + 3.0  # OVS refreshes flow stats lazily
+            while (_vlan_packets(net, roadm_b, vid[lp_id]) < before[lp_id] + 8
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
+            got = {i: _vlan_packets(net, roadm_b, vid[i]) - before[i] for i in vid}
+            # 4+ echo requests and their replies, both ways on the assigned lightpath
+            assert got[lp_id] >= 8 and got[other] == 0, (got, _flows(net, roadm_b))
+    finally:
+        for j in jobs:
+            ctl.request("DELETE", f"/routing/jobs/{j}")
+        for lp in lps:
+            ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+        ctl.request("PUT", "/routing", {"policy": "ecmp"})

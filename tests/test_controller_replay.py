@@ -12,10 +12,10 @@ import pytest
 
 from controllers.api import RestApi
 from controllers.core import ControllerCore
-from controllers.launcher import rest_call
 from controllers.layout import default_layout
-from controllers.replay import agreement, reference, replay, requests_csv, sample_requests
 from controllers.store import Store
+from testbed.orchestrate.ctl_process import rest_call
+from testbed.orchestrate.replay import agreement, reference, replay, requests_csv, sample_requests
 from testbed.sim.engine import REQUESTS_COLUMNS
 from testbed.spec import load_scenario, parse_scenario
 
@@ -108,7 +108,7 @@ def test_replay_clock_is_scaled(tmp_path: Path) -> None:
 
 
 def test_event_replayer_cuts_and_repairs_in_background(tmp_path: Path) -> None:
-    from controllers.replay import EventReplayer
+    from testbed.orchestrate.replay import EventReplayer
 
     sc = _scenario(events=[{"at_s": 0.0, "kind": "fiber_cut", "link": ["1", "3"]},
                            {"at_s": 0.01, "kind": "fiber_repair", "link": ["1", "3"]},
@@ -133,8 +133,8 @@ def test_event_replayer_cuts_and_repairs_in_background(tmp_path: Path) -> None:
 
 
 def test_plan_lightpaths_refused_names_the_pair() -> None:
-    from controllers.emu_run import plan_lightpaths_refused
     from testbed.emu.plan import build_plan
+    from testbed.orchestrate.controller import plan_lightpaths_refused
 
     quick = load_scenario(REPO / "scenarios/quickstart.yaml")
     assert plan_lightpaths_refused(quick, build_plan(quick)) is None

@@ -123,10 +123,11 @@ def test_netem_script() -> None:
     plan = build_plan(scenario(fibre_loss=0.01), prefix="lpab12")
     f = plan.fibres[0]
     link = NetemLink(f, 1, "lpab12f1-eth0", "lpab12f1-eth1", {101: 10.0}, Path("/tmp"))
-    text = link.script()
-    assert text.count("netem delay") == 4 and "loss 1.0000%" in text
-    assert "flower vlan_id 101" in text and "mirred egress redirect" in text
-    assert f"limit {netem_limit_packets(f.rate_mbps, f.delay_ms)}" in text
+    text = link.script()  # the netlink requests (pyroute2), one per line
+    assert text.count("add netem ") == 4 and text.count("loss=1.0") == 4
+    assert text.count("vlan_tag") == 2 and "value=101" in text  # per-lightpath cap, each way
+    assert text.count("kind=mirred direction=egress action=redirect") == 2
+    assert f"limit={netem_limit_packets(f.rate_mbps, f.delay_ms)}" in text
     # 1 Gbit/s x 50 ms needs more than netem's default 1000 packets.
     assert netem_limit_packets(1000, 50) > 8000
 
@@ -202,7 +203,8 @@ def test_forwarder_metrics_collector() -> None:
     reg = CollectorRegistry()
     reg.register(ForwarderCollector(Fake(), "1-2"))
     text = generate_latest(reg).decode()
-    assert 'lightpipe_lightpath_rate_mbps{direction="a_to_b",fibre="1-2",vlan="101"} 10.0' in text
+    assert ('lightpipe_lightpath_rate_bits_per_second{direction="a_to_b",fibre="1-2",'
+            'vlan="101"} 1e+07') in text
     assert "lightpipe_fibre_queue_drops_total" in text
 
 

@@ -12,8 +12,8 @@ import yaml
 
 from testbed.catalog import GPUS, MODELS
 from testbed.errors import InputError
+from testbed.experiments.placement import bace_scenario, cba_scenario
 from testbed.jobs import model
-from testbed.jobs.reproduce import bace_scenario, cba_scenario
 from testbed.jobs.sim import JOBS_COLUMNS, plan_jobs, run_jobs, simulate
 from testbed.jobs.timing import Timer
 from testbed.spec import load_scenario, parse_scenario

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 
 from testbed.errors import RuntimeFailure
 from testbed.metrics.prometheus import PrometheusServer, scrape_config
 from testbed.metrics.query import query, targets, values, wait_for
+from testbed.orchestrate.launch import Host, Launcher
 from testbed.schedule import PipelineProblem, build_schedule
-from workloads.launch import Host, Launcher
 from workloads.metrics import METRIC_NAMES, WorkerMetrics
 from workloads.plan import TinyGPTConfig, model_plan, shadow_plan
 
@@ -42,6 +43,8 @@ def test_promtool_accepts_generated_config_and_rejects_broken(tmp_path: Path) ->
 
 def test_worker_metric_names_follow_conventions() -> None:
     m = WorkerMetrics("job0", 2)
+    assert "lightpipe_worker_loss{" not in generate_latest(m.registry).decode()  # not yet
+    m.loss.set(2.5)
     names = {fam.name for fam in m.registry.collect()}
     text = "\n".join(s.name for fam in m.registry.collect() for s in fam.samples)
     for full in METRIC_NAMES:
@@ -50,7 +53,7 @@ def test_worker_metric_names_follow_conventions() -> None:
         assert base in names or full in names
         assert full in text or f"{full}_count" in text
     labels = {tuple(sorted(s.labels)) for fam in m.registry.collect() for s in fam.samples}
-    assert all({"job", "stage"} <= set(lab) for lab in labels)
+    assert all({"training_job", "stage"} <= set(lab) for lab in labels)
 
 
 @needs_prometheus
@@ -60,7 +63,7 @@ def test_live_prometheus_scrapes_every_worker_metric(tmp_path: Path) -> None:
     """Two jobs (shadow 4 stages, model 2 stages) on localhost; query every metric."""
     local = Host("local", "127.0.0.1", "lo")
     prob = PipelineProblem.uniform(4, 4, 30.0, 60.0, activation_mb=0.05)
-    shadow = shadow_plan("shadow0", prob, build_schedule("1f1b", prob), iterations=40,
+    shadow = shadow_plan("shadow0", prob, build_schedule("1f1b", prob), iterations=400,
                          bandwidth_divisor=1, time_factor=1)
     model = model_plan("model0", build_schedule("gpipe", PipelineProblem.uniform(2, 4, 1, 1)),
                        4, iterations=200, config=TinyGPTConfig(layers=2, hidden=32, heads=2,
@@ -85,12 +88,19 @@ def test_live_prometheus_scrapes_every_worker_metric(tmp_path: Path) -> None:
                 time.sleep(0.5)
                 res = query(prom.url, f"{name} > 0")
             assert len(res) == series, (name, res)
-            assert {r["metric"]["job"] for r in res} == {"shadow0", "model0"}
-        loss = wait_for(prom.url, 'lightpipe_worker_loss{job="model0",stage="1"} > 0')
+            assert {r["metric"]["training_job"] for r in res} == {"shadow0", "model0"}
+        loss = wait_for(prom.url, 'lightpipe_worker_loss{training_job="model0",stage="1"} > 0')
         assert values(loss)[0] > 0
-        hist = query(prom.url, "histogram_quantile(0.5, sum by (le, job) "
-                     "(rate(lightpipe_worker_iteration_duration_seconds_bucket[1m])))")
-        assert {r["metric"]["job"] for r in hist} == {"shadow0", "model0"}
+        # rate() needs two scrapes of a job's histogram inside the window: poll for both
+        # jobs (a clean-clone CI run once queried before shadow0's second scrape).
+        hist_q = ("histogram_quantile(0.5, sum by (le, training_job) "
+                  "(rate(lightpipe_worker_iteration_duration_seconds_bucket[5m])))")
+        hist = query(prom.url, hist_q)
+        end = time.monotonic() + 60
+        while len(hist) < 2 and time.monotonic() < end:
+            time.sleep(0.5)
+            hist = query(prom.url, hist_q)
+        assert {r["metric"]["training_job"] for r in hist} == {"shadow0", "model0"}
         assert all(t["health"] == "up" for t in targets(prom.url))
         launcher.stop()
     assert any((tmp_path / "prometheus" / "data").iterdir())

@@ -10,9 +10,9 @@ import pytest
 
 from testbed.cli.main import main
 from testbed.errors import InputError
+from testbed.experiments.sweep import parse_set, set_path
 from testbed.optical import OpticalNetwork
 from testbed.sim.plan import plan
-from testbed.sim.sweep import parse_set, set_path
 from testbed.spec import parse_scenario
 
 SPEC = {
@@ -48,7 +48,7 @@ def test_sweep_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert len(rows) == 8
     assert {r["seed"] for r in rows} == {"3", "4"}
     assert {r["policy.spectrum"] for r in rows} == {"first_fit", "best_fit"}
-    assert (out / "blocking_vs_load.png").stat().st_size > 1000
+    assert (out / "blocking_ratio_vs_load_erlang.png").stat().st_size > 1000
     by_load: dict[str, list[float]] = {}
     for r in rows:
         by_load.setdefault(r["workload.load_erlang"], []).append(float(r["blocking_ratio"]))

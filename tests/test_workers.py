@@ -12,12 +12,12 @@ import pytest
 
 from testbed.errors import InputError
 from testbed.metrics.agreement import agreement_rows, markdown_table, relative_error
+from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
+from testbed.orchestrate.launch import Host, Launcher, default_duty
+from testbed.orchestrate.results import chrome_trace, job_iterations, read_records, summarize_job
 from testbed.schedule import PipelineProblem, Schedule, build_schedule, time_schedule
 from testbed.spec import load_scenario
-from workloads.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
-from workloads.launch import Host, Launcher, default_duty
 from workloads.plan import JobPlan, TinyGPTConfig, model_plan, shadow_plan
-from workloads.results import chrome_trace, job_iterations, read_records, summarize_job
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = Host("local", "127.0.0.1", "lo")
@@ -205,7 +205,7 @@ def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:
 
 def test_emulated_hosts_tcp_windows_fit_the_lightpath_queue() -> None:
     from testbed.emu.plan import build_plan
-    from workloads.emu_jobs import (
+    from testbed.emu.tcp_tuning import (
         TCP_GOODPUT,
         WIRE_BYTES_PER_SEGMENT,
         host_routes,
@@ -231,7 +231,8 @@ def test_emulated_hosts_tcp_windows_fit_the_lightpath_queue() -> None:
 
 def test_simulated_side_uses_the_emulated_lightpaths() -> None:
     from testbed.emu.plan import build_plan
-    from workloads.emu_jobs import TCP_GOODPUT, on_emulated_links
+    from testbed.emu.tcp_tuning import TCP_GOODPUT
+    from testbed.orchestrate.pp_jobs import on_emulated_links
 
     sc = load_scenario(ROOT / "scenarios" / "calib-bandwidth-1f1b.yaml")
     plan = build_plan(sc, prefix="lp0000")
@@ -264,8 +265,8 @@ def test_controller_job_requests_and_route_delay() -> None:
     from testbed.emu.plan import build_plan
     from testbed.errors import RuntimeFailure
     from testbed.jobs.sim import resolve_jobs
+    from testbed.orchestrate.ctl_jobs import job_request, route_delay_ms
     from testbed.traces import generate_jobs
-    from workloads.ctl_jobs import job_request, route_delay_ms
 
     sc = load_scenario(ROOT / "scenarios" / "calib-latency-gpipe.yaml")
     plan = build_plan(sc, prefix="lp0000")

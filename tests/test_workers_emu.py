@@ -30,7 +30,7 @@ WORKER_METRICS = ("lightpipe_worker_iteration_duration_seconds_count",
 LINK_METRICS = ("lightpipe_fibre_rx_bytes_total", "lightpipe_fibre_tx_bytes_total",
                 "lightpipe_fibre_queue_drops_total", "lightpipe_fibre_loss_drops_total",
                 "lightpipe_fibre_queue_depth_bytes", "lightpipe_lightpath_bytes_total",
-                "lightpipe_lightpath_drops_total", "lightpipe_lightpath_rate_mbps")
+                "lightpipe_lightpath_drops_total", "lightpipe_lightpath_rate_bits_per_second")
 
 
 def _skip_reason() -> str | None:
@@ -77,9 +77,9 @@ def live_net(tmp_path_factory: pytest.TempPathFactory) -> Any:
     why = _skip_reason()
     if why:
         pytest.skip(why)
-    from controllers.emu_run import controller_available
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
+    from testbed.orchestrate.controller import controller_available
 
     use_ctl = controller_available()[0]
     spec = {**SCENARIO, "emulation": {**SCENARIO["emulation"],
@@ -87,14 +87,14 @@ def live_net(tmp_path_factory: pytest.TempPathFactory) -> Any:
     scenario = parse_scenario(spec)
     controller = None
     if use_ctl:
-        from controllers.emu_glue import controller_address
+        from testbed.orchestrate.glue import controller_address
 
         controller = controller_address()
     net = EmuNetwork(build_plan(scenario), link_mode="userspace", controller=controller)
     with net:
         ctl = None
         if use_ctl:
-            from controllers.emu_run import start_run_controller
+            from testbed.orchestrate.controller import start_run_controller
 
             ctl = start_run_controller(net, scenario, tmp_path_factory.mktemp("controller"))
         try:
@@ -122,7 +122,7 @@ def test_hosts_reach_their_own_address(live_net: Any) -> None:
 
 
 def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path) -> None:
-    from workloads.emu_jobs import run_pp_jobs
+    from testbed.orchestrate.pp_jobs import run_pp_jobs
 
     scenario, net = live_net
     seen: dict[str, Any] = {}
@@ -139,7 +139,7 @@ def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path)
     assert all(len(set(j["stage_dcs"])) >= 2 for j in jobs)  # across DCs
     assert all(j["mode"] == "shadow" and len(j["exit_codes"]) == 4 for j in jobs)
     for name in WORKER_METRICS:
-        got = {(r["metric"]["job"], r["metric"]["stage"]) for r in seen[name]}
+        got = {(r["metric"]["training_job"], r["metric"]["stage"]) for r in seen[name]}
         assert got == {(j["job"], str(s)) for j in jobs for s in range(4)}, name
     for name in ("lightpipe_worker_sent_bytes_total", "lightpipe_worker_compute_seconds_total"):
         assert sum(float(r["value"][1]) for r in seen[name]) > 0
@@ -161,7 +161,7 @@ def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path)
 def test_model_jobs_and_a_killed_worker(live_net: Any, tmp_path: Path) -> None:
     """Model mode on both jobs; stage 1 of the second job is SIGKILLed after its
     first iteration: that job is recorded as failed, the other one finishes."""
-    from workloads.emu_jobs import run_pp_jobs
+    from testbed.orchestrate.pp_jobs import run_pp_jobs
 
     scenario, net = live_net
     victim: dict[str, Any] = {}
@@ -196,5 +196,5 @@ def test_model_jobs_and_a_killed_worker(live_net: Any, tmp_path: Path) -> None:
     assert alive["losses"][-1] < alive["losses"][0]
     assert dead["iterations_measured"] >= 0  # recorded iterations kept (may be warm-up only)
     for name in WORKER_METRICS:
-        assert {r["metric"]["job"] for r in seen[name]} == set(by_job), name
+        assert {r["metric"]["training_job"] for r in seen[name]} == set(by_job), name
     assert any(float(r["value"][1]) > 0 for r in seen["lightpipe_worker_loss"])

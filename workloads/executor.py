@@ -172,6 +172,7 @@ class Executor:
             mt.sent.inc(rec.sent_bytes)
             mt.received.inc(rec.received_bytes)
             mt.compute.inc(rec.compute_s)
+            mt.wait.inc(sum(e - s for _, s, e in rec.waits))
             mt.iterations.inc()
             if "loss" in rec.extra:
                 mt.loss.set(rec.extra["loss"])

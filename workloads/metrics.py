@@ -1,7 +1,8 @@
 """Prometheus metrics of one pipeline worker, served over HTTP (prometheus-client).
 
 Names follow Prometheus conventions (`lightpipe_` prefix, base units, `_total`
-counters); every series carries `job` (the pipeline job) and `stage` labels.
+counters); every series carries `training_job` (the pipeline job; Prometheus keeps
+`job` for the scrape job) and `stage` labels (docs/metrics.md).
 The HTTP listener may be a socket inherited from the launcher (`serve_fd`): the
 launcher binds it in the root network namespace, so a Prometheus server there can
 scrape workers that run inside Mininet hosts without any traffic on emulated links.
@@ -25,6 +26,7 @@ METRIC_NAMES = (
     "lightpipe_worker_sent_bytes_total",
     "lightpipe_worker_received_bytes_total",
     "lightpipe_worker_compute_seconds_total",
+    "lightpipe_worker_wait_seconds_total",
     "lightpipe_worker_iterations_total",
     "lightpipe_worker_loss",
 )
@@ -35,7 +37,7 @@ class WorkerMetrics:
 
     def __init__(self, job: str, stage: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        labels = {"job": job, "stage": str(stage)}
+        labels = {"training_job": job, "stage": str(stage)}
         names = list(labels)
         r = self.registry
         self.iteration = Histogram(
@@ -54,12 +56,28 @@ class WorkerMetrics:
         self.compute = Counter("lightpipe_worker_compute_seconds",
                                "Seconds this stage spent computing forward/backward ops",
                                names, registry=r).labels(**labels)
+        self.wait = Counter("lightpipe_worker_wait_seconds",
+                            "Seconds this stage waited for an input (activation or gradient) "
+                            "from a neighbour: communication plus upstream idle time",
+                            names, registry=r).labels(**labels)
         self.iterations = Counter("lightpipe_worker_iterations",
                                   "Pipeline iterations this stage completed",
                                   names, registry=r).labels(**labels)
-        self.loss = Gauge("lightpipe_worker_loss",
-                          "Training loss of the last iteration (model mode, last stage)",
-                          names, registry=r).labels(**labels)
+        # No series until a loss is reported: shadow-mode stages and non-last stages
+        # train nothing, so they export no (misleading zero) loss.
+        self.loss = _OnFirstSet(Gauge("lightpipe_worker_loss",
+                                      "Training loss of the last iteration (model mode, "
+                                      "last stage)", names, registry=r), labels)
+
+
+class _OnFirstSet:
+    """A labelled gauge child created when first set (absent from /metrics before)."""
+
+    def __init__(self, family: Gauge, labels: dict[str, str]) -> None:
+        self.family, self.labels = family, labels
+
+    def set(self, value: float) -> None:
+        self.family.labels(**self.labels).set(value)
 
 
 class _Server(HTTPServer):

@@ -5,11 +5,8 @@ the same `PipelineProblem` and `Schedule` objects that the simulator times, scal
 emulation units:
 
 * compute time of an op (ms) = real op time x `time_factor`;
-* bytes sent per transfer = real activation bytes x `time_factor` / `bandwidth_divisor`.
-  The emulated link rate is the real rate / `bandwidth_divisor` and its delay the real
-  delay x `time_factor`, so every part of the pipeline (compute, latency, serialisation)
-  is stretched by the same `time_factor` and emulated time / `time_factor` is directly
-  comparable with the simulator's time.
+* bytes sent per transfer = real activation bytes x `time_factor` / `bandwidth_divisor`
+  (`testbed.emu.scale.Scale`, which also says why the two factors give one clock).
 
 Pure code: no torch import.
 """
@@ -22,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from testbed.emu.scale import Scale
 from testbed.errors import InputError
 from testbed.schedule.model import PipelineProblem, Schedule
 
@@ -135,21 +133,24 @@ class JobPlan:
 def shadow_plan(job: str, problem: PipelineProblem, schedule: Schedule, *, iterations: int,
                 bandwidth_divisor: float, time_factor: float, warmup_iterations: int = 1,
                 info: dict[str, Any] | None = None) -> JobPlan:
+    """scaled_plan with the scale given as its two factors."""
+    return scaled_plan(job, problem, schedule, Scale(bandwidth_divisor, time_factor),
+                       iterations=iterations, warmup_iterations=warmup_iterations, info=info)
+
+
+def scaled_plan(job: str, problem: PipelineProblem, schedule: Schedule, scale: Scale, *,
+                iterations: int, warmup_iterations: int = 1,
+                info: dict[str, Any] | None = None) -> JobPlan:
     """The plan that makes the workers execute `schedule` on `problem` in emulation units."""
-    if not bandwidth_divisor >= 1:
-        raise InputError("bandwidth_divisor", f"must be >= 1, got {bandwidth_divisor}")
-    if not time_factor > 0:
-        raise InputError("time_factor", f"must be > 0, got {time_factor}")
     p = problem.stages
-    acts = tuple(max(1, round(problem.hop_activation_mb(h) * 1e6 * time_factor
-                              / bandwidth_divisor)) for h in range(p - 1))
+    acts = tuple(scale.transfer_bytes(problem.hop_activation_mb(h) * 1e6) for h in range(p - 1))
     return JobPlan(job=job, mode="shadow", schedule=schedule.to_dict(),
-                   forward_ms=tuple(f * time_factor for f in problem.forward_ms),
-                   backward_ms=tuple(b * time_factor for b in problem.backward_ms),
+                   forward_ms=tuple(scale.delay_ms(f) for f in problem.forward_ms),
+                   backward_ms=tuple(scale.delay_ms(b) for b in problem.backward_ms),
                    activation_bytes=acts, microbatches=problem.microbatches,
                    iterations=iterations, warmup_iterations=warmup_iterations,
-                   weight_grad_fraction=problem.weight_grad_fraction, time_factor=time_factor,
-                   info=dict(info or {}))
+                   weight_grad_fraction=problem.weight_grad_fraction,
+                   time_factor=scale.time_factor, info=dict(info or {}))
 
 
 def model_plan(job: str, schedule: Schedule, microbatches: int, *, iterations: int,

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 from testbed.atomicio import atomic_write_json, staged_dir
-from testbed.errors import InputError
+from testbed.jobs.sim import run_jobs
 from testbed.records import write_manifest
 from testbed.spec import Scenario
-
-
-def _jobs_runner() -> Any:
-    """testbed.jobs.sim:run_jobs when this build has it, else None."""
-    try:
-        module = importlib.import_module("testbed.jobs.sim")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("testbed.jobs", "testbed.jobs.sim"):
-            raise
-        return None
-    return getattr(module, "run_jobs", None)
 
 
 class SimBackend:
@@ -35,16 +23,22 @@ class SimBackend:
         """Simulate; write manifest.json, summary.json and the records into out_dir atomically."""
         wl = scenario.workload
         if wl.kind == "pp_jobs":
-            run_jobs = _jobs_runner()
-            if run_jobs is None:
-                raise InputError("workload.kind", "pp_jobs simulation is not available in "
-                                 "this build")
             with staged_dir(out_dir) as stage:
                 summary: dict[str, Any] = run_jobs(scenario, stage, quiet)
                 if not (stage / "summary.json").exists():
                     atomic_write_json(stage / "summary.json", summary)
                 if not (stage / "manifest.json").exists():
                     write_manifest(stage, scenario, self.name)
+            return summary
+
+        if wl.kind == "allreduce_jobs":  # routing policies on the DC fabric (issue 12)
+            from testbed.sim.allreduce import simulate_allreduce
+
+            with staged_dir(out_dir) as stage:
+                summary = {"backend": "sim", "scenario": scenario.name,
+                           "workload": "allreduce_jobs", "allreduce": simulate_allreduce(scenario)}
+                atomic_write_json(stage / "summary.json", summary)
+                write_manifest(stage, scenario, self.name, records=["summary.json"])
             return summary
 
         from testbed.sim.engine import simulate_lightpaths

@@ -38,12 +38,17 @@ def run(args: argparse.Namespace) -> int:
         emit("clean: nothing to clean")
         return 0
     for d in runs:
-        if args.dry_run:
+        if args.dry_run:  # the same decision clean_run makes
             try:
-                live = run_is_live(RunState.load(d))
+                st = RunState.load(d)
+                live = run_is_live(st)
             except (OSError, ValueError, TypeError):
                 live = False
-            emit(f"clean: would remove run {d.name}{' (live)' if live else ''}")
+            if live and not args.force:
+                emit(f"clean: would keep {d.name}: run is live (pid {st.owner_pid}) "
+                     "(use --force)")
+            else:
+                emit(f"clean: would remove run {d.name}{' (live, --force)' if live else ''}")
             continue
         rep = clean_run(d, force=args.force)
         if "skipped" in rep:

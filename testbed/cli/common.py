@@ -20,7 +20,36 @@ def add_out_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def add_quiet_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bar or phase lines")
+
+
+def add_report_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--report", action="store_true",
+                        help="also write DIR/report.html (as `lightpipe report DIR` does)")
+
+
+def check_out(out: str) -> None:
+    """InputError naming --out (the path as given) when it cannot become a directory."""
+    import os
+    from pathlib import Path
+
+    from testbed.errors import InputError
+
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise InputError("--out", f"{out} exists and is not a directory")
+    parent = p.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", f"cannot create {out}: {exc.strerror.lower()}") from None
+    import tempfile
+
+    try:  # the only reliable test (root, /proc, read-only mounts): make a directory there
+        os.rmdir(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".probe", dir=parent))
+    except OSError as exc:
+        raise InputError("--out", f"cannot write {out}: {exc.strerror.lower()}") from None
 
 
 def load(args: argparse.Namespace) -> Scenario:

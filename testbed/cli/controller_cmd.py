@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from testbed.cli.common import add_spec_arg
 from testbed.errors import InputError
@@ -22,8 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="REST API address (default 127.0.0.1: local only)")
     parser.add_argument("--token", default=None,
                         help="bearer token the REST API requires (or env LIGHTPIPE_TOKEN)")
-    parser.add_argument("--db", default="lightpipe-controller.db",
-                        help="SQLite state file; lightpaths survive a restart")
+    parser.add_argument("--db", default=None,
+                        help="SQLite state file; lightpaths survive a restart (default: "
+                        "$XDG_STATE_HOME/lightpipe/controller.db, i.e. "
+                        "~/.local/state/lightpipe/controller.db)")
     parser.add_argument("--layout", default=None,
                         help="data-plane layout JSON (else PUT /layout later)")
 
@@ -47,15 +50,51 @@ def run(args: argparse.Namespace) -> int:
                 Layout.model_validate(json.load(f))
         except (OSError, ValueError, ValidationError) as exc:
             raise InputError("--layout", f"{args.layout}: {str(exc).splitlines()[0]}") from None
+    for flag, what, host, port in (("--port", "OpenFlow", args.of_host, args.port),
+                                   ("--rest-port", "REST API", args.rest_host, args.rest_port)):
+        port_free(flag, what, host, port)
+    db = args.db or str(default_db())
     token = args.token or os.environ.get("LIGHTPIPE_TOKEN")
     if token:
         os.environ["LIGHTPIPE_CTL_TOKEN"] = token
-    from controllers.launcher import main
+    import sys
 
-    argv = ["--spec", args.spec, "--db", args.db, "--of-host", args.of_host,
+    from controllers.launcher import main
+    from testbed.cli.common import emit
+
+    emit(f"controller: REST API at http://{args.rest_host}:{args.rest_port} "
+         f"(bearer token {'required' if token else 'off'}), OpenFlow 1.3 on "
+         f"tcp:{args.of_host}:{args.port}, state in {db}; Ctrl-C stops")
+    sys.stdout.flush()
+    argv = ["--spec", args.spec, "--db", db, "--of-host", args.of_host,
             "--of-port", str(args.port), "--rest", f"{args.rest_host}:{args.rest_port}"]
     if args.layout:
         argv += ["--layout", args.layout]
     if args.verbose:
         argv += ["-" + "v" * args.verbose]
     return main(argv)
+
+
+def default_db() -> Path:
+    """$XDG_STATE_HOME/lightpipe/controller.db (~/.local/state/...), never the cwd."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                            "state")
+    d = Path(base) / "lightpipe"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / "controller.db"
+
+
+def port_free(flag: str, what: str, host: str, port: int) -> None:
+    """InputError naming the flag and port when something already listens there."""
+    import errno
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == errno.EADDRINUSE else \
+                f"cannot be used ({exc.strerror})"
+            raise InputError(flag, f"the {what} port {host}:{port} {why}; pick another with "
+                             f"{flag}") from None

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
+from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
 
 HELP = "emulate a scenario (root): build, verify, probe, tear down; --hold keeps it up"
-SHOWN = ("link_mode", "datapath", "hosts", "switches", "fibres", "lightpaths", "verified",
-         "mean_goodput_ratio", "min_goodput_ratio", "setup_s", "teardown_s", "wall_s",
-         "forwarding", "forwarding_fallback", "requests", "blocking_ratio", "sim_blocking_ratio",
-         "cut_to_restored_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arg(parser)
     add_out_arg(parser)
     add_quiet_arg(parser)
+    add_report_arg(parser)
     parser.add_argument("--hold", action="store_true",
                         help="keep the network up until Ctrl-C/SIGTERM (writes DIR/network.json)")
     parser.add_argument("--link-mode", default=None, choices=["auto", "netem", "userspace"],
@@ -42,7 +39,17 @@ def run(args: argparse.Namespace) -> int:
     ok, reason = backend.available()
     if not ok:
         raise RuntimeFailure(f"emulation unavailable here: {reason}")
+    from testbed.cli.common import check_out
+
+    check_out(args.out)  # (SIGINT works even from a background shell: cli.main)
     out = Path(args.out)
+    if args.hold:
+        wl = scenario.workload
+        count = getattr(wl, "requests", None) or getattr(wl, "jobs", "")
+        unit = "requests" if wl.kind == "lightpath_requests" else "jobs"
+        what = f"the {wl.kind} workload ({count} {unit})"
+        emit(f"emu: --hold builds and verifies the network, then waits; it skips {what} and "
+             "the iperf3 probes (run without --hold for those)")
     def on_hold(info: dict[str, object]) -> None:
         import sys
 
@@ -56,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(ctl, dict):
             emit(f"emu: SDN controller REST API at {ctl['rest_url']} (bearer token in "
                  f"{out}/network.json)")
+        prom = info.get("prometheus")  # issue 13
+        if isinstance(prom, dict) and prom.get("url"):
+            emit(f"emu: Prometheus at {prom['url']} (run {prom['run']})")
         emit("emu: holding; `lightpipe exec HOST -- CMD` runs in a host; Ctrl-C or SIGTERM "
              "tears down")
         sys.stdout.flush()
@@ -63,11 +73,9 @@ def run(args: argparse.Namespace) -> int:
     summary = backend.run(scenario, out, quiet=args.quiet, hold=args.hold,
                           link_mode=args.link_mode, probe_seconds=args.probe_seconds,
                           on_hold=on_hold)
-    emit(f"emu: results in {out}/ (summary.json, manifest.json, probes.csv, network.json)")
-    for key in SHOWN:
-        if key in summary:
-            emit(f"  {key}: {summary[key]}")
-    agr = summary.get("agreement")
-    if isinstance(agr, dict):  # lightpath_requests replayed through the controller
-        emit(f"  agreement with sim: {agr['same']}/{agr['requests']} decisions identical")
+    from testbed.cli.summary import maybe_report, print_run, write_readme
+
+    write_readme(out, f"LightPipe emu run of {scenario.name}")
+    print_run("emu", out, args.out.rstrip("/"), summary, scenario,
+              maybe_report(out, args.report and not args.hold))
     return 0

@@ -25,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
         ("netem qdisc", report.netem),
         ("link emulation", "netem" if report.netem else "userspace forwarder"),
         ("Open vSwitch", report.ovs_installed),
-        ("OVS datapath", "kernel" if report.ovs_kernel_datapath else "userspace (netdev)"),
+        ("OVS datapath", ("kernel" + (" (openvswitch module loadable: loaded on use)"
+                                      if report.ovs_module == "loadable" else ""))
+         if report.ovs_kernel_datapath else "userspace (netdev)"),
         ("mnexec", report.mnexec),
         ("mininet (python)", report.mininet_python),
         ("os-ken", report.os_ken),

@@ -82,5 +82,42 @@ def run(args: argparse.Namespace) -> int:
     mnexec = shutil.which("mnexec")
     if mnexec is None:
         raise RuntimeFailure("mnexec not found (Debian/Ubuntu package mininet)")
-    os.execv(mnexec, [mnexec, "-a", str(pid), *cmd])
+    unshare = shutil.which("unshare")
+    if unshare is None:  # util-linux: without it, names do not resolve but the command runs
+        os.execv(mnexec, [mnexec, "-a", str(pid), *cmd])
+    hosts_file = write_hosts_file(net)
+    # A private mount namespace in which the run's hosts file is /etc/hosts, so that
+    # `ping dc-d-h0` resolves inside the emulated host; the machine's /etc/hosts is untouched.
+    os.execv(mnexec, [mnexec, "-a", str(pid), unshare, "--mount", "--propagation", "private",
+                      "--", "/bin/sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
+                      str(hosts_file), *cmd])
     return 0  # not reached
+
+
+def hosts_text(net: dict[str, object], base: str = "") -> str:
+    """/etc/hosts of the emulated network: the machine's entries, then one line per host."""
+    hosts = net.get("hosts")
+    assert isinstance(hosts, list)
+    lines = [base.rstrip("\n"), f"# LightPipe emulated network {net.get('prefix', '')}"]
+    lines += [f"{h['ip']}\t{h['name']}" for h in hosts]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def write_hosts_file(net: dict[str, object]):  # type: ignore[no-untyped-def]
+    """The run's hosts file in its state directory (or the temp dir); its path."""
+    import tempfile
+    from pathlib import Path
+
+    from testbed.atomicio import atomic_write_text
+    from testbed.emu.state import PREFIX_RE
+
+    prefix = str(net.get("prefix", ""))
+    state = Path(str(net.get("state_dir") or ""))
+    where = state if PREFIX_RE.fullmatch(prefix) and state.is_dir() else \
+        Path(tempfile.gettempdir())
+    try:
+        base = Path("/etc/hosts").read_text()
+    except OSError:
+        base = "127.0.0.1\tlocalhost\n"
+    name = f"hosts-{prefix}" if PREFIX_RE.fullmatch(prefix) else "lightpipe-hosts"
+    return atomic_write_text(where / name, hosts_text(net, base))

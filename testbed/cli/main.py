@@ -3,49 +3,60 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from testbed import __version__
+from testbed.cli import (
+    clean_cmd,
+    controller_cmd,
+    emu_cmd,
+    env_cmd,
+    exec_cmd,
+    grafana_cmd,
+    monitor_cmd,
+    plan_cmd,
+    report_cmd,
+    reproduce_cmd,
+    route_cmd,
+    run_cmd,
+    schedule_cmd,
+    schema_cmd,
+    sim_cmd,
+    sweep_cmd,
+    topologies_cmd,
+    trace_cmd,
+    validate_cmd,
+)
 from testbed.errors import InputError, LightPipeError
 
 log = logging.getLogger("lightpipe")
 
 # name -> module; each module has HELP, add_arguments(parser) and run(args) -> int.
 # Modules import heavy dependencies inside run(), so building the parser stays fast.
-COMMANDS: dict[str, str] = {
-    "validate": "testbed.cli.validate_cmd",
-    "schema": "testbed.cli.schema_cmd",
-    "topologies": "testbed.cli.topologies_cmd",
-    "env": "testbed.cli.env_cmd",
-    "trace": "testbed.cli.trace_cmd",
-    "run": "testbed.cli.run_cmd",
+COMMANDS: dict[str, ModuleType] = {
+    "validate": validate_cmd,
+    "schema": schema_cmd,
+    "topologies": topologies_cmd,
+    "env": env_cmd,
+    "trace": trace_cmd,
+    "run": run_cmd,
+    "sim": sim_cmd,
+    "sweep": sweep_cmd,
+    "plan": plan_cmd,
+    "schedule": schedule_cmd,
+    "reproduce": reproduce_cmd,
+    "emu": emu_cmd,
+    "exec": exec_cmd,
+    "clean": clean_cmd,
+    "controller": controller_cmd,
+    "route": route_cmd,
+    "report": report_cmd,
+    "monitor": monitor_cmd,
+    "grafana": grafana_cmd,
 }
-
-
-def register(name: str, module: str) -> None:
-    """Add a subcommand (used by later modules; keeps the registry in one place)."""
-    COMMANDS[name] = module
-
-
-def _optional_commands() -> None:
-    # Subcommands whose modules exist in this build (added by later parts of LightPipe).
-    for name, module in {
-        "sim": "testbed.cli.sim_cmd",
-        "sweep": "testbed.cli.sweep_cmd",
-        "plan": "testbed.cli.plan_cmd",
-        "schedule": "testbed.cli.schedule_cmd",
-        "reproduce": "testbed.cli.reproduce_cmd",
-        "emu": "testbed.cli.emu_cmd",
-        "exec": "testbed.cli.exec_cmd",
-        "clean": "testbed.cli.clean_cmd",
-        "controller": "testbed.cli.controller_cmd",
-        "report": "testbed.cli.report_cmd",
-    }.items():
-        if importlib.util.find_spec(module) is not None:
-            COMMANDS.setdefault(name, module)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,7 +67,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    _optional_commands()
     parser = _Parser(prog="lightpipe", description="LightPipe: pipeline-parallel training "
                      "across optical DCs, simulated and emulated.")
     parser.add_argument("--version", action="version", version=f"lightpipe {__version__}")
@@ -64,18 +74,30 @@ def build_parser() -> argparse.ArgumentParser:
                         help="more log output (-vv for debug)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, modname in COMMANDS.items():
-        mod = importlib.import_module(modname)
+    for name, mod in COMMANDS.items():
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
 
 
+def restore_sigint() -> None:
+    """Ctrl-C/SIGINT stops every command however it was started: a background job of a
+    non-interactive shell inherits SIGINT ignored, and Python would keep it ignored (a held
+    emulation or `monitor serve` could then only be killed)."""
+    import signal
+    import threading
+
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 runtime failure, 2 bad input)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
+    restore_sigint()
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)
@@ -99,11 +121,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as exc:  # argparse --help / --version
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except OSError as exc:  # a file or device the user named or the run needs
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"lightpipe: error: {where}{(exc.strerror or str(exc)).lower()}\n")
+        return 1
     except Exception as exc:
         if debug:
             raise
-        sys.stderr.write(f"lightpipe: error: {type(exc).__name__}: {exc} "
-                         "(rerun with --debug for the traceback)\n")
+        sys.stderr.write(f"lightpipe: error: internal error ({type(exc).__name__}: {exc}); "
+                         "please report it with the output of --debug\n")
         return 1
 
 

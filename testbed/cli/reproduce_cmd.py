@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, emit, emit_json
+from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, emit_json
 
-HELP = "reproduce a paper's headline effect: crosspipe, geopipe, cba, bace"
+HELP = "reproduce a paper's headline effect: crosspipe, geopipe, cba, bace, routing"
 
-# name -> "module:function"; each function is (out_dir: Path, quiet: bool, **opts) -> dict
-# and writes its outputs atomically into out_dir.
-REPRODUCTIONS: dict[str, str] = {
-    "crosspipe": "testbed.schedule.reproduce:crosspipe",
-    "geopipe": "testbed.schedule.reproduce:geopipe",
-    "cba": "testbed.jobs.reproduce:cba",
-    "bace": "testbed.jobs.reproduce:bace",
-}
+# name -> function (out_dir: Path, quiet: bool, **opts) -> dict; each writes its outputs
+# atomically into out_dir. Imported on use: the reproductions pull in the solvers.
+REPRODUCTIONS = ("crosspipe", "geopipe", "cba", "bace", "routing")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help=", ".join(REPRODUCTIONS))
     add_out_arg(parser)
     add_quiet_arg(parser)
+    add_report_arg(parser)
     parser.add_argument("--quick", action="store_true", help="fewer sweep points")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         help="override a set-up value (e.g. --set microbatches=16)")
@@ -29,59 +27,89 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _value(text: str) -> object:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+    """A --set value: YAML/JSON syntax (16, 0.5, true, [1, 2], {a: 1}), else the string."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text) if text.strip() else text
+    except yaml.YAMLError:
+        return text
 
 
-def resolve(name: str):  # type: ignore[no-untyped-def]
-    """The reproduction function for `name`; InputError if unknown or not in this build."""
-    import importlib
+def options(fn) -> list[str]:  # type: ignore[no-untyped-def]
+    """The set-up values a reproduction takes (its keyword parameters)."""
+    import inspect
 
+    return [n for n, p in inspect.signature(fn).parameters.items()
+            if n not in ("out_dir", "quiet", "quick")
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def resolve(name: str) -> Callable[..., dict[str, Any]]:
+    """The reproduction function for `name`; InputError if unknown."""
     from testbed.errors import InputError
+    from testbed.experiments import placement, routing, schedules
 
-    target = REPRODUCTIONS.get(name)
-    if target is None:
+    table: dict[str, Callable[..., dict[str, Any]]] = {
+        "crosspipe": schedules.crosspipe, "geopipe": schedules.geopipe,
+        "cba": placement.cba, "bace": placement.bace, "routing": routing.routing}
+    if name not in table:
         raise InputError("NAME", f"unknown reproduction {name!r}; valid: "
                          f"{', '.join(REPRODUCTIONS)}")
-    module, func = target.split(":")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError:
-        raise InputError("NAME", f"reproduction {name!r} is not available in this build") \
-            from None
-    fn = getattr(mod, func, None)
-    if fn is None:
-        raise InputError("NAME", f"reproduction {name!r} is not available in this build")
-    return fn
+    return table[name]
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from testbed.cli.common import check_out
+    from testbed.cli.summary import maybe_report, print_reproduction, write_readme
     from testbed.errors import InputError
+    from testbed.spec.suggest import close
 
     fn = resolve(args.name)
+    valid = options(fn)
     opts: dict = {}
     for item in args.set:
         key, sep, val = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise InputError("--set", f"expected KEY=VALUE, got {item!r}")
-        opts[key.strip()] = _value(val.strip())
+        if key not in valid:
+            hits = close(key, valid)
+            hint = f"did you mean {' or '.join(hits)}? " if hits else ""
+            raise InputError("--set", f"{args.name} has no set-up value {key!r}; {hint}"
+                             f"valid: {', '.join(valid)}")
+        opts[key] = _value(val.strip())
     if args.quick:
         opts["quick"] = True
+    check_out(args.out)
+    out = Path(args.out)
     try:
-        summary = fn(Path(args.out), quiet=args.quiet, **opts)
-    except TypeError as exc:  # an option the reproduction does not take
-        raise InputError("--set", str(exc)) from None
+        summary = fn(out, quiet=args.quiet, **opts)
+    except (TypeError, ValueError) as exc:  # a value of the wrong type
+        raise InputError("--set", f"a value does not fit {args.name}: "
+                         f"{', '.join(f'{k}={v!r}' for k, v in opts.items())} ({exc})") from None
+    write_manifest(out, args.name, opts)
+    write_readme(out, f"LightPipe reproduction: {args.name}")
+    report = maybe_report(out, args.report)
     if args.json:
         emit_json(summary)
     else:
-        emit(f"reproduce {args.name}: wrote {args.out}")
-        for key, value in summary.items():
-            if isinstance(value, int | float | str):
-                emit(f"  {key}: {value}")
+        print_reproduction(args.name, args.out.rstrip("/"), summary, report)
     return 0
+
+
+def write_manifest(out, name: str, opts: dict) -> None:  # type: ignore[no-untyped-def]
+    """manifest.json of a reproduction: what ran with which options, version, platform."""
+    import platform
+    import sys
+    import time
+
+    from testbed import __version__
+    from testbed.atomicio import atomic_write_json
+
+    atomic_write_json(out / "manifest.json", {
+        "schema": 1, "lightpipe_version": __version__, "reproduction": name,
+        "backend": "sim", "options": opts, "written_unix_s": round(time.time(), 3),
+        "python": sys.version.split()[0], "platform": platform.platform(), "argv": sys.argv})

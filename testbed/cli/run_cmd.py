@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
+from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
 
 if TYPE_CHECKING:
     from testbed.spec import Scenario
@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arg(parser)
     add_out_arg(parser)
     add_quiet_arg(parser)
+    add_report_arg(parser)
     parser.add_argument("--backend", default="auto", choices=["auto", "sim", "emu", "both"],
                         help="auto: emu if this machine can emulate the scenario, else sim")
 
@@ -45,13 +46,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from testbed.backends import get_backend
+    from testbed.cli.common import check_out
+    from testbed.cli.summary import maybe_report, print_run, write_readme
     from testbed.errors import RuntimeFailure
     from testbed.spec import load_scenario
 
     scenario = load_scenario(args.spec)
+    check_out(args.out)
     names, why = choose_backend(args.backend, scenario)
     emit(f"lightpipe: {why}")
     out = Path(args.out)
+    shown = args.out.rstrip("/")
     summaries: dict[str, dict] = {}
     for name in names:
         backend = get_backend(name)
@@ -61,16 +66,19 @@ def run(args: argparse.Namespace) -> int:
         target = out / name if len(names) > 1 else out
         summary = backend.run(scenario, target, quiet=args.quiet)
         summaries[name] = summary
-        emit(f"{name}: results in {target}/ (summary.json, manifest.json)")
-        for key in ("requests", "jobs", "blocking_ratio", "mean_iteration_time_s", "wall_s"):
-            if key in summary:
-                emit(f"  {key}: {summary[key]}")
+        write_readme(target, f"LightPipe {name} run of {scenario.name}")
+        print_run(name, target, f"{shown}/{name}" if len(names) > 1 else shown, summary,
+                  scenario, maybe_report(target, args.report and len(names) == 1))
     agreement = summaries.get("emu", {}).get("agreement")
-    if isinstance(agreement, dict):  # lightpath_requests replayed through the controller
-        emit(f"agreement with sim: {agreement['same']}/{agreement['requests']} request "
-             "decisions identical (route, slots, accept)")
-    elif agreement:
+    if agreement and not isinstance(agreement, dict):  # (a dict is in the emu summary)
         _tabulate_agreement(agreement, out if len(names) > 1 else None)
+    if len(names) > 1:
+        write_readme(out, f"LightPipe run of {scenario.name} on both backends")
+        report = maybe_report(out, args.report)
+        emit(f"both: records in {shown}/sim and {shown}/emu")
+        from testbed.cli.summary import report_line
+
+        report_line(shown, report)
     return 0
 
 

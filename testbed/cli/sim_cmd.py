@@ -4,32 +4,31 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
+from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg
 
-HELP = "simulate a scenario (writes manifest.json, summary.json, requests.csv)"
-
-SHOWN = ("requests", "blocked", "blocking_ratio", "blocking_ci95", "bitrate_blocking_ratio",
-         "mean_spectrum_utilization", "lightpaths_lost", "lightpaths_restored", "jobs",
-         "wall_s", "requests_per_s")
+HELP = "simulate a scenario (writes manifest.json, summary.json, requests.csv or jobs.csv)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arg(parser)
     add_out_arg(parser)
     add_quiet_arg(parser)
+    add_report_arg(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from testbed.backends.sim import SimBackend
+    from testbed.cli.common import check_out
+    from testbed.cli.summary import maybe_report, print_run, write_readme
     from testbed.spec import load_scenario
 
     scenario = load_scenario(args.spec)
+    check_out(args.out)
     out = Path(args.out)
     summary = SimBackend().run(scenario, out, quiet=args.quiet)
-    emit(f"sim: results in {out}/ (summary.json, manifest.json)")
-    for key in SHOWN:
-        if key in summary:
-            emit(f"  {key}: {summary[key]}")
+    write_readme(out, f"LightPipe sim run of {scenario.name}")
+    print_run("sim", out, args.out.rstrip("/"), summary, scenario,
+              maybe_report(out, args.report))
     return 0

@@ -5,9 +5,49 @@ from __future__ import annotations
 import argparse
 import os
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_spec_arg, emit
+from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
 
-HELP = "run a grid of spec values x seeds in parallel (sweep.csv + blocking_vs_load.png)"
+HELP = "run a grid of spec values x seeds in parallel (sweep.csv + METRIC_vs_FIELD.png)"
+
+
+def split_values(text: str) -> list[str]:
+    """'1,2' -> ['1', '2']; '[100,200],[400]' -> ['[100,200]', '[400]'] (commas inside
+    brackets or braces belong to a value: list and mapping values in YAML/JSON syntax)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return parts
+
+
+def parse_set(text: str) -> tuple[str, list[object]]:
+    """--set PATH=V1,V2: the field path and its values, each read as YAML (lists allowed)."""
+    import yaml
+
+    from testbed.errors import InputError
+
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not values.strip():
+        raise InputError("--set", f"expected dotted.path=v1,v2,... got {text!r}")
+    if any(not part for part in key.split(".")):
+        raise InputError("--set", f"bad field path {key!r}")
+    out = []
+    for raw in split_values(values):
+        try:
+            out.append(yaml.safe_load(raw.strip()))
+        except yaml.YAMLError:
+            raise InputError("--set", f"{key}: cannot read value {raw.strip()!r} (YAML/JSON "
+                             "syntax: 100, first_fit, [100, 200])") from None
+    return key, out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[],
                         metavar="PATH=V1,V2", help="spec field and values, e.g. "
                         "workload.load_erlang=100,200,300 or policy.spectrum=first_fit,best_fit "
+                        "or a list field workload.bitrate_gbps=[100,400],[400] "
                         "(repeatable: the grid is their product)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per point (workload.seed, "
                         "workload.seed+1, ...)")
@@ -25,16 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also keep each point's run directory (points/NNNN/)")
     add_out_arg(parser)
     add_quiet_arg(parser)
+    add_report_arg(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from testbed.analysis.tables import rows_to_csv
     from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
     from testbed.errors import InputError
+    from testbed.experiments import sweep
     from testbed.progress import progress
     from testbed.records import write_manifest
-    from testbed.sim import sweep
     from testbed.spec import load_scenario
 
     if args.seeds < 1 or args.seeds > 1000:
@@ -42,29 +85,62 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise InputError("--jobs", f"must be >= 1, got {args.jobs}")
     base = load_scenario(args.spec)
-    sets = [sweep.parse_set(s) for s in args.sets]
+    from testbed.cli.common import check_out
+
+    sets = [parse_set(s) for s in args.sets]
     keys = [k for k, _ in sets]
     if len(set(keys)) != len(keys):
         raise InputError("--set", "the same field is set twice")
     points = sweep.grid_points(base, sets, args.seeds)
+    check_out(args.out)
     out = Path(args.out)
+    failure: sweep.SweepFailure | None = None
+    agg: list[dict] = []
     with staged_dir(out) as stage:
         records = stage / "points" if args.records else None
         with progress(len(points), "sweep points", args.quiet) as bar:
-            rows = sweep.run_sweep(points, args.jobs, records, on_done=bar.advance)
-        atomic_write_text(stage / "sweep.csv", sweep.rows_csv(rows))
-        agg = sweep.aggregate(rows, keys, args.metric)
-        atomic_write_text(stage / "sweep_mean.csv", sweep.rows_csv(agg))
+            try:
+                rows = sweep.run_sweep(points, args.jobs, records, on_done=bar.advance)
+            except sweep.SweepFailure as exc:  # keep the finished points, then fail
+                failure, rows = exc, exc.rows
+        atomic_write_text(stage / "sweep.csv", rows_to_csv(rows, cell=sweep.cell_text))
+        plots: list[str] = []
+        if failure is not None:
+            atomic_write_text(stage / "failed_points.txt",
+                              "".join(f"{msg}\n" for msg, _ in failure.failures))
+        else:
+            numeric = sorted(k for k, v in (rows[0] if rows else {}).items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool))
+            if rows and args.metric not in numeric:
+                raise InputError("--metric", f"unknown metric {args.metric!r}; one of: "
+                                 + ", ".join(numeric))
+            agg = sweep.aggregate(rows, keys, args.metric)
+            atomic_write_text(stage / "sweep_mean.csv", rows_to_csv(agg, cell=sweep.cell_text))
         if agg:
-            sweep.plot(agg, keys, args.metric, stage / "blocking_vs_load.png",
-                       f"{base.name}: {args.metric} (mean of {args.seeds} seed(s), 95 % CI)")
+            from testbed.report.figures import save
+            from testbed.report.repro_plots import sweep_plots
+
+            for key, (fig, _cap) in zip(keys, sweep_plots(agg, keys, args.metric),
+                                        strict=True):
+                name = f"{args.metric}_vs_{key.split('.')[-1]}.png"
+                save(fig, stage / name)
+                plots.append(name)
         atomic_write_json(stage / "sweep.json", {"set": {k: v for k, v in sets},
                                                  "seeds": args.seeds, "points": len(points),
                                                  "metric": args.metric})
         write_manifest(stage, base, "sim", sweep={k: v for k, v in sets}, seeds=args.seeds)
-    emit(f"sweep: {len(points)} runs, results in {out}/ (sweep.csv, sweep_mean.csv, "
-         "blocking_vs_load.png)")
+    if failure is not None:
+        emit(f"sweep: {len(rows)} of {len(points)} runs finished, kept in {out}/sweep.csv; "
+             f"failures in {out}/failed_points.txt")
+        raise failure
+    from testbed.cli.summary import maybe_report, report_line, write_readme
+
+    write_readme(out, f"LightPipe sweep of {base.name}")
+    report = maybe_report(out, args.report)
+    emit(f"sweep: {len(points)} runs of {base.name} (sim backend), records in "
+         f"{args.out.rstrip('/')}/ (sweep.csv, sweep_mean.csv, {', '.join(plots)})")
     for a in agg:
         label = ", ".join(f"{k}={a[k]}" for k in keys) or "base"
         emit(f"  {label}: {args.metric} {a[args.metric]:.6g}")
+    report_line(args.out.rstrip("/"), report)
     return 0

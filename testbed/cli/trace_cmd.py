@@ -13,7 +13,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arg(parser)
     parser.add_argument("--out", metavar="FILE.csv", help="write the trace here")
     parser.add_argument("--check", action="store_true",
-                        help="SPEC is a trace CSV: validate it and print a summary")
+                        help="SPEC is a trace CSV: validate it (models included) and print a "
+                        "summary")
+    parser.add_argument("--models-from", metavar="SCENARIO",
+                        help="with --check: also accept the models a scenario defines "
+                        "(workload.models)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.check:
         jobs = read_job_trace(args.spec)
+        _check_models(jobs, args.models_from)
         span = jobs[-1].arrival_s - jobs[0].arrival_s
         emit(f"{args.spec}: ok ({len(jobs)} jobs over {span:g} s)")
         return 0
@@ -35,3 +40,24 @@ def run(args: argparse.Namespace) -> int:
     write_job_trace(jobs, args.out)
     emit(f"wrote {len(jobs)} jobs to {args.out}")
     return 0
+
+
+def _check_models(jobs, models_from: str | None) -> None:  # type: ignore[no-untyped-def]
+    """Reject a model `sim` would reject: not in the catalogue (nor in --models-from)."""
+    from testbed.catalog import MODELS
+    from testbed.errors import InputError
+    from testbed.spec.suggest import close
+
+    known = set(MODELS)
+    if models_from:
+        from testbed.spec import load_scenario
+
+        wl = load_scenario(models_from).workload
+        known |= {m.name for m in getattr(wl, "models", [])}
+    for i, job in enumerate(jobs):
+        if job.model not in known:
+            hits = close(job.model, sorted(known))
+            hint = f"did you mean {' or '.join(hits)}? " if hits else ""
+            raise InputError("model", f"row {i + 2}: unknown model {job.model!r}; {hint}"
+                             f"known: {', '.join(sorted(known))} (a scenario's own models: "
+                             "--models-from SCENARIO)")

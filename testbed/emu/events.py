@@ -8,12 +8,13 @@ namespace): the ROADM switch ports lose carrier and OVS sends OpenFlow PortStatu
 from __future__ import annotations
 
 import subprocess
-from typing import Any
+from collections.abc import Callable
 
+from testbed.emu.live import LiveNetwork
 from testbed.errors import RuntimeFailure
 
 
-def set_fibre_link(net: Any, u: str, v: str, up: bool) -> None:
+def set_fibre_link(net: LiveNetwork, u: str, v: str, up: bool) -> None:
     """Set fibre u-v's link state in the data plane (both ends)."""
     try:
         f = net.plan.fibre(u, v)
@@ -29,8 +30,8 @@ def set_fibre_link(net: Any, u: str, v: str, up: bool) -> None:
                                  f"{r.stderr.strip()[:200]}")
 
 
-def link_switch(net: Any) -> Any:
-    """A `controllers.replay.LinkSwitch` for this network."""
+def link_switch(net: LiveNetwork) -> Callable[[str, str, bool], None]:
+    """A `testbed.orchestrate.replay.LinkSwitch` for this network."""
     def switch(u: str, v: str, up: bool) -> None:
         set_fibre_link(net, u, v, up)
     return switch

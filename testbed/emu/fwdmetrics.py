@@ -37,7 +37,8 @@ class ForwarderCollector(Collector):
                                      labels=vl)
         vdrops = CounterMetricFamily("lightpipe_lightpath_drops", "drops per lightpath",
                                      labels=vl)
-        vrate = GaugeMetricFamily("lightpipe_lightpath_rate_mbps", "lightpath cap", labels=vl)
+        vrate = GaugeMetricFamily("lightpipe_lightpath_rate_bits_per_second",
+                                  "lightpath rate cap (emulated units)", labels=vl)
         for dname, d in st["directions"].items():
             for key, fam in fams.items():
                 fam.add_metric([self.fibre, dname], d[key])
@@ -45,7 +46,7 @@ class ForwarderCollector(Collector):
             for vlan, v in d["vlans"].items():
                 vbytes.add_metric([self.fibre, dname, vlan], v["bytes"])
                 vdrops.add_metric([self.fibre, dname, vlan], v["drops"])
-                vrate.add_metric([self.fibre, dname, vlan], v["rate_mbps"])
+                vrate.add_metric([self.fibre, dname, vlan], v["rate_mbps"] * 1e6)
         yield from fams.values()
         yield from (depth, vbytes, vdrops, vrate)
 

@@ -81,7 +81,7 @@ class LinkTestbed:
         intf_b = str(m.connectionsTo(b)[0][0])
         for intf in (intf_a, intf_b):
             m.cmd(f"ip link set {intf} up")
-        cls_ = linkemu.ForwarderLink if self.mode == "userspace" else linkemu.NetemLink
+        cls_ = linkemu.LINK_CLASSES[self.mode]
         self.emu = cls_(f, m.pid, intf_a, intf_b, {}, Path(self.state.state_dir), self.seed)
         self.emu.start()
         if self.emu.pid is not None:

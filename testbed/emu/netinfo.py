@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.emu.live import LiveNetwork
+
 NETWORK_SCHEMA = 1
 
 
-def network_info(net: Any) -> dict[str, Any]:
+def network_info(net: LiveNetwork) -> dict[str, Any]:
     """Hosts (DC, IP, namespace PID), switches, fibres (rate, delay, mode), lightpaths."""
     p = net.plan
     hosts = []
     for h in p.hosts:
         pid = net.host_pid(h.name)
         hosts.append({"name": h.name, "dc": h.dc, "ip": h.ip.split("/")[0], "prefix_len": 8,
-                      "mac": h.mac, "node": h.node, "intf": str(net.nodes[h.node].defaultIntf()),
+                      "mac": h.mac, "node": h.node, "intf": net.host_iface(h.name),
                       "pid": pid, "netns": f"/proc/{pid}/ns/net", "switch": h.switch})
     fibres = []
     for f in p.fibres:
@@ -25,7 +27,7 @@ def network_info(net: Any) -> dict[str, Any]:
                        "middle": f.middle, "middle_pid": emu.ns_pid,
                        "intf_u": emu.intf_u, "intf_v": emu.intf_v,
                        "forwarder_pid": emu.pid,
-                       "control": getattr(emu, "control", None),
+                       "control": emu.control,
                        "roadm_u": f.roadm_u, "roadm_v": f.roadm_v,
                        "port_u": net.ports.get((f.roadm_u, f.middle)),
                        "port_v": net.ports.get((f.roadm_v, f.middle)),
@@ -46,8 +48,7 @@ def network_info(net: Any) -> dict[str, Any]:
         "ovs_rundir": str(net.ovs.dir) if net.ovs else None,
         "link_mode": net.link_mode,
         "datapath": net.datapath,
-        "bandwidth_divisor": p.bandwidth_divisor,
-        "time_factor": p.time_factor,
+        **p.scale.as_record(),
         "dc_subnets": dict(p.dc_subnets),
         "controller": None,
         "hosts": hosts,

@@ -13,6 +13,7 @@ switch, and the middle node runs the link emulator (forwarder process or netem q
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -26,10 +27,12 @@ from types import TracebackType
 from typing import Any
 
 from testbed.emu import links as linkemu
+from testbed.emu.fabric import htb_script
 from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
+from testbed.emu.live import RestClient
 from testbed.emu.netns import create_named, enter_netns, leave_netns, netns_inode
 from testbed.emu.ovs import PrivateOVS
-from testbed.emu.plan import EmuPlan
+from testbed.emu.plan import EmuPlan, LightpathPlan
 from testbed.emu.state import RunState, alive, delete_netns, kill_procs, new_state
 from testbed.errors import RuntimeFailure
 
@@ -67,12 +70,18 @@ def choose_link_mode(requested: str) -> str:
 
 
 def choose_datapath(requested: str) -> str:
-    from testbed.envprobe import ovs_kernel_datapath
+    """'kernel' where the openvswitch module is loaded or loadable (it is loaded here),
+    else 'user' (requested 'auto')."""
+    from testbed.envprobe import ensure_ovs_kernel_datapath, module_state
 
     if requested == "auto":
-        return "kernel" if ovs_kernel_datapath() else "user"
-    if requested == "kernel" and not ovs_kernel_datapath():
-        raise RuntimeFailure("datapath kernel asked for, but the openvswitch module is absent")
+        return "kernel" if ensure_ovs_kernel_datapath() else "user"
+    if requested == "kernel" and not ensure_ovs_kernel_datapath():
+        state = module_state("openvswitch")
+        raise RuntimeFailure("datapath kernel asked for, but the openvswitch module is "
+                             + ("absent from this kernel" if state == "absent"
+                                else f"{state} and could not be loaded (modprobe openvswitch; "
+                                "needs root)"))
     return requested
 
 
@@ -100,9 +109,18 @@ class EmuNetwork:
 
     def __init__(self, plan: EmuPlan, link_mode: str = "auto", datapath: str = "auto",
                  controller: str | None = None, forwarding: Forwarding | None = None,
-                 seed: int = 1) -> None:
+                 seed: int = 1, link: type[linkemu.LinkEmulator] | None = None,
+                 startup_timeout_s: float | None = None) -> None:
+        """link: the link emulator class (default: the one of link_mode, chosen by
+        choose_link_mode), as Mininet takes a `link=` class. startup_timeout_s: how long
+        OVS, each link emulator (and the caller's controller) may take to come up: the
+        scenario's emulation.startup_timeout_s, else scaled with the machine."""
+        from testbed.envprobe import startup_timeout_s as scaled_timeout
+
         self.plan = plan
-        self.link_mode = choose_link_mode(link_mode)
+        self.startup_timeout_s = scaled_timeout(startup_timeout_s)
+        self.link_mode = link.mode if link is not None else choose_link_mode(link_mode)
+        self.link_class = link or linkemu.LINK_CLASSES[self.link_mode]
         self.datapath = choose_datapath(datapath)
         self.controller = controller
         self.forwarding = forwarding or StaticForwarding()
@@ -112,6 +130,8 @@ class EmuNetwork:
         self.nodes: dict[str, Any] = {}
         self.ports: PortMap = {}
         self.emulators: dict[str, linkemu.LinkEmulator] = {}
+        self.controller_client: RestClient | None = None  # attach_controller_client
+        self.shaped: list[tuple[Any, str, float]] = []  # (node, interface, rate_mbps): HTB
         self._back_fd: int | None = None
         self._home_ns_inode = 0
         self._saved_env: dict[str, str | None] = {}
@@ -131,6 +151,27 @@ class EmuNetwork:
         self.stop()
 
     @property
+    def home_netns_fd(self) -> int | None:
+        """fd of the network namespace the run started in (this thread lives in the
+        switches' namespace while the network is up), None when down."""
+        return self._back_fd
+
+    @property
+    def home_netns_path(self) -> str:
+        """A path to the run's home network namespace (for setns from other processes)."""
+        if self._back_fd is None:
+            return "/proc/1/ns/net"
+        return f"/proc/{os.getpid()}/fd/{self._back_fd}"
+
+    def attach_controller_client(self, client: RestClient) -> None:
+        """The REST client of the run's SDN controller (workload steps call its API)."""
+        self.controller_client = client
+
+    def adopt_lightpaths(self, lightpaths: Sequence[LightpathPlan]) -> None:
+        """Replace the plan's DC-pair lightpaths (e.g. by what the controller set up)."""
+        self.plan = dataclasses.replace(self.plan, lightpaths=tuple(lightpaths))
+
+    @property
     def state_dir(self) -> Path:
         assert self.state is not None
         return Path(self.state.state_dir)
@@ -147,7 +188,8 @@ class EmuNetwork:
         self.state.ns_inodes.append(netns_inode("/proc/thread-self/ns/net"))
         self.state.save()
         subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
-        self.ovs = PrivateOVS(self.state_dir, userspace_tso=self.datapath == "user")
+        self.ovs = PrivateOVS(self.state_dir, userspace_tso=self.datapath == "user",
+                              timeout_s=self.startup_timeout_s)
         for key, value in self.ovs.env.items():
             self._saved_env[key] = os.environ.get(key)
             os.environ[key] = value
@@ -162,8 +204,9 @@ class EmuNetwork:
         self._start_link_emulation(wait=False)
         self._start_switches()
         self._configure_hosts()
+        self._shape_links()
         for emu in self.emulators.values():
-            emu.wait_ready()
+            emu.wait_ready(self.startup_timeout_s)
         self.state.phase = "up"
         self.state.save()
         self.timings_s["up"] = time.monotonic() - t0
@@ -205,15 +248,17 @@ class EmuNetwork:
             self.nodes[f.middle] = node
             self._record_node(node, "middle-shell")
 
-        def link(a: str, b: str) -> None:
+        def link(a: str, b: str, rate_mbps: float | None = None) -> None:
             na, nb = self.nodes[a], self.nodes[b]
             lk = Link(na, nb)
             for n, intf, other in ((na, lk.intf1, b), (nb, lk.intf2, a)):
                 if isinstance(n, OVSSwitch):
                     self.ports[(n.name, other)] = n.ports[intf]
+                if rate_mbps is not None:
+                    self.shaped.append((n, str(intf), rate_mbps))
 
         for lk in p.links:
-            link(lk.a, lk.b)
+            link(lk.a, lk.b, lk.rate_mbps)
         for f in p.fibres:
             link(f.roadm_u, f.middle)
             link(f.middle, f.roadm_v)
@@ -228,6 +273,7 @@ class EmuNetwork:
             sw.start(controllers)
         OVSSwitch.batchStartup(switches)  # one ovs-vsctl transaction for all bridges
         assert self.ovs is not None
+        self._wait_bridges([s.node for s in p.switches])
         if self.controller:
             for s in p.switches:
                 self.ovs.vsctl("set-controller", s.node, self.controller)
@@ -241,6 +287,25 @@ class EmuNetwork:
                                     str(path)], capture_output=True, text=True, check=False)
                 if r.returncode != 0:
                     raise RuntimeFailure(f"ovs-ofctl add-flows {sw}: {r.stderr.strip()[:300]}")
+
+    def _wait_bridges(self, names: list[str]) -> None:
+        """Wait until ovs-vswitchd has made every bridge (its OpenFlow management socket
+        exists): on a slow machine it lags behind the database, and ovs-ofctl would say
+        "... is not a bridge or a socket"."""
+        assert self.ovs is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        missing = list(names)
+        while missing and time.monotonic() < deadline:
+            missing = [n for n in missing if not (self.ovs.dir / f"{n}.mgmt").exists()]
+            if missing:
+                time.sleep(0.05)
+        if missing:
+            tail = ""
+            with contextlib.suppress(OSError):
+                tail = (self.ovs.dir / "ovs-vswitchd.log").read_text()[-600:].strip()
+            raise RuntimeFailure(f"Open vSwitch did not come up: bridge(s) {', '.join(missing)}"
+                                 f" not made within {self.startup_timeout_s:.0f} s "
+                                 f"({self.datapath} datapath); ovs-vswitchd.log: {tail}")
 
     def _configure_hosts(self) -> None:
         p = self.plan
@@ -268,6 +333,13 @@ class EmuNetwork:
             for intf in node.intfList():
                 node.cmd(f"ip link set {intf} up")
 
+    def _shape_links(self) -> None:
+        """HTB at the plan's rate on both ends of every rate-limited DC fabric link."""
+        for node, intf, rate_mbps in self.shaped:
+            out = node.cmd(htb_script(intf, rate_mbps))
+            if "tc-error" in out:
+                raise RuntimeFailure(f"tc htb on {intf}: {out.strip()[:200]}")
+
     def _start_link_emulation(self, wait: bool = True) -> None:
         p = self.plan
         assert self.state is not None
@@ -279,7 +351,7 @@ class EmuNetwork:
             node = self.nodes[f.middle]
             intf_u = str(node.connectionsTo(self.nodes[f.roadm_u])[0][0])
             intf_v = str(node.connectionsTo(self.nodes[f.roadm_v])[0][0])
-            cls = linkemu.ForwarderLink if self.link_mode == "userspace" else linkemu.NetemLink
+            cls = self.link_class
             emu = cls(f, node.pid, intf_u, intf_v, caps[f.middle], self.state_dir,
                       seed=self.seed + k)
             emu.start()
@@ -288,15 +360,14 @@ class EmuNetwork:
                 self.state.add_proc(emu.pid, "forwarder", f.middle)
         if wait:
             for emu in self.emulators.values():
-                emu.wait_ready()
+                emu.wait_ready(self.startup_timeout_s)
 
     def stop(self) -> None:
         """Tear everything down by recorded PIDs and namespace names (idempotent)."""
         t0 = time.monotonic()
         for emu in self.emulators.values():  # SIGTERM all forwarders first, then wait
             with contextlib.suppress(Exception):
-                if getattr(emu, "proc", None) is not None and emu.proc.poll() is None:
-                    emu.proc.terminate()
+                emu.terminate()
         for emu in self.emulators.values():
             with contextlib.suppress(Exception):
                 emu.stop()
@@ -341,6 +412,10 @@ class EmuNetwork:
         self.timings_s["down"] = time.monotonic() - t0
 
     # -- using the network -----------------------------------------------------------------
+    def host_iface(self, name: str) -> str:
+        """The default interface of a host (user name or node name)."""
+        return str(self.nodes[self.plan.host(name).node].defaultIntf())
+
     def host_pid(self, name: str) -> int:
         return int(self.nodes[self.plan.host(name).node].pid)
 

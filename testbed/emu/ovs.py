@@ -50,9 +50,11 @@ def raise_priority(pid: int) -> None:
 class PrivateOVS:
     """Start/stop ovsdb-server + ovs-vswitchd with all their files under one directory."""
 
-    def __init__(self, base_dir: Path, userspace_tso: bool = True) -> None:
+    def __init__(self, base_dir: Path, userspace_tso: bool = True,
+                 timeout_s: float = 20.0) -> None:
         self.dir = base_dir / "ovs"
         self.userspace_tso = userspace_tso
+        self.timeout_s = timeout_s
         self.pids: dict[str, int] = {}
 
     @property
@@ -64,16 +66,22 @@ class PrivateOVS:
     def db_sock(self) -> str:
         return str(self.dir / "db.sock")
 
-    def _run(self, *cmd: str, timeout_s: float = 20.0) -> str:
+    def _run(self, *cmd: str, timeout_s: float | None = None) -> str:
         env = {**os.environ, **self.env}
-        r = subprocess.run(list(cmd), env=env, capture_output=True, text=True,
-                           timeout=timeout_s, check=False)
+        timeout_s = timeout_s or self.timeout_s
+        try:
+            r = subprocess.run(list(cmd), env=env, capture_output=True, text=True,
+                               timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise RuntimeFailure(f"Open vSwitch did not come up: {' '.join(cmd[:3])} took "
+                                 f"more than {timeout_s:.0f} s (logs in {self.dir})") from None
         if r.returncode != 0:
             raise RuntimeFailure(f"{' '.join(cmd[:3])} failed: {r.stderr.strip()[:300]}")
         return r.stdout
 
     def vsctl(self, *args: str) -> str:
-        return self._run("ovs-vsctl", f"--db=unix:{self.db_sock}", "--timeout=20", *args)
+        return self._run("ovs-vsctl", f"--db=unix:{self.db_sock}",
+                         f"--timeout={max(1, round(self.timeout_s))}", *args)
 
     def start(self) -> None:
         schema = next((p for p in SCHEMA_PATHS if os.path.exists(p)), None)
@@ -102,11 +110,13 @@ class PrivateOVS:
 
     def _pid(self, name: str) -> int:
         path = self.dir / f"{name}.pid"
-        for _ in range(200):
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
             if path.exists() and path.read_text().strip():
                 return int(path.read_text().strip())
             time.sleep(0.01)
-        raise RuntimeFailure(f"{name} did not write its pid file")
+        raise RuntimeFailure(f"Open vSwitch did not come up: {name} wrote no pid file "
+                             f"within {self.timeout_s:.0f} s (see {self.dir}/{name}.log)")
 
     def stop(self) -> None:
         from testbed.emu.state import ProcRecord, kill_procs, proc_start_ticks

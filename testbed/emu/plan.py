@@ -6,9 +6,9 @@ switches and link emulators, and that tests check without root.
 Rates: a fibre's capacity is all of its spectrum at the best modulation whose reach
 covers the fibre (flex grid: slots x gbps_per_slot; fixed grid: wavelengths x
 gbps_per_wavelength); a lightpath's capacity is its slots (or wavelengths) at the best
-modulation for its path length. Emulated rate = real rate / emulation.bandwidth_divisor.
-Delay: length_km x optical.propagation_us_per_km x emulation.time_factor, plus the
-optical node delay (x time_factor) of the node a fibre enters.
+modulation for its path length. Emulated rate and delay come from the run's `Scale`
+(testbed.emu.scale): delay = length_km x optical.propagation_us_per_km, plus the
+optical node delay of the node a fibre enters, both scaled.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import Any
 import networkx as nx
 
 from testbed import names
+from testbed.emu.scale import Scale
 from testbed.errors import InputError
 from testbed.optical.modulation import Modulation, choose_modulation, modulation_table
 from testbed.spec import Scenario, topology_of
+from testbed.spec.check import dc_host_count
 
 PREFIX_LEN = 6  # "lp" + 4 hex digits
 FIRST_VLAN = 101
-LEAVES_PER_DC = 2
-SPINES_PER_DC = 2
 
 
 def new_prefix() -> str:
@@ -59,6 +59,7 @@ class SwitchPlan:
 class LinkPlan:
     a: str
     b: str
+    rate_mbps: float | None = None  # emulated HTB rate both ways (leaf-spine fabrics); None: none
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,7 @@ class LightpathPlan:
 class EmuPlan:
     prefix: str
     scenario: str
-    bandwidth_divisor: float
-    time_factor: float
+    scale: Scale
     fabric: str
     hosts: tuple[HostPlan, ...]
     switches: tuple[SwitchPlan, ...]
@@ -147,12 +147,12 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
     topo = topology_of(scenario)
     graph = topo.graph()
     table = modulation_table(opt)
-    time_factor, divisor = emu.time_factor, emu.bandwidth_divisor
-    node_delay_ms = opt.node_delay_ms * time_factor
+    scale = Scale.of(emu)
+    node_delay_ms = scale.delay_ms(opt.node_delay_ms)
 
     def too_fast(what: str, rate_mbps: float) -> None:
         if rate_mbps > emu.max_rate_mbps:
-            need = math.ceil(rate_mbps * divisor / emu.max_rate_mbps)
+            need = scale.divisor_needed(rate_mbps, emu.max_rate_mbps)
             raise InputError("emulation.max_rate_mbps",
                              f"{what} would run at {rate_mbps:g} Mbit/s emulated, above "
                              f"{emu.max_rate_mbps:g}; raise emulation.bandwidth_divisor to "
@@ -175,25 +175,34 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
     for d, dc in enumerate(scenario.dcs):
         if dc.node not in roadm:
             raise InputError(f"dcs[{d}].node", f"unknown optical node {dc.node!r}")
-        n_hosts = dc.hosts or emu.hosts_per_dc
+        n_hosts = dc_host_count(scenario, dc)
         dc_subnets[dc.name] = f"10.{d + 1}.0.0/16"
         dc_roadm[dc.name] = roadm[dc.node]
         if emu.dc_fabric == "single":
             leaves = [add_switch("dc", dc.name)]
             links.append(LinkPlan(leaves[0], roadm[dc.node]))
         else:
-            spines = [add_switch("spine", dc.name) for _ in range(SPINES_PER_DC)]
-            leaves = [add_switch("leaf", dc.name) for _ in range(min(LEAVES_PER_DC, n_hosts))]
-            links.extend(LinkPlan(leaf, sp) for leaf in leaves for sp in spines)
+            # Hosts in blocks of hosts_per_leaf (default: spread evenly), as
+            # testbed.routing.topology.from_scenario lays the same fabric out.
+            ls = emu.leaf_spine
+            up_mbps = scale.rate_mbps(ls.spine_link_gbps)
+            too_fast(f"leaf-spine link of {dc.name}", up_mbps)
+            host_mbps = scale.rate_mbps(ls.host_link_gbps)
+            too_fast(f"host link of {dc.name}", host_mbps)
+            per_leaf = ls.hosts_per_leaf or max(1, -(-n_hosts // ls.leaves))
+            spines = [add_switch("spine", dc.name) for _ in range(ls.spines)]
+            n_leaves = min(ls.leaves, -(-n_hosts // per_leaf))
+            leaves = [add_switch("leaf", dc.name) for _ in range(n_leaves)]
+            links.extend(LinkPlan(leaf, sp, up_mbps) for leaf in leaves for sp in spines)
             links.extend(LinkPlan(sp, roadm[dc.node]) for sp in spines)
         for i in range(n_hosts):
             idx = len(hosts) + 1
             node = _ifname(f"{prefix}h{idx}", 5)
-            leaf = leaves[i % len(leaves)]
+            leaf = leaves[0] if emu.dc_fabric == "single" else leaves[i // per_leaf]
             mac = f"02:00:00:{d + 1:02x}:{(i + 1) >> 8:02x}:{(i + 1) & 0xFF:02x}"
             hosts.append(HostPlan(f"{dc.name}-h{i}", node, dc.name,
                                   f"10.{d + 1}.{(i + 1) >> 8}.{(i + 1) & 0xFF}/8", mac, leaf))
-            links.append(LinkPlan(node, leaf))
+            links.append(LinkPlan(node, leaf, None if emu.dc_fabric == "single" else host_mbps))
 
     fibres: list[FibrePlan] = []
     for k, f in enumerate(topo.fibres):
@@ -203,9 +212,9 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
         else:
             mod = _best(f.length_km, table)
             real_gbps, mod_name = opt.slots * mod.gbps_per_slot, mod.name
-        rate_mbps = real_gbps * 1000.0 / divisor
+        rate_mbps = scale.rate_mbps(real_gbps)
         too_fast(f"fibre {f.u}-{f.v} ({real_gbps:g} Gb/s real)", rate_mbps)
-        delay_ms = f.length_km * opt.propagation_us_per_km / 1000.0 * time_factor + node_delay_ms
+        delay_ms = scale.delay_ms(f.length_km * opt.propagation_us_per_km / 1000.0) + node_delay_ms
         fibres.append(FibrePlan(f.u, f.v, roadm[f.u], roadm[f.v],
                                 _ifname(f"{prefix}f{k + 1}", 5), f.length_km,
                                 round(delay_ms, 6), rate_mbps, real_gbps, mod_name,
@@ -228,7 +237,7 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
             per_unit = _best(length_km, table).gbps_per_slot
         units = max(1, math.ceil(emu.lightpath_gbps / per_unit - 1e-9))
         real_gbps = units * per_unit
-        rate_mbps = real_gbps * 1000.0 / divisor
+        rate_mbps = scale.rate_mbps(real_gbps)
         too_fast(f"lightpath {a.name}-{b.name} ({real_gbps:g} Gb/s real)", rate_mbps)
         delay_ms = sum(by_pair[frozenset((u, v))].delay_ms
                        for u, v in pairwise(path))
@@ -237,6 +246,6 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
             raise InputError("dcs", "too many DC pairs for 802.1Q VLAN ids")
         lightpaths.append(LightpathPlan(vlan, a.name, b.name, tuple(path), real_gbps, units,
                                         rate_mbps, round(delay_ms, 6)))
-    return EmuPlan(prefix, scenario.name, divisor, time_factor, emu.dc_fabric, tuple(hosts),
+    return EmuPlan(prefix, scenario.name, scale, emu.dc_fabric, tuple(hosts),
                    tuple(switches), tuple(links), tuple(fibres), tuple(lightpaths),
                    dc_subnets, dc_roadm)

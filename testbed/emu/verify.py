@@ -14,7 +14,8 @@ from dataclasses import asdict
 from typing import Any
 
 from testbed.emu.network import EmuNetwork
-from testbed.emu.probes import PingStats, icmp_ping, lightpath_probe
+from testbed.emu.plan import EmuPlan
+from testbed.emu.probes import PingStats, ProbeResult, icmp_ping, lightpath_probe
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def within(measured_ms: float | None, expected_ms: float, tol_ms: float) -> bool
     return measured_ms is not None and -FIBRE_EARLY_MS <= measured_ms - expected_ms <= tol_ms
 
 
-def probe_ok(res: Any, plan: Any, path: tuple[str, ...]) -> tuple[bool, bool]:
+def probe_ok(res: ProbeResult, plan: EmuPlan, path: tuple[str, ...]) -> tuple[bool, bool]:
     """(route and tags right, delays within tolerance) for one probe result."""
     fibres = [plan.fibre(u, v) for u, v in itertools.pairwise(path)]
     delays = res.fibre_delay_ms or {}

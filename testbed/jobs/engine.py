@@ -19,10 +19,12 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from testbed.jobs.cluster import Allocation, Cluster
 from testbed.jobs.model import energy_kwh, price_integral_usd_per_kwh_h
-from testbed.jobs.policies import Job, Placed, Planner, Refused
+from testbed.jobs.outcome import Job, Placed, Refused
+from testbed.jobs.policies import Planner
 from testbed.spec.models import EventSpec
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,9 @@ class JobState:
     routes: list[str] = field(default_factory=list)
     placement: list[str] = field(default_factory=list)
     solver: dict[str, object] | None = None
+    # every lightpath the job held: [boundary, Lightpath, set-up s, tear-down s or None]
+    lightpath_log: list[list[Any]] = field(default_factory=list)
+    open_lightpaths: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 class JobSimulator:
@@ -137,6 +142,7 @@ class JobSimulator:
         dcs = self.cluster.dcs
         st.placement = [dcs[d].name for d in res.alloc.stage_dcs]
         st.routes = [_lp_text(lp) for lp in res.alloc.lightpaths]
+        self._track(st)
         self.running[st.job.req.job_id] = st
         self._schedule_departure(st)
         return res
@@ -185,11 +191,25 @@ class JobSimulator:
                                         st.schedule)
                 st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
                 st.routes = [_lp_text(lp) for lp in st.alloc.lightpaths]
+                self._track(st)
                 self._schedule_departure(st)
+
+    def _track(self, st: JobState, closing: bool = False) -> None:
+        """Log the job's lightpaths: close the ones it no longer holds (at now), open the
+        new ones (lightpaths.csv)."""
+        held = {} if closing or st.alloc is None else {
+            (b, _lp_text(lp)): lp for b, lp in enumerate(st.alloc.lightpaths) if lp is not None}
+        for key in [k for k in st.open_lightpaths if k not in held]:
+            st.lightpath_log[st.open_lightpaths.pop(key)][3] = self.now
+        for key, lp in held.items():
+            if key not in st.open_lightpaths:
+                st.open_lightpaths[key] = len(st.lightpath_log)
+                st.lightpath_log.append([key[0], lp, self.now, None])
 
     def _finish(self, st: JobState, reason: str = "") -> None:
         self._settle(st)
         assert st.alloc is not None
+        self._track(st, closing=True)
         self.cluster.free_allocation(st.alloc, st.job.req.gpus_per_stage)
         self.running.pop(st.job.req.job_id, None)
         st.version += 1
@@ -229,10 +249,12 @@ class JobSimulator:
                                         st.schedule)
                 st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
                 st.routes = [_lp_text(lp) for lp in st.alloc.lightpaths]
+                self._track(st)
                 self._schedule_departure(st)
                 continue
             st.interrupted += 1
             if self.admission == "queue":
+                self._track(st, closing=True)
                 self.cluster.free_allocation(st.alloc, st.job.req.gpus_per_stage)
                 self.running.pop(st.job.req.job_id)
                 st.version += 1

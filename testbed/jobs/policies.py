@@ -1,91 +1,32 @@
-"""Placement policies: DC per stage, lightpath (route, slots) per boundary, pipeline schedule.
+"""The planner: what every placement policy shares (layouts, lightpath set-up, timing, cost).
 
-Every policy returns a committed `Placed` (GPUs taken, lightpaths set up through the
-optical layer) or a `Refused` reason, leaving the cluster unchanged. Rules (docs/jobs.md):
-
-* sp-ff: anchor = DC with most free GPUs, then nearest DCs; stages packed in that
-  order; shortest path only, ``fixed_slots`` slots, spectrum policy (first-fit).
-* delay-first: every anchor (fastest GPUs first); each boundary takes up to
-  ``max_slots`` on the first of k paths that fits; the fastest layout (engine) wins.
-* cost-first: DCs in order of electricity price (cheapest first); shortest path,
-  ``fixed_slots`` slots.
-* cba: boundaries are communication-bound (CB) when the transfer at the baseline
-  allocation (``fixed_slots`` on the shortest path) takes longer than the receiving
-  stage's forward time. Every boundary gets just enough slots that transfer <= that
-  compute time (CB ones more than the baseline, non-CB ones fewer); CB boundaries are
-  set up first, on the first of k paths with a fitting block; a CB boundary that cannot
-  get its slots degrades down to half. The 3 shortest layouts (fibre km) are set up and
-  ranked by the analytic iteration model; the others only if those fail.
-* cba-ilp: the MILP of `testbed.jobs.milp` over all DCs, k paths, candidate slot counts
-  and first-fit-disjoint blocks.
-* bace-pipe: bandwidth-aware pathfinder (only paths on which a block of at least the
-  no-stall slot count fits) and a cost-minimising choice among layouts (cost per work,
-  cheapest price, every anchor) by the electricity cost of the whole run.
-* joint: cba's slot sizing, layouts of cba and bace-pipe scored by normalised
-  iteration time + cost, and the fastest pipeline schedule among `JOINT_SCHEDULES`.
+`Planner(cluster, policy).place(job, now_s)` applies the policy named in
+`policy.placement`, a plain function of `testbed.jobs.placement` (PLACEMENTS); the
+planner also raises short lightpaths (`upgrade`) and restores lost ones (`restore`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from testbed.catalog import ModelArch
-from testbed.jobs import milp
-from testbed.jobs.cluster import DC, Allocation, Cluster, LinkChoice
+from testbed.jobs.cluster import Allocation, Cluster
 from testbed.jobs.model import (
     StageTimes,
-    activation_mb,
     energy_kwh,
     mean_price_usd_per_kwh,
     stage_times,
 )
+from testbed.jobs.outcome import NO_GPUS, NO_SPECTRUM, Job, Placed, Refused
+from testbed.jobs.placement import get_placement
 from testbed.jobs.timing import PipeTiming, Timer
 from testbed.optical import Lightpath, PathInfo
-from testbed.optical.spectrum import fitting_starts
 from testbed.spec.models import PolicySpec
-from testbed.traces import JobRequest
 
-JOINT_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "geopipe")
 MAX_LAYOUTS = 8
-CBA_LAYOUTS = 3
-ILP_BLOCKS = 2  # cba-ilp: first-fit-disjoint candidate blocks per (route, slots)
-BACE_PRICE_WINDOW = True  # rank by the price curve over the run window
-
-# refusal reasons (jobs.csv `reason`)
-NO_GPUS = "no_gpus"
-NO_SPECTRUM = "no_spectrum"
-NO_BANDWIDTH = "no_bandwidth"  # bace-pipe: no path carries the transfer without stalling
-
-
-@dataclass
-class Placed:
-    """A committed placement and its pipeline timing."""
-
-    alloc: Allocation
-    timing: PipeTiming
-    solver: dict[str, object] | None = None
-
-
-@dataclass(frozen=True)
-class Refused:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Job:
-    """A job request resolved against the model catalogue."""
-
-    req: JobRequest
-    arch: ModelArch
-
-    @property
-    def act_mb(self) -> float:
-        return activation_mb(self.arch)
 
 
 class Planner:
@@ -99,11 +40,7 @@ class Planner:
         self.timer = timer or Timer()
         self.rng = rng or random.Random(0)
         self.name = policy.placement
-        self._place: Callable[[Job, float], Placed | Refused] = {
-            "sp-ff": self._sp_ff, "delay-first": self._delay_first,
-            "cost-first": self._cost_first, "cba": self._cba, "cba-ilp": self._cba_ilp,
-            "bace-pipe": self._bace, "joint": self._joint,
-        }[policy.placement]
+        self._place = get_placement(policy.placement).place
         self.ilp_stats: list[dict[str, object]] = []
         self._fb_cache: dict[tuple, tuple[list[float], list[float]]] = {}
 
@@ -111,7 +48,7 @@ class Planner:
     def place(self, job: Job, now_s: float) -> Placed | Refused:
         if job.req.stages * job.req.gpus_per_stage > sum(self.cluster.free):
             return Refused(NO_GPUS)
-        return self._place(job, now_s)
+        return self._place(self, job, now_s)
 
     def times(self, job: Job, dc: int) -> StageTimes:
         return _stage_times(job.arch, job.req.stages, job.req.gpus_per_stage,
@@ -200,7 +137,7 @@ class Planner:
                                               run_s if window else 86400.0)
         return kwh, usd
 
-    def _setup(self, job: Job, stage_dcs: Sequence[int],
+    def setup(self, job: Job, stage_dcs: Sequence[int],
                demand: Callable[[int, PathInfo, float], tuple[int, int]],
                k: int | None, order: Sequence[int] | None = None
                ) -> tuple[Allocation | None, str]:
@@ -266,7 +203,7 @@ class Planner:
             cyc = max(cyc, tx)
         return total + (job.req.microbatches - 1) * cyc
 
-    def _best_of(self, job: Job, layouts: Sequence[tuple[int, ...]],
+    def best_of(self, job: Job, layouts: Sequence[tuple[int, ...]],
                  setup: Callable[[tuple[int, ...]], tuple[Allocation | None, str]],
                  score: Callable[[tuple[int, ...], float], float],
                  schedules: Sequence[str] = (), exact: bool = False) -> Placed | Refused:
@@ -301,196 +238,6 @@ class Planner:
         cands = [self.timing(job, lay, alloc.lightpaths, s)
                  for s in dict.fromkeys((self.policy.schedule, *schedules))]
         return Placed(alloc, min(cands, key=lambda t: t.iteration_ms))
-
-    # ---- policies ---------------------------------------------------------------------
-    def _fixed(self, b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
-        return self.policy.fixed_slots, self.policy.fixed_slots
-
-    def _fill_fixed(self, job: Job, order: list[int] | None) -> Placed | Refused:
-        """Fill DCs in `order`; shortest path, the fixed slot count, first fit."""
-        lay = self.fill(job, order) if order is not None else None
-        if lay is None:
-            return Refused(NO_GPUS)
-        alloc, why = self._setup(job, lay, self._fixed, k=1)
-        if alloc is None:
-            return Refused(why)
-        return Placed(alloc, self.timing(job, lay, alloc.lightpaths))
-
-    def _sp_ff(self, job: Job, now_s: float) -> Placed | Refused:
-        anchors = self.anchors()
-        return self._fill_fixed(job, self.nearest_order(anchors[0]) if anchors else None)
-
-    def _cost_first(self, job: Job, now_s: float) -> Placed | Refused:
-        dcs = self.cluster.dcs
-        order = sorted(range(len(dcs)), key=lambda d: (_mean_price(dcs[d], now_s), d))
-        return self._fill_fixed(job, order)
-
-    def _delay_first(self, job: Job, now_s: float) -> Placed | Refused:
-        dcs = self.cluster.dcs
-        anchors = sorted(self.anchors(), key=lambda d: (-dcs[d].gpu.peak_tflops,
-                                                        -self.cluster.free[d], d))
-        lays = self.layouts(job, [self.nearest_order(a) for a in anchors])
-        full = self.policy.max_slots
-
-        def setup(lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
-            return self._setup(job, lay, lambda b, p, f: (full, 1), k=None)
-
-        return self._best_of(job, lays, setup, lambda lay, it: it, exact=True)
-
-    def cb_labels(self, job: Job, stage_dcs: Sequence[int]) -> list[bool]:
-        """CB label per boundary: baseline transfer (fixed_slots, shortest path) > f_next."""
-        f, _ = self.stage_fb(job, stage_dcs)
-        out = []
-        for b in range(len(stage_dcs) - 1):
-            d1, d2 = stage_dcs[b], stage_dcs[b + 1]
-            if d1 == d2:
-                dc = self.cluster.dcs[d1]
-                tx = 8.0 * job.act_mb / dc.fabric_gbps
-            else:
-                paths = self.cluster.paths(d1, d2)
-                if not paths:
-                    out.append(True)
-                    continue
-                tx = 8.0 * job.act_mb / (self.policy.fixed_slots * paths[0].gbps_per_slot)
-            out.append(tx > f[b + 1])
-        return out
-
-    def _cba_setup(self, job: Job, lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
-        labels = self.cb_labels(job, lay)
-        order = sorted(range(len(labels)), key=lambda b: (not labels[b], b))
-
-        def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
-            n = self.slots_no_stall(job, f_next, path)
-            return (n, max(1, n // 2)) if labels[b] else (n, n)
-
-        return self._setup(job, lay, demand, k=None, order=order)
-
-    def chain_km(self, lay: Sequence[int]) -> float:
-        dist = self.cluster.distance_km
-        return sum(dist[a][b] for a, b in itertools.pairwise(lay))
-
-    def _cba(self, job: Job, now_s: float) -> Placed | Refused:
-        lays = self.layouts(job, [self.nearest_order(a) for a in self.anchors()])
-        # set up only the CBA_LAYOUTS shortest chains (fibre km between consecutive stages)
-        lays = sorted(lays, key=self.chain_km)
-        res = self._best_of(job, lays[:CBA_LAYOUTS], lambda lay: self._cba_setup(job, lay),
-                            lambda lay, est: est)
-        if isinstance(res, Refused) and len(lays) > CBA_LAYOUTS:  # fall back to the rest
-            res = self._best_of(job, lays[CBA_LAYOUTS:], lambda lay: self._cba_setup(job, lay),
-                                lambda lay, est: est)
-        return res
-
-    def _bace_setup(self, job: Job, lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
-        def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
-            n = min(self.slots_no_stall(job, f_next, path), self.policy.max_slots)
-            return self.policy.max_slots, n
-
-        alloc, why = self._setup(job, lay, demand, k=None)
-        return alloc, (NO_BANDWIDTH if why == NO_SPECTRUM else why)
-
-    def cost_orders(self, now_s: float) -> list[list[int]]:
-        """DCs by electricity price, and by price x watts per TFLOP/s (cost per work)."""
-        dcs = self.cluster.dcs
-        idx = range(len(dcs))
-        cheap = sorted(idx, key=lambda d: (_mean_price(dcs[d], now_s), d))
-        eff = sorted(idx, key=lambda d: (_mean_price(dcs[d], now_s) * dcs[d].gpu.power_w
-                                         / dcs[d].gpu.peak_tflops, d))
-        return [eff, cheap]
-
-    def _bace(self, job: Job, now_s: float) -> Placed | Refused:
-        orders = self.cost_orders(now_s) + [self.nearest_order(a) for a in self.anchors()]
-        lays = self.layouts(job, orders)
-
-        def score(lay: tuple[int, ...], est_ms: float) -> float:
-            _, usd = self.run_cost_usd(job, lay, est_ms, now_s, window=BACE_PRICE_WINDOW)
-            return usd + 1e-9 * est_ms
-
-        return self._best_of(job, lays, lambda lay: self._bace_setup(job, lay), score,
-                             exact=True)
-
-    def _joint(self, job: Job, now_s: float) -> Placed | Refused:
-        orders = self.cost_orders(now_s) + [self.nearest_order(a) for a in self.anchors()]
-        lays = self.layouts(job, orders)
-        # reference values for normalisation: the ideal (no network) run on the first layout
-        ref_t: list[float] = []
-        ref_c: list[float] = []
-
-        def score(lay: tuple[int, ...], est_ms: float) -> float:
-            _, usd = self.run_cost_usd(job, lay, est_ms, now_s)
-            if not ref_t:
-                ref_t.append(est_ms)
-                ref_c.append(max(usd, 1e-12))
-            return est_ms / ref_t[0] + usd / ref_c[0]
-
-        return self._best_of(job, lays, lambda lay: self._cba_setup(job, lay), score,
-                             schedules=JOINT_SCHEDULES, exact=True)
-
-    # ---- exact MILP -------------------------------------------------------------------
-    def ilp_instance(self, job: Job) -> tuple[milp.JointInstance, dict[int, PathInfo]]:
-        """The job's MILP: k paths, slot counts {no-stall, fixed}, first-fit-disjoint blocks."""
-        cl, net = self.cluster, self.cluster.network
-        p, g = job.req.stages, job.req.gpus_per_stage
-        nd = len(cl.dcs)
-        times = [self.times(job, d) for d in range(nd)]
-        compute = [[times[d].forward_ms[s] + times[d].backward_ms[s] for d in range(nd)]
-                   for s in range(p)]
-        guard = net.guard_slots
-        blocks_per = max(1, min(ILP_BLOCKS, p - 1))
-        path_of: dict[int, PathInfo] = {}
-        options: list[dict[tuple[int, int], list[milp.LinkOption]]] = []
-        usable = [d for d in range(nd) if cl.free[d] >= g]
-        for b in range(p - 1):
-            per: dict[tuple[int, int], list[milp.LinkOption]] = {}
-            for d1 in usable:
-                for d2 in usable:
-                    if d1 == d2:
-                        continue
-                    f_next = times[d2].forward_ms[b + 1]
-                    opts: list[milp.LinkOption] = []
-                    for path in cl.paths(d1, d2):
-                        free = net.free_mask(path)
-                        lat = net.latency_ms(path)
-                        counts = {min(self.slots_no_stall(job, f_next, path),
-                                      self.policy.max_slots), self.policy.fixed_slots}
-                        for n in sorted(counts):
-                            starts = fitting_starts(free, n + guard)
-                            last_end = -1
-                            picked = 0
-                            while starts and picked < blocks_per:
-                                first = (starts & -starts).bit_length() - 1
-                                starts &= starts - 1
-                                if first <= last_end:
-                                    continue
-                                opt = milp.LinkOption(path.nodes, path.spectra, first,
-                                                      n + guard, lat, n * path.gbps_per_slot,
-                                                      path.modulation or "")
-                                path_of[id(opt)] = path
-                                opts.append(opt)
-                                last_end = first + n + guard - 1
-                                picked += 1
-                    if opts:
-                        per[(d1, d2)] = opts
-            options.append(per)
-        dc0 = cl.dcs[0]
-        inst = milp.JointInstance(
-            dcs=[dc.name for dc in cl.dcs], free_gpus=list(cl.free), gpus_per_stage=g,
-            compute_ms=compute, activation_mb=job.act_mb, microbatches=job.req.microbatches,
-            fabric_latency_ms=dc0.fabric_latency_ms, fabric_gbps=dc0.fabric_gbps,
-            options=options, max_stages_per_dc=self.max_stages_per_dc)
-        return inst, path_of
-
-    def _cba_ilp(self, job: Job, now_s: float) -> Placed | Refused:
-        inst, path_of = self.ilp_instance(job)
-        sol = milp.solve(inst, time_limit_s=self.policy.ilp_time_limit_s)
-        if sol is None:
-            return Refused(NO_SPECTRUM)
-        self.ilp_stats.append({"status": sol.status, "gap": sol.gap, "solve_s": sol.solve_s})
-        links = [None if o is None else LinkChoice(path_of[id(o)], o.first_slot, o.slots)
-                 for o in sol.links]
-        alloc = self.cluster.commit(sol.stage_dcs, job.req.gpus_per_stage, links)
-        return Placed(alloc, self.timing(job, sol.stage_dcs, alloc.lightpaths),
-                      solver={"status": sol.status, "gap": sol.gap,
-                              "objective_ms": sol.objective_ms})
 
     # ---- CBA's blocking flag: raise short lightpaths when spectrum frees up ---------
     def upgrade(self, job: Job, alloc: Allocation) -> bool:
@@ -540,10 +287,6 @@ class Planner:
         for b, lp in made:
             alloc.lightpaths[b] = lp
         return True
-
-
-def _mean_price(dc: DC, now_s: float) -> float:
-    return mean_price_usd_per_kwh(dc.price_usd_per_kwh, dc.price_curve, now_s, 86400.0)
 
 
 @lru_cache(maxsize=4096)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import math
 import random
 import statistics
 import time
@@ -13,12 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.analysis.stats import batch_means, mean_ci95
 from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError
 from testbed.jobs.cluster import Cluster
 from testbed.jobs.engine import JobSimulator, JobState
 from testbed.jobs.model import model_catalog
-from testbed.jobs.policies import Job, Placed, Planner
+from testbed.jobs.outcome import Job, Placed
+from testbed.jobs.policies import Planner
 from testbed.jobs.timing import Timer
 from testbed.progress import progress
 from testbed.records import write_manifest
@@ -76,15 +77,12 @@ def simulate(scenario: Scenario, quiet: bool = True,
 
 
 def _ci95(values: Sequence[float], batches: int = 10) -> float:
-    """Half-width of a 95 % confidence interval by batch means (normal approximation)."""
-    n = len(values)
-    if n < 2 * batches:
-        if n < 2:
-            return 0.0
-        return 1.96 * statistics.stdev(values) / math.sqrt(n)
-    size = n // batches
-    means = [statistics.fmean(values[i * size:(i + 1) * size]) for i in range(batches)]
-    return 1.96 * statistics.stdev(means) / math.sqrt(batches)
+    """Half-width of a 95 % confidence interval of the mean: over `batches` batch means
+    (jobs of one run are correlated) when there are enough values, else over the values."""
+    if len(values) < 2:
+        return 0.0
+    return mean_ci95(batch_means(values, batches) if len(values) >= 2 * batches
+                     else values)[1]
 
 
 def summarize(states: Sequence[JobState], sim: JobSimulator, planner: Planner) -> dict[str, Any]:
@@ -152,13 +150,34 @@ def jobs_csv(states: Sequence[JobState]) -> str:
     return buf.getvalue()
 
 
+LIGHTPATHS_COLUMNS = ("job_id", "boundary", "path", "first_slot", "slots", "modulation",
+                      "capacity_gbps", "setup_s", "teardown_s")
+
+
+def lightpaths_csv(states: Sequence[JobState]) -> str:
+    """One row per lightpath a job held (a restored or upgraded one is a new row): its
+    stage boundary, route (nodes joined by '-'), slot block and set-up/tear-down times."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(LIGHTPATHS_COLUMNS)
+    rows = [(s.job.req.job_id, b, lp, up, down) for s in states
+            for b, lp, up, down in s.lightpath_log]
+    for job_id, b, lp, up, down in sorted(rows, key=lambda r: (r[3], r[0], r[1])):
+        w.writerow([job_id, b, "-".join(lp.nodes), lp.first_slot, lp.n_slots, lp.modulation,
+                    f"{lp.capacity_gbps:g}", _fmt(up, 10), _fmt(down, 10)])
+    return buf.getvalue()
+
+
 def run_jobs(scenario: Scenario, out_dir: Path, quiet: bool = False) -> dict[str, Any]:
-    """Simulate a pp_jobs scenario; write jobs.csv, summary.json and manifest.json."""
+    """Simulate a pp_jobs scenario; write jobs.csv, lightpaths.csv, summary.json and
+    manifest.json."""
     states, summary = simulate(scenario, quiet=quiet)
     out_dir = Path(out_dir)
     atomic_write_text(out_dir / "jobs.csv", jobs_csv(states))
+    atomic_write_text(out_dir / "lightpaths.csv", lightpaths_csv(states))
     atomic_write_json(out_dir / "summary.json", summary)
-    write_manifest(out_dir, scenario, "sim", records=["summary.json", "jobs.csv"])
+    write_manifest(out_dir, scenario, "sim",
+                   records=["summary.json", "jobs.csv", "lightpaths.csv"])
     return summary
 
 

@@ -7,7 +7,7 @@ namespace) and reads every forwarder's counters at scrape time over its control 
 (a Unix socket: reachable from any network namespace), with the forwarder's own
 collector (`testbed.emu.fwdmetrics.ForwarderCollector`), so the metric names and labels
 are exactly those a forwarder's --metrics-port serves: `lightpipe_fibre_*{fibre,
-direction}` and `lightpipe_lightpath_*{fibre, direction, vlan}`.
+direction}` and `lightpipe_lightpath_*{fibre, direction, vlan}` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ LINK_METRIC_NAMES = (
     "lightpipe_fibre_queue_drops_total", "lightpipe_fibre_loss_drops_total",
     "lightpipe_fibre_queue_depth_bytes",
     "lightpipe_lightpath_bytes_total", "lightpipe_lightpath_drops_total",
-    "lightpipe_lightpath_rate_mbps",
+    "lightpipe_lightpath_rate_bits_per_second",
 )
 
 
@@ -49,7 +49,8 @@ def fibre_label(fibre: Any) -> str:
 
 
 class LinkExporter:
-    """Serves the link metrics of `emulators` (objects with .fibre and .stats())."""
+    """Serves the link metrics of `emulators` (objects with .fibre and .stats()): the
+    links that keep user-space counters (LinkEmulator.counters)."""
 
     def __init__(self, emulators: Iterable[Any]) -> None:
         from testbed.emu.fwdmetrics import ForwarderCollector
@@ -58,8 +59,6 @@ class LinkExporter:
         self.fibres: list[str] = []
         self._collectors: list[ForwarderCollector] = []
         for emu in emulators:
-            if not hasattr(emu, "stats"):
-                continue  # netem links keep no user-space counters
             name = fibre_label(emu.fibre)
             coll = ForwarderCollector(_SafeStats(emu), name)
             self.registry.register(coll)
@@ -70,9 +69,10 @@ class LinkExporter:
 
     def start(self) -> int:
         """Start serving on 127.0.0.1 (any port) in the calling thread's namespace."""
-        from workloads.metrics import serve
+        from prometheus_client import start_http_server
 
-        self.server, self.port = serve(self.registry, host="127.0.0.1", port=0)
+        self.server, _thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.port = int(self.server.server_port)
         return self.port
 
     @property

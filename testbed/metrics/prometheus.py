@@ -3,7 +3,8 @@
 The scrape config is generated, checked with `promtool check config`, and uses file
 service discovery (`targets/*.json`), so targets (workers, link emulators, the
 controller) can be added while the server runs; Prometheus picks file changes up
-within about a second. The server listens on 127.0.0.1 only and is stopped by its PID.
+within about a second. The server listens on 127.0.0.1 only (on a port it binds
+itself, testbed.monitor.process) and is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -11,11 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -44,6 +41,17 @@ def scrape_config(targets_dir: Path, scrape_interval_s: float = 1.0) -> dict:
                                  "refresh_interval": "1s"}],
         }],
     }
+
+
+def check_config_file(path: Path) -> None:
+    """Validate a prometheus.yml with promtool; raise RuntimeFailure with its message."""
+    promtool = find_binary("promtool")
+    if promtool is None:
+        raise RuntimeFailure("promtool not found (install the prometheus package)")
+    res = subprocess.run([promtool, "check", "config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise RuntimeFailure(f"promtool rejected {path}: {(res.stderr or res.stdout).strip()}")
 
 
 class PrometheusServer:
@@ -75,14 +83,7 @@ class PrometheusServer:
 
     def check_config(self) -> None:
         """Validate the config with promtool; raise RuntimeFailure with its message."""
-        promtool = find_binary("promtool")
-        if promtool is None:
-            raise RuntimeFailure("promtool not found (install the prometheus package)")
-        res = subprocess.run([promtool, "check", "config", str(self.config_path)],
-                             capture_output=True, text=True, timeout=60)
-        if res.returncode != 0:
-            raise RuntimeFailure(f"promtool rejected {self.config_path}: "
-                                 f"{(res.stderr or res.stdout).strip()}")
+        check_config_file(self.config_path)
 
     def set_targets(self, group: str, targets: Iterable[tuple[str, Mapping[str, str]]]) -> None:
         """Write (replace) one target group file: [(host:port, labels), ...]."""
@@ -92,42 +93,29 @@ class PrometheusServer:
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.targets_dir / f"{group}.json", json.dumps(entries, indent=1))
 
-    def start(self, ready_timeout_s: float = 30.0) -> str:
-        """Write and check the config, start the server, wait until ready; return its URL."""
+    def start(self, ready_timeout_s: float | None = None) -> str:
+        """Write and check the config, start the server, wait until ready; return its URL.
+
+        Prometheus binds its port itself (the given one, or a random free one; on a
+        conflict the next is tried) and must answer with this run's TSDB path.
+        ready_timeout_s: default 30 s scaled with the machine (testbed.envprobe)."""
+        from testbed.metrics.process import launch, port_candidates
+
+        if ready_timeout_s is None:
+            from testbed.envprobe import startup_timeout_s
+
+            ready_timeout_s = startup_timeout_s()
         if self.binary is None:
             raise RuntimeFailure("prometheus binary not found (apt-get install prometheus)")
         self.write_config()
         self.check_config()
-        if self.port is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                self.port = int(s.getsockname()[1])
-        argv = [self.binary, f"--config.file={self.config_path}",
-                f"--storage.tsdb.path={self.data_dir}",
-                f"--storage.tsdb.retention.time={self.retention}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle"]
-        logf = open(self.dir / "prometheus.log", "wb")
-        try:
-            self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            logf.close()
-        end = time.monotonic() + ready_timeout_s
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                tail = (self.dir / "prometheus.log").read_text(errors="replace")[-500:]
-                raise RuntimeFailure(f"prometheus exited with {self.proc.returncode}: {tail}")
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        log.info("prometheus ready at %s (pid %d)", self.url, self.proc.pid)
-                        return self.url
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeFailure(f"prometheus not ready after {ready_timeout_s:.0f} s")
+        started = launch(self.binary, [f"--config.file={self.config_path}",
+                                       f"--storage.tsdb.retention.time={self.retention}",
+                                       "--web.enable-lifecycle"],
+                         self.data_dir.resolve(), self.dir / "prometheus.log",
+                         port_candidates(self.port), ready_timeout_s=ready_timeout_s)
+        self.proc, self.port = started.proc, started.port
+        return self.url
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the server by its PID (SIGTERM, then SIGKILL)."""

@@ -124,6 +124,11 @@ class OpticalNetwork:
             return link
         return 2 * link + (0 if self._link_ends[link][0] == u else 1)
 
+    def slot_masks(self) -> tuple[list[int], list[int], list[int]]:
+        """The per-spectrum slot bitmasks (occupied, busy = occupied | blocked, blocked),
+        the lists themselves: for loops that allocate in place (the simulator's)."""
+        return self._occ, self._busy, self._blocked
+
     @property
     def n_spectra(self) -> int:
         return len(self._occ)

@@ -77,7 +77,7 @@ class _Router:
     def place(self, src: str, dst: str, bitrate: float) -> tuple[_Cand, int] | str:
         """Find (candidate, first_slot) without holding it, or the block reason."""
         cands, reason = self.table(src, dst, bitrate)
-        busy, full = self.net._busy, self.net.full
+        busy, full = self.net.slot_masks()[1], self.net.full
         for cand in cands:
             b = 0
             for s in cand[0]:
@@ -135,7 +135,7 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | None = None,
 def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total: int,
           events: list[EventSpec], fh: IO[str] | None, bar: Any, n_batches: int
           ) -> dict[str, Any]:
-    occ, busy, blocked_m = net._occ, net._busy, net._blocked
+    occ, busy, blocked_m = net.slot_masks()
     full = net.full
     first_fit = router.policy == "first_fit"
     last_fit = router.policy == "last_fit"
@@ -283,7 +283,7 @@ def _apply_event(net: OpticalNetwork, router: _Router, heap: list[tuple[float, i
         assert ev.first_slot is not None and ev.slots is not None
         net.unblock_slots(u, v, ev.first_slot, ev.slots)
         return 0, 0, 0
-    occ, busy, blocked_m = net._occ, net._busy, net._blocked
+    occ, busy, blocked_m = net.slot_masks()
     hit = sorted((item for item in heap if item[2][0] is not None
                   and link in item[2][6].links and item[2][1] & hit_mask),
                  key=lambda item: item[1])

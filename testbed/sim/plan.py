@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import random
 from typing import Any
 
-from testbed.errors import InputError
+from testbed.jobs.sim import plan_jobs
 from testbed.optical.network import Lightpath, OpticalNetwork
 from testbed.sim.engine import request_stream
 from testbed.spec.models import LightpathRequestsWorkload, Scenario
@@ -60,26 +59,9 @@ def plan_lightpaths(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _jobs_planner() -> Any:
-    for modname in ("testbed.jobs.plan", "testbed.jobs.sim"):
-        try:
-            module = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("testbed.jobs", modname):
-                raise
-            continue
-        fn = getattr(module, "plan_jobs", None)
-        if fn is not None:
-            return fn
-    return None
-
-
 def plan(scenario: Scenario) -> dict[str, Any]:
     """The static plan of a scenario (lightpath requests here; PP jobs via testbed.jobs)."""
     if scenario.workload.kind == "lightpath_requests":
         return plan_lightpaths(scenario)
-    planner = _jobs_planner()
-    if planner is None:
-        raise InputError("workload.kind", "pp_jobs planning is not available in this build")
-    result: dict[str, Any] = planner(scenario)
+    result: dict[str, Any] = plan_jobs(scenario)
     return result

@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+from testbed.boundedio import TRACE_MAX_BYTES, check_regular
 from testbed.errors import InputError
 from testbed.spec.models import LightpathRequestsWorkload
 
@@ -42,11 +43,23 @@ def poisson_requests(workload: LightpathRequestsWorkload, endpoints: list[str],
         yield (rid, t, expo(1.0 / hold), endpoints[i], endpoints[j], bitrates[int(rnd() * nb)])
 
 
+def check_trace_file(path: str | Path) -> None:
+    """A request trace must be a regular file within the trace size limit (before reading)."""
+    p = check_regular(path, "workload.trace")
+    size = p.stat().st_size
+    if size > TRACE_MAX_BYTES:
+        raise InputError("workload.trace", f"{str(p)!r} is too large ({size} bytes; the "
+                         f"limit is {TRACE_MAX_BYTES} bytes)")
+
+
 def count_trace_rows(path: str | Path) -> int:
     """Number of data rows of a trace (a cheap first pass, for batch sizes and progress)."""
+    check_trace_file(path)
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             return max(0, sum(1 for line in fh if line.strip()) - 1)
+    except UnicodeDecodeError:
+        raise InputError("workload.trace", f"{str(path)!r} is not UTF-8 text") from None
     except OSError as exc:
         raise InputError("workload.trace", f"cannot read {str(path)!r}: {exc.strerror}") \
             from None
@@ -57,7 +70,17 @@ def read_request_trace(path: str | Path, nodes: set[str]) -> Iterator[Request]:
 
     Rows must be in non-decreasing arrival order; errors name the row and column.
     """
+    try:
+        yield from _read_request_trace(path, nodes)
+    except UnicodeDecodeError:
+        raise InputError("workload.trace", f"{str(path)!r} is not UTF-8 text") from None
+    except csv.Error as exc:
+        raise InputError("workload.trace", f"{str(path)!r}: bad CSV: {exc}") from None
+
+
+def _read_request_trace(path: str | Path, nodes: set[str]) -> Iterator[Request]:
     where = "workload.trace"
+    check_trace_file(path)
     try:
         fh = open(path, encoding="utf-8", newline="")
     except OSError as exc:
@@ -76,6 +99,9 @@ def read_request_trace(path: str | Path, nodes: set[str]) -> Iterator[Request]:
                 arrival = float(row["arrival_s"])
                 holding = float(row["holding_s"])
                 bitrate = float(row["bitrate_gbps"])
+                for col in ("arrival_s", "holding_s", "bitrate_gbps", "id"):
+                    if not (row.get(col) or "").isascii() or len(row.get(col) or "") > 40:
+                        raise ValueError(col)
                 rid = int(row["id"]) if "id" in cols and row["id"] not in (None, "") \
                     else rowno
             except (TypeError, ValueError):

@@ -6,7 +6,7 @@ import networkx as nx
 
 from testbed.catalog import MODELS
 from testbed.errors import SpecError
-from testbed.spec.models import PPJobsWorkload, Scenario
+from testbed.spec.models import DCSpec, PPJobsWorkload, Scenario
 from testbed.topologies import Fibre, Topology, load_file, load_library
 
 
@@ -34,6 +34,16 @@ def topology_of(scenario: Scenario) -> Topology:
         fibres.append(Fibre(link.u, link.v, link.length_km))
     return Topology(name=scenario.name, nodes=tuple(nodes), fibres=tuple(fibres),
                     source="explicit links in the scenario")
+
+
+def dc_host_count(scenario: Scenario, dc: DCSpec) -> int:
+    """Emulated hosts of a DC: leaves x hosts_per_leaf (leaf-spine in blocks), else the
+    DC's `hosts` or emulation.hosts_per_dc."""
+    emu = scenario.emulation
+    ls = emu.leaf_spine
+    if emu.dc_fabric == "leaf_spine" and ls.hosts_per_leaf is not None:
+        return ls.leaves * ls.hosts_per_leaf
+    return dc.hosts or emu.hosts_per_dc
 
 
 def model_names(workload: PPJobsWorkload) -> set[str]:
@@ -84,6 +94,8 @@ def check_scenario(scenario: Scenario) -> Topology:
             path = "dcs" if wl.endpoints == "dcs" else "topology"
             raise SpecError(path, "lightpath requests need at least two endpoints")
         _check_connected(graph, endpoints, topo.name)
+    elif wl.kind == "allreduce_jobs":
+        _check_allreduce(scenario)
     else:
         if not scenario.dcs:
             raise SpecError("dcs", "pp_jobs workloads need at least one DC")
@@ -104,6 +116,36 @@ def check_scenario(scenario: Scenario) -> Topology:
         if len(scenario.dcs) > 1:
             _check_connected(graph, [dc.node for dc in scenario.dcs], topo.name)
     return topo
+
+
+def _check_allreduce(scenario: Scenario) -> None:
+    """allreduce_jobs: a leaf-spine fabric, every member an emulated host, hosts fit."""
+    emu = scenario.emulation
+    if emu.dc_fabric != "leaf_spine":
+        raise SpecError("emulation.dc_fabric", "allreduce_jobs routes flows through a DC "
+                        "fabric: set dc_fabric: leaf_spine")
+    if emu.leaf_spine.hosts_per_leaf is None:
+        raise SpecError("emulation.leaf_spine.hosts_per_leaf", "allreduce_jobs needs the "
+                        "hosts of each leaf (hosts_per_leaf)")
+    known: dict[str, str] = {}
+    for i, dc in enumerate(scenario.dcs):
+        n = dc_host_count(scenario, dc)
+        if dc.hosts is not None and emu.leaf_spine.hosts_per_leaf is not None and dc.hosts != n:
+            raise SpecError(f"dcs[{i}].hosts", f"{dc.hosts} hosts, but leaves x hosts_per_leaf "
+                            f"= {n}")
+        known.update({f"{dc.name}-h{k}": dc.name for k in range(n)})
+    wl = scenario.workload
+    from testbed.spec.models import ROUTING_POLICIES  # = testbed.routing's registry (tested)
+
+    for k, policy in enumerate(getattr(wl, "policies", [])):
+        if policy not in ROUTING_POLICIES:
+            raise SpecError(f"workload.policies[{k}]", f"unknown routing policy {policy!r} "
+                            f"(known: {', '.join(ROUTING_POLICIES)})")
+    for j, job in enumerate(getattr(wl, "jobs", [])):
+        for m in job.members:
+            if m not in known:
+                raise SpecError(f"workload.jobs[{j}].members", f"unknown host {m!r} (hosts are "
+                                "<dc>-h0, <dc>-h1, ...)")
 
 
 def _spectrum_units(scenario: Scenario) -> int:

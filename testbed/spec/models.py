@@ -21,9 +21,9 @@ def _checked(regex, what):  # type: ignore[no-untyped-def]
 
 
 class Frozen(BaseModel):
-    """Base: immutable, unknown keys rejected, strict about numbers given as text."""
+    """Base: immutable, unknown keys rejected, strict types (no true for 1, no "5" for 5)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 NodeName = Annotated[str, Field(min_length=1, max_length=32)]
@@ -240,13 +240,55 @@ class PPJobsWorkload(Frozen):
         return self
 
 
-Workload = Annotated[LightpathRequestsWorkload | PPJobsWorkload, Field(discriminator="kind")]
+class AllreduceJobSpec(Frozen):
+    """One ring all-reduce job: its member hosts in ring order, buffer and iterations."""
+
+    members: Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]],
+                       Field(min_length=2, max_length=64)] = Field(
+        description="emulated host names in ring order, e.g. dc-a-h0 (member i sends to i+1)")
+    buffer_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = Field(
+        default=4 << 20, description="all-reduced tensor size (bytes)")
+    iterations: Annotated[int, Field(ge=1, le=1000)] = 3
+
+    @model_validator(mode="after")
+    def _distinct(self) -> AllreduceJobSpec:
+        if len(set(self.members)) != len(self.members):
+            raise ValueError("members: a host appears twice")
+        return self
+
+
+class AllreduceJobsWorkload(Frozen):
+    """Concurrent ring all-reduce jobs routed through a DC fabric, one run per policy."""
+
+    kind: Literal["allreduce_jobs"]
+    jobs: Annotated[list[AllreduceJobSpec], Field(min_length=1, max_length=32)]
+    policies: Annotated[list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]],
+                        Field(min_length=1, max_length=8)] = Field(
+        default_factory=lambda: ["ecmp", "greedy"],
+        description="routing policies (testbed.routing) to run the jobs under, in turn")
+    seed: int = 1
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> AllreduceJobsWorkload:
+        seen: dict[str, int] = {}
+        for i, job in enumerate(self.jobs):
+            for m in job.members:
+                if m in seen:
+                    raise ValueError(f"jobs[{i}]: host {m} is in jobs[{seen[m]}] too "
+                                     "(one rank per host)")
+                seen[m] = i
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError("policies: duplicate names")
+        return self
+
+
+Workload = Annotated[LightpathRequestsWorkload | PPJobsWorkload | AllreduceJobsWorkload,
+                     Field(discriminator="kind")]
 
 SPECTRUM_POLICIES = ("first_fit", "last_fit", "random_fit", "best_fit")
 PLACEMENT_POLICIES = ("sp-ff", "delay-first", "cost-first", "cba", "cba-ilp", "bace-pipe",
                       "joint")
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
-             "crosspipe-opt", "geopipe")
+ROUTING_POLICIES = ("ecmp", "shortest", "edge-coloring", "greedy", "greedy-ls", "sa", "ilp")
 
 
 class PolicySpec(Frozen):
@@ -267,6 +309,10 @@ class PolicySpec(Frozen):
         default=0.4, description="pp_jobs: model FLOPs utilisation of every stage")
     ilp_time_limit_s: PositiveFloat = Field(
         default=5.0, description="pp_jobs cba-ilp: HiGHS time limit per job (s)")
+    routing: Literal["ecmp", "shortest", "edge-coloring", "greedy", "greedy-ls", "sa",
+                     "ilp"] = Field(
+        default="ecmp", description="how flows are routed over multi-path DC fabrics "
+        "(emulation.dc_fabric: leaf_spine); see docs/routing.md")
 
 
 class EventSpec(Frozen):
@@ -296,6 +342,18 @@ class EventSpec(Frozen):
         return self
 
 
+class LeafSpineSpec(Frozen):
+    """The 2-layer leaf-spine fabric inside every DC when emulation.dc_fabric is leaf_spine."""
+
+    spines: Annotated[int, Field(ge=1, le=64)] = 2
+    leaves: Annotated[int, Field(ge=1, le=64)] = 2
+    hosts_per_leaf: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="hosts on each leaf (default: the DC's hosts spread "
+        "evenly over the leaves)")
+    host_link_gbps: PositiveFloat = Field(default=100.0, description="real host-leaf rate")
+    spine_link_gbps: PositiveFloat = Field(default=100.0, description="real leaf-spine rate")
+
+
 class EmulationSpec(Frozen):
     """How real rates and times map onto what one machine can carry."""
 
@@ -309,6 +367,7 @@ class EmulationSpec(Frozen):
     datapath: Literal["auto", "user", "kernel"] = "auto"
     hosts_per_dc: Annotated[int, Field(ge=1, le=64)] = 2
     dc_fabric: Literal["single", "leaf_spine"] = "single"
+    leaf_spine: LeafSpineSpec = Field(default_factory=LeafSpineSpec)
     max_rate_mbps: Annotated[float, Field(gt=0, le=100_000)] = Field(
         default=1000.0, description="refuse to emulate a link faster than this (one machine)"
     )
@@ -335,6 +394,11 @@ class EmulationSpec(Frozen):
     max_requests: Annotated[int, Field(ge=1, le=10_000)] = Field(
         default=50, description="lightpath_requests: replay the first N requests of the "
         "scenario through the controller")
+    startup_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] | None = Field(
+        default=None, description="how long each part (Open vSwitch, link emulators, "
+        "controller, workers, Prometheus) may take to come up; default: 30 s scaled by how "
+        "much slower than a reference machine this one runs Python (under software "
+        "emulation, several times)")
     replay_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
         default=15.0, description="lightpath_requests/events: wall-clock seconds the replayed "
         "sample (and the spec events in it) is scaled to")

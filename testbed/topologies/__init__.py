@@ -11,6 +11,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from testbed.boundedio import TOPOLOGY_MAX_BYTES, read_bounded_text
 from testbed.errors import InputError
 from testbed.names import NODE_NAME_RE
 
@@ -80,10 +81,7 @@ def load_library(name: str) -> Topology:
 def load_file(path: str | Path) -> Topology:
     """Load a topology from a CSV file (`u,v,length_km`, `#` comment lines)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError("topology.file", f"cannot read {str(p)!r}: {exc.strerror}") from None
+    text = read_bounded_text(p, "topology.file", TOPOLOGY_MAX_BYTES)
     return parse_csv(text, name=p.stem, origin=str(p))
 
 
@@ -107,11 +105,15 @@ def parse_csv(text: str, name: str, origin: str) -> Topology:
         for end in (u, v):
             if not NODE_NAME_RE.fullmatch(end):
                 raise InputError("topology.file", f"{origin}: row {lineno}: bad node id {end!r}")
+        raw = (row.get("length_km") or "").strip()
+        if not raw:
+            raise InputError("topology.file", f"{origin}: row {lineno}: no length_km (each "
+                             "row is u,v,length_km, the fibre length in km)")
         try:
-            length = float(row.get("length_km") or "")
+            length = float(raw)
         except ValueError:
             raise InputError("topology.file", f"{origin}: row {lineno}: length_km must be "
-                             f"a number, got {row.get('length_km')!r}") from None
+                             f"a number of km, got {raw!r}") from None
         if not length > 0:
             raise InputError("topology.file",
                              f"{origin}: row {lineno}: length_km must be > 0, got {length}")

@@ -14,8 +14,10 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     import networkx as nx
 
+    from testbed.topologies.layout import spread_layout
+
     g = topo.graph()
-    pos = nx.kamada_kawai_layout(g, weight="length_km")
+    pos = spread_layout(g)  # no two nodes overlap (NSFNET 9, 12, 13, 14 did)
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     nx.draw_networkx(g, pos, ax=ax, node_color="#4c78a8", font_color="white",
                      node_size=420, font_size=9, edge_color="#888888")

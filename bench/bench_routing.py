@@ -1,0 +1,135 @@
+"""Benchmarks of the routing policies: greedy on the paper's 32x64 Clos, the ILP's size limit.
+
+Run: .venv/bin/python bench/bench_routing.py [--quick]
+Targets (issue 12): `greedy` on a 32-spine x 64-leaf Clos with 16 jobs of 16 members in
+under 100 ms (the paper reports about 10 ms); the ILP's size limit stated. Printed, not
+asserted: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed.errors import InputError
+from testbed.routing import ilp
+from testbed.routing.flows import flows_of, jobs_on_clos
+from testbed.routing.greedy import greedy
+from testbed.routing.instance import Fabric, Instance
+from testbed.routing.maxmin import fill
+from testbed.routing.metric import evaluate
+from testbed.routing.policies import route
+from testbed.routing.reroute import Rerouter
+from testbed.routing.topology import clos
+
+
+def _stats(xs: list[float]) -> str:
+    xs = sorted(xs)
+    return (f"median {statistics.median(xs) * 1000:7.2f} ms, min {xs[0] * 1000:7.2f}, "
+            f"p90 {xs[int(0.9 * (len(xs) - 1))] * 1000:7.2f}, max {xs[-1] * 1000:7.2f}")
+
+
+def bench_greedy(seeds: int, spines: int = 32, leaves: int = 64, hosts: int = 8) -> None:
+    g = clos(spines, leaves, hosts)
+    total, warm, compile_s, paths_s, fills = [], [], [], [], []
+    fabric = Fabric(g)
+    for seed in range(1, seeds + 1):
+        fl = flows_of(jobs_on_clos(g, 16, 16, seed=seed))
+        t0 = time.perf_counter()
+        route("greedy", g, fl, seed=seed)
+        total.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        route("greedy", g, fl, seed=seed, fabric=fabric)
+        warm.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        inst = Instance(g, fl)
+        t1 = time.perf_counter()
+        choice = greedy(inst)
+        t2 = time.perf_counter()
+        compile_s.append(t1 - t0)
+        paths_s.append(t2 - t1)
+        links = [inst.cand_links[i][c] for i, c in enumerate(choice)]
+        t3 = time.perf_counter()
+        fill(inst.cap, links)
+        fills.append(time.perf_counter() - t3)
+    print(f"greedy, {spines}x{leaves} Clos, {hosts} hosts/leaf, 16 jobs x 16 (256 flows), "
+          f"{seeds} seeds (target < 100 ms; paper ~10 ms):")
+    print(f"  route() from scratch   {_stats(total)}")
+    print(f"  route() with a Fabric  {_stats(warm)}  (graph compiled once, as a controller "
+          "keeps it between job events)")
+    print(f"  compile (paths, links) {_stats(compile_s)}")
+    print(f"  greedy path choice     {_stats(paths_s)}")
+    print(f"  one max-min filling    {_stats(fills)}")
+
+
+def bench_policies(seeds: int) -> None:
+    g = clos(32, 64, 8)
+    print("other policies on the same instances (route() total):")
+    for pol in ("ecmp", "edge-coloring", "greedy-ls"):
+        xs = []
+        for seed in range(1, seeds + 1):
+            fl = flows_of(jobs_on_clos(g, 16, 16, seed=seed))
+            xs.append(route(pol, g, fl, seed=seed).wall_s)
+        print(f"  {pol:14s} {_stats(xs)}")
+
+
+def bench_reroute(seeds: int) -> None:
+    g = clos(32, 64, 8)
+    xs, moved, hit = [], [], []
+    for seed in range(1, seeds + 1):
+        rr = Rerouter(g, "greedy", seed=seed)
+        for job in jobs_on_clos(g, 16, 16, seed=seed):
+            rr.add_job(job)
+        p = next(p for p in rr.paths.values() if len(p) == 5)
+        res = rr.fail_link(p[2], p[3])
+        xs.append(res.wall_s)
+        moved.append(res.moved)
+        hit.append(len(res.hit))
+    print(f"greedy re-route after a spine-leaf link failure (32x64, 256 flows): {_stats(xs)}; "
+          f"flows hit {statistics.mean(hit):.1f}, moved {statistics.mean(moved):.1f} (mean)")
+
+
+def bench_ilp(limit_s: float, quick: bool) -> None:
+    print(f"ILP size (HiGHS, 1 thread, greedy start, {limit_s:g} s limit; refused above "
+          f"{ilp.MAX_VARIABLES:,} path variables):")
+    sizes = [(4, 8, 4, 4, 6), (8, 16, 4, 8, 8), (16, 32, 8, 16, 8), (32, 64, 8, 16, 16)]
+    if quick:
+        sizes = sizes[:2]
+    for s, leaf, h, jobs, ring in sizes:
+        g = clos(s, leaf, h, spine_rate_gbps=50.0)  # 2:1 oversubscribed at 8 hosts/leaf
+        fl = flows_of(jobs_on_clos(g, jobs, ring, seed=1))
+        inst = Instance(g, fl)
+        t0 = time.perf_counter()
+        try:
+            choice, info = ilp.solve(inst, time_budget_s=limit_s, hint=greedy(inst))
+        except InputError as exc:
+            print(f"  {s}x{leaf} x{h}, {len(fl)} flows: {exc.message}")
+            continue
+        wall = time.perf_counter() - t0
+        ev_g = evaluate(g, fl, inst.paths_of(greedy(Instance(g, fl))))
+        ev_i = evaluate(g, fl, inst.paths_of(choice))
+        print(f"  {s:2d}x{leaf:<3d} x{h}, {len(fl):3d} flows, {info['variables']:6,d} vars: "
+              f"{wall:6.2f} s, stage 1 {info['stage1_status']} (gap {info['stage1_gap']:.3g}),"
+              f" stage 2 {info.get('stage2_status', 'skipped')}; bottleneck ILP "
+              f"{ev_i.bottleneck_gbps:g} vs greedy {ev_g.bottleneck_gbps:g} Gb/s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    seeds = 5 if args.quick else 20
+    bench_greedy(seeds)
+    bench_greedy(seeds, spines=8, leaves=64, hosts=8)
+    bench_policies(max(3, seeds // 4))
+    bench_reroute(max(3, seeds // 4))
+    bench_ilp(10.0 if args.quick else 30.0, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Statistics, tables and plots shared by the simulator, the reproductions and the sweeps."""

@@ -1,0 +1,88 @@
+"""`lightpipe monitor up|down|status|serve`: the long-lived Prometheus, and re-serving runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+HELP = "long-lived Prometheus for emulation runs (up/down/status), re-serve a run's data"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True,
+                           parser_class=type(p))
+    for name, text in (("up", "start the long-lived Prometheus (no-op if it runs)"),
+                       ("down", "stop it (by its PID file)"),
+                       ("status", "is it running, where, which runs are registered")):
+        s = sub.add_parser(name, help=text, description=text)
+        s.add_argument("--dir", type=Path, default=None,
+                       help="state and data directory (default: $LIGHTPIPE_MONITOR_DIR, "
+                       "/var/lib/lightpipe/prometheus as root, else "
+                       "~/.local/share/lightpipe/prometheus)")
+        s.add_argument("--json", action="store_true", help="print the status as JSON")
+        if name == "up":
+            s.add_argument("--port", type=int, default=9090,
+                           help="first port to try (the next ones on conflict); default 9090")
+            s.add_argument("--listen", default="127.0.0.1",
+                           help="127.0.0.1 (default) or 0.0.0.0 (e.g. a VM's forwarded port)")
+            s.add_argument("--retention", default="30d", help="TSDB retention (default 30d)")
+            s.add_argument("--scrape-interval-s", type=float, default=1.0,
+                           help="scrape interval in seconds (default 1)")
+    s = sub.add_parser("serve", help="serve a finished run's TSDB read-only until Ctrl-C",
+                       description="serve a finished run's TSDB read-only until Ctrl-C")
+    s.add_argument("run_dir", type=Path, metavar="RUNDIR")
+    s.add_argument("--port", type=int, default=9091, help="first port to try (default 9091)")
+    s.add_argument("--listen", default="127.0.0.1", help="127.0.0.1 (default) or 0.0.0.0")
+
+
+def _print_status(st: object, as_json: bool) -> None:
+    d = st.as_dict()  # type: ignore[attr-defined]
+    if as_json:
+        print(json.dumps(d, indent=1))
+        return
+    state = f"up at {d['url']} (pid {d['pid']})" if d["running"] else f"down ({d['detail']})"
+    print(f"prometheus {state}; data in {d['dir']}/data")
+    print(f"registered runs: {', '.join(d['runs']) if d['runs'] else 'none'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from testbed.errors import InputError
+    from testbed.monitor.server import Monitor
+
+    if getattr(args, "port", 1) is not None and not 0 <= getattr(args, "port", 1) <= 65535:
+        raise InputError("--port", f"{args.port} is not a port number")
+    if args.action == "serve":
+        return _serve(args)
+    mon = Monitor(args.dir)
+    if args.action == "up":
+        if args.scrape_interval_s <= 0:
+            raise InputError("--scrape-interval-s", "must be > 0")
+        st = mon.up(args.port, scrape_interval_s=args.scrape_interval_s,
+                    retention=args.retention, host=args.listen)
+        _print_status(st, args.json)
+        return 0
+    if args.action == "down":
+        stopped = mon.down()
+        print("prometheus stopped" if stopped else "prometheus was not running")
+        return 0
+    st = mon.status()
+    _print_status(st, args.json)
+    return 0 if st.running else 3
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from testbed.errors import RuntimeFailure
+    from testbed.monitor.serve import serving
+
+    with serving(args.run_dir, args.port, args.listen) as started:
+        print(f"serving {args.run_dir}/prometheus/data at {started.url} (Ctrl-C stops)")
+        sys.stdout.flush()
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM = Ctrl-C
+        try:
+            code = started.proc.wait()
+        except KeyboardInterrupt:
+            return 0
+    raise RuntimeFailure(f"prometheus exited with {code} while serving {args.run_dir}")

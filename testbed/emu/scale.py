@@ -1,0 +1,75 @@
+"""Scale: the one conversion between real units and emulated ones (rate, delay, bytes, time).
+
+An emulated link runs at the real rate / `bandwidth_divisor` and with the real delay x
+`time_factor`; compute times are stretched by `time_factor` too, and a transfer carries
+real bytes x `time_factor` / `bandwidth_divisor`, so serialisation stretches by the same
+factor. Emulated time / `time_factor` is then directly comparable with the simulator's.
+Made once per run from `emulation` (`Scale.of`), carried by the emulation plan and
+passed to whoever converts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.errors import InputError
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Real <-> emulated conversion factors of one run."""
+
+    bandwidth_divisor: float = 1.0
+    time_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_divisor >= 1:
+            raise InputError("bandwidth_divisor", f"must be >= 1, got {self.bandwidth_divisor}")
+        if not self.time_factor > 0:
+            raise InputError("time_factor", f"must be > 0, got {self.time_factor}")
+
+    @classmethod
+    def of(cls, emulation: Any) -> Scale:
+        """The scale of a scenario's `emulation` section."""
+        return cls(emulation.bandwidth_divisor, emulation.time_factor)
+
+    # real -> emulated
+    def rate_mbps(self, real_gbps: float) -> float:
+        """Emulated rate (Mbit/s) of a real capacity in Gbit/s."""
+        return real_gbps * 1000.0 / self.bandwidth_divisor
+
+    @property
+    def mbps_per_gbps(self) -> float:
+        """Emulated Mbit/s per real Gbit/s."""
+        return 1000.0 / self.bandwidth_divisor
+
+    def delay_ms(self, real_ms: float) -> float:
+        """Emulated delay (or compute time) of a real one."""
+        return real_ms * self.time_factor
+
+    def transfer_bytes(self, real_bytes: float) -> int:
+        """Bytes an emulated transfer carries for `real_bytes` (at least 1)."""
+        return max(1, round(real_bytes * self.time_factor / self.bandwidth_divisor))
+
+    def divisor_needed(self, rate_mbps: float, max_rate_mbps: float) -> int:
+        """Smallest bandwidth_divisor that brings an emulated rate down to max_rate_mbps."""
+        return math.ceil(rate_mbps * self.bandwidth_divisor / max_rate_mbps)
+
+    # emulated -> real
+    def real_ms(self, emulated_ms: float) -> float:
+        """Real delay (or time) of an emulated one."""
+        return emulated_ms / self.time_factor
+
+    def real_s(self, emulated_s: float) -> float:
+        """Real seconds of emulated seconds."""
+        return emulated_s / self.time_factor
+
+    def real_gbps_of_mbps(self, emulated_mbps: float) -> float:
+        """Real capacity (Gbit/s) of an emulated rate."""
+        return emulated_mbps * self.bandwidth_divisor / 1000.0
+
+    def as_record(self) -> dict[str, float]:
+        """The two factors as summary/manifest/network.json record them."""
+        return {"bandwidth_divisor": self.bandwidth_divisor, "time_factor": self.time_factor}

@@ -1,0 +1,145 @@
+"""TCP and pacer tuning for long-lived pipeline transfers over emulated lightpaths.
+
+Per host: no slow-start restart after idle, and per destination a route whose initial
+and clamped congestion window is the lightpath's bandwidth-delay product; per lightpath:
+its pacers' queue deepened to LIGHTPATH_QUEUE_BDPS x the BDP (see the comment below).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from testbed.emu.forwarder import default_queue_bytes
+from testbed.emu.live import LiveNetwork
+from testbed.emu.plan import EmuPlan
+
+
+class ExecHost(Protocol):
+    """A host commands run in: its argv prefix, address and interface."""
+
+    name: str
+    ip: str
+    iface: str | None
+    prefix: tuple[str, ...]
+
+
+# TCP as long-lived training connections see it. The simulator times a transfer as
+# latency + size / bandwidth on a FIFO link; a default Linux TCP instead (1) restarts
+# slow start after every idle gap longer than an RTO (RFC 2861; the stages idle between
+# activations and the WAN RTT is stretched by time_factor), adding whole RTTs per
+# activation, and (2) probes the window up until the lightpath pacer's queue overflows,
+# then runs window-limited below the lightpath rate. Both were measured here (latency
+# calibration 10-17 % slow; bandwidth calibration up to 2x per transfer). So each host
+# keeps its window across idle gaps and gets, per destination DC, a route whose initial
+# and clamped congestion window is the lightpath's bandwidth-delay product, and the
+# lightpath's pacers queue up to 2 BDPs (deep-buffered WAN ingress; the emulator's
+# default is 1 BDP, which a burst of one window plus whole 64 KB GSO frames overflows:
+# measured tail drops and RTO stalls). So the pipe stays full and one flow never
+# overflows its queue, which is how a tuned long-haul transport behaves. Hosts: per
+# network namespace only.
+MSS_BYTES = 1448              # 1500 MTU - 20 IP - 32 TCP (with timestamps)
+WIRE_BYTES_PER_SEGMENT = 1518  # + 14 Ethernet + 4 802.1Q tag, as the pacer counts them
+TCP_GOODPUT = MSS_BYTES / WIRE_BYTES_PER_SEGMENT  # 0.954 of a lightpath's rate
+MIN_WINDOW_SEGMENTS = 64
+WINDOW_MARGIN_SEGMENTS = 8
+LIGHTPATH_QUEUE_BDPS = 2.0
+HOST_TCP_SYSCTLS = ("net.ipv4.tcp_slow_start_after_idle=0",)
+
+
+def lightpath_queue_bytes(rate_mbps: float, one_way_delay_ms: float) -> int:
+    """Per-lightpath pacer queue for pp_jobs runs: LIGHTPATH_QUEUE_BDPS x the BDP."""
+    bdp = rate_mbps * 1e6 / 8 * 2 * one_way_delay_ms / 1e3
+    return max(default_queue_bytes(rate_mbps, one_way_delay_ms),
+               int(LIGHTPATH_QUEUE_BDPS * bdp))
+
+
+def window_segments(rate_mbps: float, one_way_delay_ms: float) -> int:
+    """Congestion window (segments) for a lightpath: its BDP plus a few segments.
+
+    The window fills the pipe (window / RTT >= rate) and, sent as one burst after an
+    idle gap (no slow-start restart), fits in the lightpath's pacer queue
+    (lightpath_queue_bytes) with one BDP to spare for whole GSO frames and ACK timing.
+    """
+    bdp = rate_mbps * 1e6 / 8 * 2 * one_way_delay_ms / 1e3
+    return max(MIN_WINDOW_SEGMENTS, math.ceil(bdp / WIRE_BYTES_PER_SEGMENT)
+               + WINDOW_MARGIN_SEGMENTS)
+
+
+def deepen_lightpath_queues(net: LiveNetwork) -> dict[int, int]:
+    """Give each DC-pair lightpath's pacers a queue of lightpath_queue_bytes (in place).
+
+    Sets the limit of the lightpath's existing cap (same rate) on every fibre of its
+    route over the forwarder's control channel; returns {vlan: limit_bytes}.
+    """
+    plan = net.plan
+    fibre_of = {frozenset((f.u, f.v)): f for f in plan.fibres}
+    out: dict[int, int] = {}
+    for lp in plan.lightpaths:
+        limit = lightpath_queue_bytes(lp.rate_mbps, lp.delay_ms)
+        for u, v in zip(lp.path, lp.path[1:], strict=False):
+            emu = net.emulators.get(fibre_of[frozenset((u, v))].middle)
+            if emu is None or not emu.counters:
+                continue  # netem links: no user-space pacer
+            caps = {vid: c for d in emu.stats().get("directions", {}).values()  # type: ignore[attr-defined]
+                    for vid, c in d.get("vlans", {}).items()}
+            cap = caps.get(str(lp.vlan))
+            if cap is None:
+                continue
+            emu.set_queue(lp.vlan, cap["rate_mbps"], limit)
+            out[lp.vlan] = limit
+    return out
+
+
+def host_routes(emu_plan: EmuPlan, dc: str) -> list[tuple[str, int]]:
+    """(destination DC subnet, window segments) for every lightpath leaving `dc`."""
+    out = []
+    for lp in emu_plan.lightpaths:
+        if dc not in (lp.dc_a, lp.dc_b):
+            continue
+        other = lp.dc_b if lp.dc_a == dc else lp.dc_a
+        out.append((emu_plan.dc_subnets[other], window_segments(lp.rate_mbps, lp.delay_ms)))
+    return out
+
+
+def tune_host_tcp(emu_plan: EmuPlan, hosts_by_dc: Mapping[str, Sequence[ExecHost]]) -> None:
+    """Apply HOST_TCP_SYSCTLS and per-destination-DC window routes in every host."""
+    for dc, hosts in hosts_by_dc.items():
+        routes = host_routes(emu_plan, dc)
+        for h in hosts:
+            sysctls = [a for s in HOST_TCP_SYSCTLS for a in ("-w", s)]
+            subprocess.run([*h.prefix, "sysctl", "-q", *sysctls], check=True,
+                           stdout=subprocess.DEVNULL, timeout=10)
+            for subnet, win in routes:
+                window_route(h, subnet, win)
+
+
+def window_route(h: ExecHost, dest: str, window: int) -> None:
+    """In host h: a route to dest whose initial and clamped window is `window` segments."""
+    assert h.iface is not None
+    win = str(window)
+    subprocess.run([*h.prefix, "ip", "route", "replace", dest, "dev", h.iface, "src", h.ip,
+                    "initcwnd", win, "initrwnd", win, "cwnd", "lock", win],
+                   check=True, timeout=10)
+
+
+TCP_COUNTERS = ("TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
+
+
+def tcp_counters(hosts: Iterable[ExecHost]) -> dict[str, dict[str, int]]:
+    """Per host: TCP retransmitted segments, RTO time-outs and loss probes (nstat)."""
+    out: dict[str, dict[str, int]] = {}
+    for h in hosts:
+        try:
+            res = subprocess.run([*h.prefix, "nstat", "-az", "--json", *TCP_COUNTERS],
+                                 capture_output=True, text=True, timeout=10, check=True)
+            kernel = json.loads(res.stdout).get("kernel", {})
+            out[h.name] = {k: int(kernel.get(k, 0)) for k in TCP_COUNTERS}
+        except (OSError, subprocess.SubprocessError, ValueError):
+            continue
+    return out
+
+

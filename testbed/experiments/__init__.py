@@ -1,0 +1,1 @@
+"""Paper reproductions and parameter sweeps built on the simulator and the schedule engine."""

@@ -1,0 +1,234 @@
+"""Parameter sweeps: a grid of `--set dotted.path=v1,v2` values x seeds, run in processes."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import multiprocessing
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.analysis.plots import Panel, Series, save_plot
+from testbed.analysis.stats import mean_ci95
+from testbed.errors import InputError, LightPipeError
+from testbed.spec import Scenario, parse_scenario
+
+log = logging.getLogger(__name__)
+
+# Summary fields that describe the setting rather than the outcome (left out of rows).
+SKIPPED = {"scenario", "backend", "workload", "topology", "seed", "policy", "grid", "slots",
+           "k_paths", "load_erlang", "blocking_ci95"}
+
+
+def parse_set(text: str) -> tuple[str, list[Any]]:
+    """'workload.load_erlang=100,200' -> ('workload.load_erlang', [100, 200])."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not values.strip():
+        raise InputError("--set", f"expected dotted.path=v1,v2,... got {text!r}")
+    if any(not part for part in key.split(".")):
+        raise InputError("--set", f"bad field path {key!r}")
+    out = []
+    for raw in values.split(","):
+        try:
+            out.append(yaml.safe_load(raw.strip()))
+        except yaml.YAMLError:
+            raise InputError("--set", f"{key}: cannot read value {raw!r}") from None
+    return key, out
+
+
+def set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set data[a][b]... = value for key 'a.b...' (integer parts index lists)."""
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            try:
+                idx = int(part)
+                if last:
+                    node[idx] = value
+                    return
+                node = node[idx]
+            except (ValueError, IndexError):
+                raise InputError("--set", f"{key}: {'.'.join(parts[:i])} has no item "
+                                 f"{part!r}") from None
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+                return
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            raise InputError("--set", f"{key}: {'.'.join(parts[:i])} is not a mapping")
+
+
+def grid_points(base: Scenario, sets: Sequence[tuple[str, list[Any]]],
+                seeds: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(labels, scenario dict) for every combination x seed; each validated up front."""
+    dumped = base.model_dump(mode="json")
+    base_seed = int(dumped["workload"].get("seed", 1))
+    keys = [k for k, _ in sets]
+    points = []
+    for combo in itertools.product(*(vals for _, vals in sets)):
+        for s in range(seeds):
+            data = _copy(dumped)
+            for key, value in zip(keys, combo, strict=True):
+                set_path(data, key, value)
+            data["workload"]["seed"] = base_seed + s
+            labels = dict(zip(keys, combo, strict=True)) | {"seed": base_seed + s}
+            try:
+                parse_scenario(data)
+            except InputError as exc:
+                raise InputError(f"--set {exc.path}", f"{exc.message} (point {labels})") \
+                    from None
+            points.append((labels, data))
+    return points
+
+
+def _copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_copy(v) for v in data]
+    return data
+
+
+def run_point(args: tuple[int, dict[str, Any], dict[str, Any], str | None]) -> dict[str, Any]:
+    """Run one grid point (in a worker process) and return its row."""
+    index, labels, data, records = args
+    scenario = parse_scenario(data)
+    if scenario.workload.kind == "lightpath_requests":
+        from testbed.sim.engine import simulate_lightpaths
+
+        if records is None:
+            summary = simulate_lightpaths(scenario, None, quiet=True)
+        else:
+            from testbed.backends.sim import SimBackend
+
+            summary = SimBackend().run(scenario, Path(records) / f"{index:04d}", quiet=True)
+    else:
+        from testbed.backends.sim import SimBackend
+
+        with tempfile.TemporaryDirectory() as tmp:
+            target = Path(records) / f"{index:04d}" if records else Path(tmp) / "run"
+            summary = SimBackend().run(scenario, target, quiet=True)
+    row: dict[str, Any] = {"point": index, **labels}
+    ci = summary.get("blocking_ci95")
+    for key, value in summary.items():
+        if key not in SKIPPED and key not in row and (
+                value is None or isinstance(value, (int, float, str, bool))):
+            row[key] = value
+    if isinstance(ci, list) and len(ci) == 2:
+        row["blocking_ci95_low"], row["blocking_ci95_high"] = ci
+    return row
+
+
+def _run_point_caught(args: tuple[int, dict[str, Any], dict[str, Any], str | None]
+                      ) -> tuple[dict[str, Any] | None, str | None, int]:
+    """run_point that never raises: (row, None, 0) or (None, "point N ...: error", exit code)."""
+    try:
+        return run_point(args), None, 0
+    except Exception as exc:  # any worker error must reach the parent, with the point named
+        code = exc.exit_code if isinstance(exc, LightPipeError) else 1
+        return None, f"point {args[0]} {args[1]}: {type(exc).__name__}: {exc}", code
+
+
+def run_sweep(points: list[tuple[dict[str, Any], dict[str, Any]]], jobs: int,
+              records: Path | None = None, on_done: Any = None) -> list[dict[str, Any]]:
+    """Run every point with `jobs` worker processes; rows in point order."""
+    tasks = [(i, labels, data, str(records) if records else None)
+             for i, (labels, data) in enumerate(points)]
+    rows: list[dict[str, Any]] = []
+    failures: list[tuple[str, int]] = []
+
+    def take(result: tuple[dict[str, Any] | None, str | None, int]) -> None:
+        row, error, code = result
+        if row is not None:
+            rows.append(row)
+        else:
+            failures.append((str(error), code))
+        if on_done:
+            on_done()
+
+    if jobs <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            take(_run_point_caught(t))
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(processes=min(jobs, len(tasks))) as pool:
+            for result in pool.imap(_run_point_caught, tasks):
+                take(result)
+    if failures:
+        raise SweepFailure(rows, failures)
+    return rows
+
+
+class SweepFailure(LightPipeError):
+    """Some grid points failed; `rows` holds the points that finished."""
+
+    def __init__(self, rows: list[dict[str, Any]], failures: list[tuple[str, int]]) -> None:
+        self.rows = rows
+        self.failures = failures
+        self.exit_code = 2 if all(code == 2 for _, code in failures) else 1
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        super().__init__(f"sweep: {failures[0][0]}{more}")
+
+
+def cell_text(v: Any) -> Any:
+    """sweep.csv cell: lists and dicts as flow YAML, None as empty."""
+    if isinstance(v, (dict, list)):
+        return yaml.safe_dump(v, default_flow_style=True).strip()
+    return "" if v is None else v
+
+
+def aggregate(rows: list[dict[str, Any]], keys: list[str], metric: str
+              ) -> list[dict[str, Any]]:
+    """Mean of `metric` over seeds per combination, with a 95 % t interval half-width."""
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for r in rows:
+        if r.get(metric) is None:
+            continue
+        groups.setdefault(tuple(_hashable(r[k]) for k in keys), []).append(float(r[metric]))
+    out = []
+    for combo, vals in groups.items():
+        mean, half = mean_ci95(vals)
+        out.append(dict(zip(keys, combo, strict=True)) | {
+            metric: mean, f"{metric}_ci95_half": None if math.isnan(half) else half,
+            "seeds": len(vals)})
+    return out
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def plot(agg: list[dict[str, Any]], keys: list[str], metric: str, path: Path,
+         title: str) -> None:
+    """Metric vs the x key (load if swept, else the first key), one line per other combo."""
+    xkey = "workload.load_erlang" if "workload.load_erlang" in keys else (keys[0] if keys
+                                                                          else None)
+    # Lines differ by the other swept keys that take more than one value.
+    others = [k for k in keys if k != xkey and len({_hashable(a[k]) for a in agg}) > 1]
+    lines: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for a in agg:
+        lines.setdefault(tuple(_hashable(a[k]) for k in others), []).append(a)
+    numeric_x = xkey is not None and all(isinstance(a[xkey], (int, float)) for a in agg)
+    series = []
+    for combo, pts in lines.items():
+        pts.sort(key=lambda a: a[xkey] if numeric_x and xkey else 0)
+        xs = [a[xkey] if xkey else 0 for a in pts]
+        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(others, combo,
+                                                                     strict=True)) or metric
+        series.append(Series(label, xs if numeric_x else [str(x) for x in xs],
+                             [a[metric] for a in pts],
+                             [a[f"{metric}_ci95_half"] or 0.0 for a in pts]))
+    logy = all(a[metric] > 0 for a in agg) and metric.endswith("ratio")
+    save_plot(path, [Panel(series, xkey or "", metric.replace("_", " "), title=title,
+                           logy=logy)])

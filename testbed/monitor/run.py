@@ -1,0 +1,210 @@
+"""Monitoring of one emulation run: its own Prometheus, its exporters, and registration.
+
+`RunMonitor` is started by the emulation backend for every run once the network (and
+the controller, if any) is up, whatever the workload and held or not:
+
+* a Prometheus for this run alone, TSDB in the run directory (`prometheus/data`,
+  re-servable later with `lightpipe monitor serve RUNDIR`);
+* the link exporter (per fibre and lightpath counters of the link emulators) and the
+  run exporter (`lightpipe_run_info`, per-job results);
+* targets: controller `/metrics`, link exporter, run exporter, and later the workers
+  (`set_targets`), every one labelled `run` and `scenario` (and `component`);
+* the same targets registered with the long-lived Prometheus (`lightpipe monitor up`)
+  when one is running, and unregistered at the end.
+
+Everything listens on 127.0.0.1 of the namespace the run started in (`home_fd`: the
+backend thread itself may sit in the run's namespace).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from testbed.errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def in_netns(fd: int | None, fn: Callable[[], T]) -> T:
+    """fn() in a thread that first joins the network namespace `fd` (setns is per thread)."""
+    if fd is None:
+        return fn()
+    from testbed.emu.netns import _setns
+
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            _setns(fd)
+            box["v"] = fn()
+        except BaseException as exc:  # re-raised in the caller
+            box["e"] = exc
+
+    t = threading.Thread(target=body, name="monitor-ns")
+    t.start()
+    t.join()
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+def run_id_for(out_dir: Path, when: float | None = None) -> str:
+    """`<run dir name>-<UTC time>`: unique per run, readable in a dashboard's picker."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(out_dir).name).strip("-.") or "run"
+    return f"{name[:80]}-{stamp}"
+
+
+def run_info(scenario: Any, **extra: Any) -> dict[str, str]:
+    """lightpipe_run_info labels: workload kind and the scenario's policies and modes."""
+    em = getattr(scenario, "emulation", None)
+    pol = getattr(scenario, "policy", None)
+    info = {"workload": str(getattr(scenario.workload, "kind", "")),
+            "forwarding": str(getattr(em, "forwarding", "")),
+            "time_factor": str(getattr(em, "time_factor", "")),
+            "bandwidth_divisor": str(getattr(em, "bandwidth_divisor", "")),
+            "placement": str(getattr(pol, "placement", "") or ""),
+            "schedule": str(getattr(pol, "schedule", "") or ""),
+            "spectrum": str(getattr(pol, "spectrum", "") or "")}
+    info.update({k: str(v) for k, v in extra.items()})
+    return info
+
+
+class RunMonitor:
+    """Prometheus, exporters and registration for one run (see the module docstring)."""
+
+    def __init__(self, scenario: Any, stage_dir: Path, final_dir: Path, *,
+                 home_fd: int | None = None, monitor_dir: Path | str | None = None,
+                 backend: str = "emu", scrape_interval_s: float = 1.0) -> None:
+        from testbed.metrics.prometheus import PrometheusServer, find_binary
+
+        self.scenario = scenario
+        self.stage_dir = Path(stage_dir)
+        self.final_dir = Path(final_dir).resolve()
+        self.home_fd = home_fd
+        self.run_id = run_id_for(self.final_dir)
+        self.labels = {"run": self.run_id, "scenario": str(scenario.name)}
+        self.prom = (PrometheusServer(self.stage_dir, scrape_interval_s=scrape_interval_s)
+                     if find_binary() else None)
+        self.monitor_dir = monitor_dir
+        self.long_lived: Any = None
+        self.backend = backend
+        self.exporter: Any = None
+        self.links: Any = None
+        self.groups: dict[str, list[tuple[str, dict[str, str]]]] = {}
+
+    # ---- start -------------------------------------------------------------------------
+    def start(self, net: Any = None, ctl: Any = None) -> RunMonitor:
+        """Start Prometheus and the exporters, register the run; returns self."""
+        from testbed.monitor.exporter import RunExporter
+        from testbed.monitor.server import running_monitor
+
+        extra = {"backend": self.backend}
+        if net is not None:
+            extra.update(link_mode=getattr(net, "link_mode", ""),
+                         datapath=getattr(net, "datapath", ""))
+        self.exporter = RunExporter(run_info(self.scenario, **extra))
+        self._net = net
+        try:
+            in_netns(self.home_fd, self._start_in_home)
+            self.set_targets("run", [(self.exporter.target, {"component": "run"})])
+            if net is not None and getattr(net, "emulators", None):
+                from testbed.metrics.links import LinkExporter
+
+                self.links = LinkExporter(e for e in net.emulators.values() if e.counters)
+                in_netns(self.home_fd, self.links.start)
+                self.set_targets("links", [(self.links.target, {"component": "links"})])
+            if ctl is not None:
+                self.set_targets("controller", [(ctl.rest_url.split("://", 1)[1],
+                                                 {"component": "controller"})])
+            self.long_lived = in_netns(self.home_fd, lambda: running_monitor(self.monitor_dir))
+            if self.long_lived is not None:
+                self._register()
+                log.info("run %s registered with the long-lived Prometheus at %s",
+                         self.run_id, self.long_lived.status().url)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_in_home(self) -> None:
+        self.exporter.start_serving()
+        if self.prom is not None:
+            self.prom.start()
+            state = getattr(self._net, "state", None)
+            if state is not None and self.prom.proc is not None:  # `lightpipe clean` kills it
+                state.add_proc(self.prom.proc.pid, "prometheus", "prometheus")
+
+    # ---- targets -----------------------------------------------------------------------
+    def set_targets(self, group: str, targets: Iterable[tuple[str, Mapping[str, str]]]
+                    ) -> None:
+        """Add (replace) a target group, e.g. the workers' (PrometheusServer's API)."""
+        self.groups[group] = [(addr, {**dict(lab), **self.labels}) for addr, lab in targets]
+        if self.prom is not None:
+            self.prom.set_targets(group, self.groups[group])
+        if self.long_lived is not None:
+            self._register()
+
+    def _register(self) -> None:
+        self.long_lived.register(self.run_id, [t for g in self.groups.values() for t in g])
+
+    # ---- results -----------------------------------------------------------------------
+    def record_jobs(self, result: Mapping[str, Any]) -> None:
+        if self.exporter is not None:
+            self.exporter.record_jobs(result, self.scenario)
+
+    def flush(self, timeout_s: float = 20.0) -> bool:
+        """Mark the run ended and wait until every Prometheus scraped that; False if not."""
+        if self.exporter is None:
+            return False
+        self.exporter.finish()
+        from testbed.metrics.query import wait_for
+
+        q = f'lightpipe_run_end_time_seconds{{run="{self.run_id}"}} > 0'
+        ok = True
+        for url in self.urls():
+            try:
+                in_netns(self.home_fd, lambda u=url: wait_for(u, q, timeout_s=timeout_s))
+            except RuntimeFailure as exc:
+                log.warning("%s", exc)
+                ok = False
+        return ok
+
+    def urls(self) -> list[str]:
+        out = [self.prom.url] if self.prom is not None and self.prom.proc else []
+        if self.long_lived is not None:
+            st = self.long_lived.status()
+            if st.url:
+                out.append(st.url)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """network.json / summary record: where this run's data is."""
+        run_url = self.prom.url if self.prom is not None and self.prom.proc else None
+        ll = self.long_lived.status().url if self.long_lived is not None else None
+        return {"run": self.run_id, "scenario": self.labels["scenario"],
+                "url": ll or run_url, "run_url": run_url, "monitor_url": ll,
+                "tsdb": str(self.final_dir / "prometheus" / "data") if self.prom else None,
+                "serve": f"lightpipe monitor serve {self.final_dir}" if self.prom else None}
+
+    # ---- stop --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Unregister, stop the exporters and this run's Prometheus (by PID)."""
+        if self.long_lived is not None:
+            try:
+                self.long_lived.unregister(self.run_id)
+            except OSError as exc:
+                log.warning("cannot unregister run %s: %s", self.run_id, exc)
+            self.long_lived = None
+        if self.prom is not None:
+            self.prom.stop()
+        for part in (self.links, self.exporter):
+            if part is not None:
+                part.stop()

@@ -1,0 +1,181 @@
+"""The controller inside one `lightpipe emu` run: start, default lightpaths, describe, stop.
+
+`lightpipe emu` (testbed.backends.emu) builds the network with
+`EmuNetwork(plan, controller=controller_address())` when `emulation.forwarding` is
+`controller`, then calls `start_run_controller(net, scenario, run_dir)`: the controller
+starts (OpenFlow listener in the run's namespace, REST on the host's loopback, a fresh
+bearer token), is recorded in the run state (so `lightpipe clean` kills a leftover one),
+gets the layout, and sets up the plan's DC-pair lightpaths through `POST /lightpaths`
+(same VLAN ids as the static plan). The plan's lightpaths are replaced by what the
+controller answered (its route, slots and capacity), so verification and the iperf3
+probes check the controller's decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import secrets
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.emu.live import LiveNetwork
+from testbed.emu.plan import EmuPlan
+from testbed.errors import RuntimeFailure
+from testbed.orchestrate.ctl_process import ControllerProcess
+from testbed.spec import Scenario
+
+log = logging.getLogger(__name__)
+
+
+def controller_available() -> tuple[bool, str]:
+    """Whether the os-ken controller can run here (os-ken importable)."""
+    if importlib.util.find_spec("os_ken") is None and importlib.util.find_spec("ryu") is None:
+        return False, ("emulation.forwarding is 'controller' but os-ken is not installed "
+                       "(pip install os-ken, or set emulation.forwarding: static)")
+    return True, ""
+
+
+def write_spec(scenario: Scenario, path: Path) -> Path:
+    """The scenario as a YAML file the controller process can load (paths absolute)."""
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def plan_lightpaths_refused(scenario: Scenario, plan: EmuPlan) -> str | None:
+    """Why the controller would refuse one of the plan's DC-pair lightpaths (None if it
+    sets them all up). Exact: the same core, same order, on an empty network. (The static
+    plan assumes regeneration beyond the modulation reach; the controller does not.)"""
+    import tempfile
+
+    from controllers.core import ControllerCore, RequestError
+    from controllers.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        core = ControllerCore(scenario, Store(Path(tmp) / "check.db"))
+        try:
+            for lp in plan.lightpaths:
+                try:
+                    core.request(lp.dc_a, lp.dc_b, slots=lp.slots, vid=lp.vlan)
+                except RequestError as exc:
+                    return f"{lp.dc_a}-{lp.dc_b} ({lp.slots} slots): {exc.message}"
+        finally:
+            core.store.close()
+    return None
+
+
+def start_run_controller(net: LiveNetwork, scenario: Scenario, run_dir: Path,
+                         token: str | None = None) -> ControllerProcess:
+    """Start and attach the controller for a started EmuNetwork; set up its lightpaths."""
+    from testbed.orchestrate.glue import attach_controller
+
+    ok, why = controller_available()
+    if not ok:
+        raise RuntimeFailure(why)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = write_spec(scenario, run_dir / "controller-scenario.yaml")
+    token = token or secrets.token_urlsafe(18)
+    try:
+        # issue 14: scaled with the machine (or the scenario's startup_timeout_s)
+        ctl = attach_controller(net, spec, run_dir, token=token,
+                                timeout_s=net.startup_timeout_s)
+    except RuntimeError as exc:
+        raise RuntimeFailure(f"controller start-up failed: {exc}") from None
+    if net.state is not None:
+        net.state.add_proc(ctl.proc.pid, "controller", "os-ken")
+    net.attach_controller_client(ctl)  # for workload steps that call the REST API
+    try:
+        net.adopt_lightpaths(setup_plan_lightpaths(ctl, net.plan).lightpaths)
+    except BaseException:
+        ctl.stop()
+        raise
+    return ctl
+
+
+def setup_plan_lightpaths(ctl: ControllerProcess, plan: EmuPlan) -> EmuPlan:
+    """POST one lightpath per plan DC pair (slots and VLAN id of the plan); return the
+    plan with its lightpaths replaced by the controller's answers."""
+    lps = []
+    delay = {frozenset((f.u, f.v)): f.delay_ms for f in plan.fibres}
+    for lp in plan.lightpaths:
+        status, body = ctl.request("POST", "/lightpaths", {
+            "src_dc": lp.dc_a, "dst_dc": lp.dc_b, "slots": lp.slots, "vid": lp.vlan})
+        if status != 201:
+            msg = body.get("error", body) if isinstance(body, dict) else body
+            raise RuntimeFailure(f"controller refused the {lp.dc_a}-{lp.dc_b} lightpath "
+                                 f"({lp.slots} slots): {status} {msg}; lower "
+                                 "emulation.lightpath_gbps or use emulation.forwarding: static")
+        nodes = tuple(body["nodes"])
+        if nodes != lp.path:
+            log.info("controller routed %s-%s on %s (plan: %s)", lp.dc_a, lp.dc_b,
+                     "-".join(nodes), "-".join(lp.path))
+        lps.append(dataclasses.replace(
+            lp, path=nodes, real_gbps=body["capacity_gbps"], slots=body["n_slots"],
+            rate_mbps=plan.scale.rate_mbps(body["capacity_gbps"]),
+            delay_ms=round(sum(delay[frozenset(e)] for e in pairwise(nodes)), 6)))
+    return dataclasses.replace(plan, lightpaths=tuple(lps))
+
+
+def describe(ctl: ControllerProcess | None, with_token: bool = True) -> dict[str, Any] | None:
+    """network.json / summary / manifest record of the run's controller."""
+    if ctl is None:
+        return None
+    d = ctl.describe()
+    log_path = Path(d["log"])
+    d["log"] = f"{log_path.parent.name}/{log_path.name}"  # relative to the run's out dir
+    if not with_token:
+        d.pop("token", None)
+    return d
+
+
+def release_all(ctl: ControllerProcess) -> int:
+    """Tear down every live lightpath (the DC-pair ones once the probes are done)."""
+    status, body = ctl.request("GET", "/lightpaths")
+    if status != 200:
+        raise RuntimeFailure(f"controller: GET /lightpaths: {status} {body}")
+    for lp in body["lightpaths"]:
+        ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+    return len(body["lightpaths"])
+
+
+def run_replay(ctl: ControllerProcess, net: LiveNetwork, scenario: Scenario, out_dir: Path
+               ) -> dict[str, Any]:
+    """lightpath_requests in emulation: replay a bounded, time-scaled sample of the
+    scenario's requests and its fibre events through the controller (fibre cuts as real
+    port-downs); write requests.csv (simulator format); return the summary keys, the
+    events with their cut-to-restored times, and the agreement with `lightpipe sim`."""
+    from testbed.atomicio import atomic_write_text
+    from testbed.emu.events import link_switch
+    from testbed.orchestrate.replay import (
+        agreement,
+        reference,
+        replay,
+        requests_csv,
+        sample_requests,
+    )
+
+    emu = scenario.emulation
+    released = release_all(ctl)
+    sample = sample_requests(scenario, emu.max_requests)
+    sim_summary, sim_rows = reference(scenario, sample, out_dir / "sim-reference")
+    log.info("replaying %d requests through the controller in ~%g s", len(sample),
+             emu.replay_s)
+    res = replay(scenario, sample, lambda m, p, b: ctl.request(m, p, b),
+                 replay_s=emu.replay_s, set_link=link_switch(net))
+    atomic_write_text(out_dir / "requests.csv", requests_csv(res.rows))
+    out = dict(res.summary)
+    out["workload"] = "lightpath_requests"
+    out["policy"] = scenario.policy.spectrum
+    out["default_lightpaths_released"] = released
+    out["events"] = res.events
+    out["cut_to_restored_s"] = [e["cut_to_restored_s"] for e in res.events
+                                if "cut_to_restored_s" in e]
+    out["agreement"] = agreement(res.rows, sim_rows)
+    out["sim_blocking_ratio"] = sim_summary["blocking_ratio"]
+    return out

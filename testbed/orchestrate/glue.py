@@ -1,0 +1,126 @@
+"""Glue between the emulated network (testbed.emu) and the controller.
+
+`layout_from_emu(net)` turns a live `EmuNetwork` (its plan and OpenFlow port map)
+into the controller's `Layout`. `attach_controller(net, ...)` starts the controller
+with its OpenFlow listener inside the run's network namespace (where the switches
+are) and its REST API on the host's loopback, then hands it the layout.
+
+Typical use (what `lightpipe emu` does when a controller is wanted):
+
+    ctl = start_for_emu(scenario_path, out_dir)          # before the network
+    with EmuNetwork(plan, controller=ctl.openflow) as net:
+        attach_layout(ctl, net)                          # rules go in, lightpaths next
+        ...
+    ctl.stop()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from controllers.layout import HostSpec, Layout, LinkSpec, SwitchSpec
+from testbed.emu.live import LiveNetwork
+from testbed.orchestrate.ctl_process import ControllerProcess, free_port, start_controller
+
+
+def layout_from_emu(net: LiveNetwork) -> Layout:
+    """Layout of a started EmuNetwork (plan + `net.ports` + forwarder control sockets)."""
+    plan = net.plan
+    ports: dict[tuple[str, str], int] = net.ports
+    kind = {s.node: s.kind for s in plan.switches}
+    switches = [SwitchSpec(name=s.node, dpid=int(s.dpid, 16),
+                           kind="roadm" if s.kind == "roadm" else "dc",
+                           node=s.label if s.kind == "roadm" else None,
+                           dc=None if s.kind == "roadm" else s.label)
+                for s in plan.switches]
+    links: list[LinkSpec] = []
+    hosts: list[HostSpec] = []
+    host_nodes = {h.node: h for h in plan.hosts}
+    for lk in plan.links:
+        a, b = lk.a, lk.b
+        if a in host_nodes or b in host_nodes:
+            h = host_nodes[a] if a in host_nodes else host_nodes[b]
+            hosts.append(HostSpec(name=h.name, dc=h.dc, ip=h.ip.split("/")[0], mac=h.mac,
+                                  switch=h.switch, port=ports[(h.switch, h.node)]))
+            continue
+        roadm = {kind[a], kind[b]} & {"roadm"}
+        links.append(LinkSpec(a=a, a_port=ports[(a, b)], b=b, b_port=ports[(b, a)],
+                              kind="uplink" if roadm else "fabric"))
+    for f in plan.fibres:
+        emu = net.emulators.get(f.middle)
+        control = emu.control_address() if emu is not None else None
+        links.append(LinkSpec(a=f.roadm_u, a_port=ports[(f.roadm_u, f.middle)],
+                              b=f.roadm_v, b_port=ports[(f.roadm_v, f.middle)],
+                              kind="fibre", control=control))
+    return Layout(switches=switches, links=links, hosts=hosts,
+                  mbps_per_gbps=plan.scale.mbps_per_gbps)
+
+
+def start_for_emu(spec: str | Path, run_dir: str | Path, netns: str | None = None,
+                  token: str | None = None, rest_port: int | None = None) -> ControllerProcess:
+    """Start the controller for an emulation run (state and log under run_dir)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return start_controller(spec, run_dir / "controller.db", of_port=free_port(),
+                            rest_port=rest_port, token=token, netns=netns,
+                            log_path=run_dir / "controller.log")
+
+
+def attach_layout(ctl: ControllerProcess, net: LiveNetwork,
+                  timeout_s: float = 30.0) -> dict[str, Any]:
+    """PUT the network's layout to the controller (it programs every switch)."""
+    layout = layout_from_emu(net)
+    status, body = ctl.request("PUT", "/layout", layout.model_dump(), timeout_s=timeout_s)
+    if status != 200:
+        raise RuntimeError(f"controller refused the layout: {status} {body}")
+    return dict(body)
+
+
+def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *,
+                      token: str | None = None, rest_port: int | None = None,
+                      timeout_s: float = 30.0) -> ControllerProcess:
+    """Start the controller for a started EmuNetwork and program it (returns when every
+    switch is connected and holds its rules).
+
+    The network must have been built with `controller=f"tcp:127.0.0.1:{of_port}"`
+    where `of_port = net.controller_port` (see `controller_address`). The OpenFlow
+    listener lives in the run's namespace; the REST API on the host's loopback.
+    """
+    import time
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    of_port = int(str(net.controller).rsplit(":", 1)[1])
+    home = net.home_netns_path
+    ctl = start_controller(spec, run_dir / "controller.db", of_port=of_port,
+                           rest_port=rest_port, token=token,
+                           netns=f"/run/netns/{net.plan.prefix}", home_netns=home,
+                           log_path=run_dir / "controller.log", timeout_s=timeout_s)
+    try:
+        # Switches back off (1, 2, 4 .. s) while nobody listens: re-point them now.
+        if net.ovs is not None:
+            # issue 14: on a slow machine (a software-emulated VM) the controller may not
+            # answer OVS's 5 s echo probe: switches would flap; probe as slowly as we wait.
+            probe_ms = max(5000, int(timeout_s * 1000 / 4))
+            for s in net.plan.switches:
+                net.ovs.vsctl("set-controller", s.node, ctl.openflow)
+                net.ovs.vsctl("set", "controller", s.node, f"inactivity_probe={probe_ms}")
+        attach_layout(ctl, net, timeout_s=timeout_s)
+        want = {int(s.dpid, 16) for s in net.plan.switches}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status, body = ctl.request("GET", "/health")
+            if status == 200 and want <= set(body["synced"]):
+                return ctl
+            time.sleep(0.05)
+        raise RuntimeError(f"switches did not all connect to the controller within "
+                           f"{timeout_s:.0f} s (see {ctl.log_path})")
+    except BaseException:
+        ctl.stop()
+        raise
+
+
+def controller_address() -> str:
+    """A fresh OpenFlow address for EmuNetwork(controller=...)."""
+    return f"tcp:127.0.0.1:{free_port()}"

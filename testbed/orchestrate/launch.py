@@ -1,0 +1,278 @@
+"""Starts, supervises and stops pipeline workers: one process per stage, on given hosts.
+
+A host is a name, an address, the interface gloo must use and an argv prefix that
+runs a command inside it (`mnexec -a PID` for a Mininet host, `ip netns exec NS`, or
+nothing for the local machine). For every worker the launcher binds a /metrics
+listening socket in its own network namespace and passes it down, so a Prometheus
+server next to the launcher scrapes workers inside emulated hosts directly.
+
+Supervision: a worker that exits with an error or is killed marks its job failed
+(with the worker's own error line when it wrote one); the job's other workers are
+stopped, since a pipeline cannot go on without a stage, and every other job keeps
+running. Everything already recorded (iterations, metrics) is kept. Processes are
+stopped by their own PIDs only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed import names
+from testbed.atomicio import atomic_write_json, atomic_write_text
+from testbed.errors import InputError
+from testbed.orchestrate.results import read_records
+from workloads.plan import JobPlan
+
+log = logging.getLogger(__name__)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where a worker runs."""
+
+    name: str
+    ip: str
+    iface: str | None = None
+    prefix: tuple[str, ...] = ()
+
+
+@dataclass
+class Worker:
+    job: str
+    stage: int
+    host: Host
+    proc: subprocess.Popen
+    record_path: Path
+    log_path: Path
+    metrics_port: int
+    spawn_s: float
+    exit_code: int | None = None
+
+
+@dataclass
+class JobRun:
+    plan: JobPlan
+    workers: list[Worker] = field(default_factory=list)
+    failure: str | None = None
+    done: bool = False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def default_duty(workers: int, cores: int | None = None) -> float:
+    """Share of op time in tensor work so that `workers` stages fit on the cores."""
+    cores = cores or os.cpu_count() or 1
+    return max(0.05, min(1.0, 0.5 * cores / max(1, workers)))
+
+
+class Launcher:
+    """Runs the workers of several jobs at once; use as a context manager."""
+
+    def __init__(self, out_dir: Path, *, timeout_s: float = 120.0, duty: float | None = None,
+                 nice: int = 0, python: str = sys.executable,
+                 metrics_netns_fd: int | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        self.timeout_s = timeout_s
+        self.duty = duty
+        self.nice = nice
+        self.python = python
+        self.jobs: dict[str, JobRun] = {}
+        self._sockets: list[socket.socket] = []
+        self.metrics_netns_fd = metrics_netns_fd
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, plans: list[tuple[JobPlan, list[Host]]]) -> None:
+        """Start every stage of every plan (stage i on hosts[i])."""
+        total = sum(p.stages for p, _ in plans)
+        duty = self.duty if self.duty is not None else default_duty(total)
+        for plan, hosts in plans:
+            names.check(names.NODE_NAME_RE, plan.job, "job name")
+            if plan.job in self.jobs:
+                raise InputError("job", f"duplicate job {plan.job!r}")
+            if len(hosts) != plan.stages:
+                raise InputError("hosts", f"job {plan.job}: {plan.stages} stages need "
+                                 f"{plan.stages} hosts, got {len(hosts)}")
+            self._start_job(plan, hosts, duty)
+
+    def _start_job(self, plan: JobPlan, hosts: list[Host], duty: float) -> None:
+        jdir = self.out_dir / "workers" / plan.job
+        jdir.mkdir(parents=True, exist_ok=True)
+        plan_path = jdir / "plan.json"
+        atomic_write_text(plan_path, plan.to_json())
+        run = JobRun(plan)
+        self.jobs[plan.job] = run
+        master = f"{hosts[0].ip}:{_free_port()}"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"]
+                                              if env.get("PYTHONPATH") else "")
+        env["OMP_NUM_THREADS"] = "1"
+        for stage, host in enumerate(hosts):
+            lsock = _listening_socket(self.metrics_netns_fd)
+            self._sockets.append(lsock)
+            rec = jdir / f"stage{stage}.jsonl"
+            rec.unlink(missing_ok=True)
+            logp = jdir / f"stage{stage}.log"
+            argv = [*host.prefix, self.python, "-m", "workloads.worker",
+                    "--plan", str(plan_path), "--rank", str(stage), "--master", master,
+                    "--out", str(rec), "--metrics-fd", str(lsock.fileno()),
+                    "--timeout-s", str(self.timeout_s), "--duty", f"{duty:.4f}",
+                    "--nice", str(self.nice)]
+            if host.iface:
+                argv += ["--iface", host.iface]
+            with open(logp, "wb") as logf:
+                proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
+                                        pass_fds=(lsock.fileno(),), start_new_session=True)
+            run.workers.append(Worker(plan.job, stage, host, proc, rec, logp,
+                                      int(lsock.getsockname()[1]), time.monotonic()))
+            log.info("job %s stage %d: pid %d on %s", plan.job, stage, proc.pid, host.name)
+
+    def metrics_targets(self) -> list[tuple[str, dict[str, str]]]:
+        """(host:port, labels) of every worker's /metrics endpoint."""
+        return [(f"127.0.0.1:{w.metrics_port}", {"component": "worker", "host": w.host.name})
+                for run in self.jobs.values() for w in run.workers]
+
+    # -- supervision -------------------------------------------------------------------
+    def poll(self) -> bool:
+        """Update worker states; return True while any job is still running."""
+        running = False
+        for run in self.jobs.values():
+            if run.done:
+                continue
+            for w in run.workers:
+                if w.exit_code is None:
+                    w.exit_code = w.proc.poll()
+            failed = [w for w in run.workers if w.exit_code not in (None, 0)]
+            if failed and run.failure is None:
+                run.failure = self._describe(failed[0])
+                log.warning("job %s failed: %s", run.plan.job, run.failure)
+                self._stop_workers(run)
+            if all(w.exit_code is not None for w in run.workers):
+                run.done = True
+            else:
+                running = True
+        return running
+
+    def _describe(self, w: Worker) -> str:
+        code = w.exit_code or 0
+        how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
+               else f"exited with code {code}")
+        errs = [r["error"] for r in read_records(w.record_path) if r.get("type") == "error"]
+        detail = f": {errs[-1]}" if errs else ""
+        return f"stage {w.stage} (pid {w.proc.pid}, host {w.host.name}) {how}{detail}"
+
+    def wait(self, deadline_s: float | None = None, interval_s: float = 0.1) -> None:
+        """Supervise until every job ends or the deadline (then the rest time out)."""
+        end = time.monotonic() + deadline_s if deadline_s is not None else None
+        while self.poll():
+            if end is not None and time.monotonic() > end:
+                for run in self.jobs.values():
+                    if not run.done and run.failure is None:
+                        run.failure = f"timed out after {deadline_s:.0f} s"
+                self.stop()
+                self.poll()
+                return
+            time.sleep(interval_s)
+
+    def _stop_workers(self, run: JobRun, grace_s: float = 3.0) -> None:
+        live = [w for w in run.workers if w.proc.poll() is None]
+        for w in live:
+            _signal(w.proc, signal.SIGTERM)
+        end = time.monotonic() + grace_s
+        for w in live:
+            try:
+                w.proc.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(w.proc, signal.SIGKILL)
+                w.proc.wait()
+            w.exit_code = w.proc.returncode
+
+    def stop(self) -> None:
+        """Stop every worker still running (by PID) and close the metrics sockets."""
+        for run in self.jobs.values():
+            self._stop_workers(run)
+        for s in self._sockets:
+            s.close()
+        self._sockets = []
+
+    # -- results -----------------------------------------------------------------------
+    def records(self) -> dict[str, list[list[dict[str, Any]]]]:
+        return {job: [read_records(w.record_path) for w in run.workers]
+                for job, run in self.jobs.items()}
+
+    def outcome(self) -> dict[str, dict[str, Any]]:
+        """Per job: ok flag, failure text, worker exit codes and start-up times."""
+        out = {}
+        for job, run in self.jobs.items():
+            ups = []
+            for w in run.workers:
+                starts = [r for r in read_records(w.record_path) if r.get("type") == "start"]
+                if starts:
+                    ups.append(starts[0]["ready_s"] - w.spawn_s)
+            finished = all(any(r.get("type") == "done" for r in read_records(w.record_path))
+                           for w in run.workers)
+            out[job] = {"ok": run.failure is None and finished, "failure": run.failure,
+                        "exit_codes": [w.exit_code for w in run.workers],
+                        "pids": [w.proc.pid for w in run.workers],
+                        "hosts": [w.host.name for w in run.workers],
+                        "startup_s": max(ups) if ups else None}
+        return out
+
+    def write_outcome(self, path: Path) -> None:
+        atomic_write_json(path, self.outcome())
+
+
+def _setns(fd: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def _listening_socket(netns_fd: int | None) -> socket.socket:
+    """A /metrics listener on 127.0.0.1:any, created in `netns_fd`'s namespace if given.
+
+    A socket stays in the namespace it was created in, so the launcher can hand
+    workers inside emulated hosts a listener that a root-namespace Prometheus reaches.
+    """
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY) if netns_fd is not None else None
+    try:
+        if netns_fd is not None:
+            _setns(netns_fd)
+        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(16)
+        return lsock
+    finally:
+        if back is not None:
+            _setns(back)
+            os.close(back)
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except ProcessLookupError:
+        pass

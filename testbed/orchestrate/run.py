@@ -1,0 +1,305 @@
+"""One emulation run, top to bottom: plan -> network -> controller -> workload -> records.
+
+`run_emulation` is the whole life cycle as a sequence of steps, each a function with
+typed inputs and outputs:
+
+    build_run_plan      scenario -> RunPlan (emulation plan + forwarding decision)
+    bring_network_up    RunPlan -> EmuNetwork (entered by the caller's `with`)
+    start_controller    network -> ControllerProcess | None (lightpaths provisioned)
+    verify_network      network -> verification record (raises if the data plane is wrong)
+    run_workload        hold | pp_jobs workers (+ fibre events) | probes + request replay
+    collect_records     -> summary.json, probes.csv, network.json, verification.json,
+                           manifest.json in the staged output directory
+Teardown is the `with` blocks: the controller stops before the network, the network
+before the records are written (its teardown time is part of the summary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.analysis.tables import rows_to_csv
+from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
+from testbed.emu.netinfo import network_info
+from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
+from testbed.emu.plan import EmuPlan, build_plan
+from testbed.emu.verify import verify
+from testbed.envprobe import netem_available, ovs_kernel_datapath
+from testbed.errors import RuntimeFailure
+from testbed.monitor.run import RunMonitor
+from testbed.orchestrate.controller import (
+    controller_available,
+    describe,
+    plan_lightpaths_refused,
+    run_replay,
+    start_run_controller,
+)
+from testbed.orchestrate.ctl_process import ControllerProcess
+from testbed.orchestrate.glue import controller_address
+from testbed.orchestrate.probes import PROBE_FIELDS, PROBE_SECONDS, measure_lightpaths
+from testbed.progress import say
+from testbed.records import write_manifest
+from testbed.spec import Scenario
+
+log = logging.getLogger(__name__)
+BACKEND = "emu"
+
+
+@dataclass
+class RunOptions:
+    """How to run: hold the network up, link mode override, probe length, callbacks."""
+
+    quiet: bool = False
+    hold: bool = False
+    link_mode: str | None = None
+    probe_seconds: float = PROBE_SECONDS
+    ready: threading.Event | None = None
+    on_hold: Callable[[dict[str, Any]], None] | None = None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What will be built: the emulation plan and whether a controller forwards."""
+
+    scenario: Scenario
+    plan: EmuPlan
+    use_controller: bool
+    fallback: str | None  # why the controller was not used although asked for
+
+
+@dataclass
+class WorkloadResult:
+    """What the workload step measured."""
+
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    held: bool = False
+
+
+def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[str, Any]:
+    """Build, verify and run the scenario's workload on the emulated network; records."""
+    t0 = time.monotonic()
+    rp = build_run_plan(scenario)  # InputError before anything is created
+    out_dir = Path(out_dir)
+    with staged_dir(out_dir) as stage, sigterm_as_interrupt():
+        net = bring_network_up(rp, opts.link_mode)
+        say(f"emu: build: {len(rp.plan.lightpaths)} lightpaths, hosts and switches ...",
+            opts.quiet)
+        with net, contextlib.ExitStack() as ctl_stack:  # controller stops before the net
+            ctl = start_controller(rp, net, stage / "controller", ctl_stack)
+            mon = start_monitor(rp, net, ctl, stage, out_dir, ctl_stack)
+            info = network_record(net, ctl, mon)
+            say("emu: verify: reachability between the DCs ...", opts.quiet)
+            check = verify_network(net)
+            work = run_workload(rp, net, ctl, stage, info, out_dir, opts, mon)
+            mon.flush()  # the last state scraped before Prometheus stops
+        say("emu: teardown: network removed", opts.quiet)
+        return collect_records(rp, net, ctl, stage, info, check, work, time.monotonic() - t0)
+
+
+def build_run_plan(scenario: Scenario) -> RunPlan:
+    """The emulation plan and the forwarding decision (controller, or static if the
+    controller would refuse a DC-pair lightpath, e.g. beyond reach)."""
+    plan = build_plan(scenario)
+    if scenario.emulation.forwarding != "controller":
+        return RunPlan(scenario, plan, False, None)
+    ok, why = controller_available()
+    if not ok:
+        raise RuntimeFailure(why)
+    fallback = plan_lightpaths_refused(scenario, plan)
+    if fallback is not None:  # the static plan regenerates; the controller does not
+        log.warning("the controller would refuse the DC-pair lightpath %s; emulating "
+                    "with static forwarding", fallback)
+    return RunPlan(scenario, plan, fallback is None, fallback)
+
+
+def bring_network_up(rp: RunPlan, link_mode: str | None) -> EmuNetwork:
+    """The network object (started by the caller's `with`)."""
+    em = rp.scenario.emulation
+    return EmuNetwork(rp.plan, link_mode=link_mode or em.link_mode, datapath=em.datapath,
+                      seed=getattr(rp.scenario.workload, "seed", 1),
+                      controller=controller_address() if rp.use_controller else None,
+                      startup_timeout_s=em.startup_timeout_s)
+
+
+def start_controller(rp: RunPlan, net: EmuNetwork, run_dir: Path,
+                     stack: contextlib.ExitStack) -> ControllerProcess | None:
+    """With controller forwarding: start it, program the switches, set up the plan's
+    DC-pair lightpaths (net.plan then holds the controller's answers)."""
+    if not rp.use_controller:
+        return None
+    ctl = start_run_controller(net, rp.scenario, run_dir)
+    stack.callback(ctl.stop)
+    return ctl
+
+
+def start_monitor(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
+                  stage: Path, out_dir: Path, stack: contextlib.ExitStack) -> RunMonitor:
+    """Every run is scraped: its own Prometheus (TSDB in the run directory), the link and
+    run exporters, the controller; registered with the long-lived Prometheus if up."""
+    mon = RunMonitor(rp.scenario, stage, out_dir, home_fd=net.home_netns_fd)
+    mon.start(net, ctl)
+    stack.callback(mon.stop)  # before the controller stops (LIFO)
+    return mon
+
+
+def network_record(net: EmuNetwork, ctl: ControllerProcess | None,
+                   mon: RunMonitor) -> dict[str, Any]:
+    """network.json (also written into the run's state directory for `lightpipe exec`)."""
+    info = network_info(net)
+    info["prometheus"] = mon.describe()
+    if ctl is not None:
+        info["controller"] = describe(ctl)
+    atomic_write_json(net.state_dir / "network.json", info, mode=secret_mode(info))
+    return info
+
+
+def verify_network(net: EmuNetwork) -> dict[str, Any]:
+    """Ping and per-lightpath probes; RuntimeFailure naming the first failure."""
+    check = verify(net)
+    if not check["ok"]:
+        raise RuntimeFailure("network verification failed: " + first_failure(check))
+    return check
+
+
+def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, stage: Path,
+                 info: dict[str, Any], out_dir: Path, opts: RunOptions,
+                 mon: RunMonitor) -> WorkloadResult:
+    """Hold the network up, or run pp_jobs workers, or probe and replay requests."""
+    if opts.hold:
+        return hold_network(net, info, out_dir, opts)
+    if rp.scenario.workload.kind == "pp_jobs":
+        from testbed.orchestrate.pp_jobs import run_pp_jobs  # torch-free until here
+
+        say("emu: workers: PyTorch pipeline jobs in the emulated hosts ...", opts.quiet)
+        events = start_event_replay(ctl, net, rp.scenario)  # fibre cuts meanwhile
+        result = run_pp_jobs(rp.scenario, net, stage, opts.quiet, monitor=mon)
+        if events is not None:
+            result = {**result, **events.stop()}
+        return WorkloadResult(summary=result)
+    if rp.scenario.workload.kind == "allreduce_jobs":  # routing policies on the DC fabric
+        from testbed.orchestrate.allreduce import run_allreduce_jobs
+
+        return WorkloadResult(summary=run_allreduce_jobs(rp.scenario, net, ctl, stage,
+                                                         opts.quiet))
+    probes = measure_lightpaths(net, opts.probe_seconds, opts.quiet)
+    replayed: dict[str, Any] = {}
+    if ctl is not None:  # requests (and fibre events) through the controller
+        say(f"emu: replay: requests through the SDN controller (about "
+            f"{rp.scenario.emulation.replay_s:g} s) ...", opts.quiet)
+        replayed = run_replay(ctl, net, rp.scenario, stage)
+    return WorkloadResult(probes=probes, summary=replayed)
+
+
+def hold_network(net: EmuNetwork, info: dict[str, Any], out_dir: Path,
+                 opts: RunOptions) -> WorkloadResult:
+    """Keep the network up (state phase `holding`) until SIGINT/SIGTERM."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "network.json", info, mode=secret_mode(info))
+    assert net.state is not None
+    net.state.out_dir = str(out_dir.resolve())
+    net.state.phase = "holding"
+    net.state.save()
+    if opts.ready is not None:
+        opts.ready.set()
+    if opts.on_hold is not None:
+        opts.on_hold(info)
+    try:
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        return WorkloadResult(held=True)
+
+
+def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork,
+                       scenario: Scenario) -> Any:
+    """pp_jobs with a controller: the spec's fibre events on the emulated clock (at_s x
+    the time scale), as real port-downs the controller restores; else None."""
+    if ctl is None or not scenario.events:
+        return None
+    from testbed.emu.events import link_switch
+    from testbed.orchestrate.replay import EventReplayer
+
+    return EventReplayer(scenario.events, lambda m, p, b: ctl.request(m, p, b),
+                         scale=net.plan.scale.time_factor,
+                         set_link=link_switch(net)).start()
+
+
+def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
+                    stage: Path, info: dict[str, Any], check: dict[str, Any],
+                    work: WorkloadResult, wall_s: float) -> dict[str, Any]:
+    """Write the run records into the staged directory; return the summary."""
+    atomic_write_json(stage / "network.json", info, mode=secret_mode(info))
+    atomic_write_text(stage / "probes.csv", rows_to_csv(work.probes, PROBE_FIELDS))
+    atomic_write_json(stage / "verification.json", check)
+    summary = run_summary(net, check, work, wall_s)
+    summary["forwarding"] = "controller" if ctl is not None else "static"
+    if rp.fallback is not None:
+        summary["forwarding_fallback"] = f"controller refuses {rp.fallback}"
+    summary["controller"] = describe(ctl, with_token=False) if ctl else None
+    summary["prometheus"] = info["prometheus"]
+    summary.update(work.summary)
+    atomic_write_json(stage / "summary.json", summary)
+    write_manifest(stage, rp.scenario, BACKEND, link_mode=net.link_mode,
+                   datapath=net.datapath, **net.plan.scale.as_record(),
+                   kernel_features={"netem": netem_available(),
+                                    "ovs_kernel_datapath": ovs_kernel_datapath()},
+                   forwarding=summary["forwarding"], controller=summary["controller"],
+                   records=["summary.json", "probes.csv", "network.json",
+                            "verification.json"]
+                   + (["requests.csv"] if (stage / "requests.csv").exists() else []))
+    return summary
+
+
+def secret_mode(info: dict[str, Any]) -> int | None:
+    """0o600 for a network.json that holds the controller's bearer token, else None."""
+    ctl = info.get("controller")
+    return 0o600 if isinstance(ctl, dict) and ctl.get("token") else None
+
+
+def first_failure(check: dict[str, Any]) -> str:
+    """The first failed ping or lightpath probe of a verification record, in words."""
+    for x in check["pings"]:
+        if x["received"] != x["sent"]:
+            return f"ping {x['src']} -> {x['dst']}: {x['received']}/{x['sent']} replies"
+    for x in check["probes"]:
+        if not x["ok"]:
+            return (f"lightpath VLAN {x['vlan']} {x['src_host']} -> {x['dst_host']}: "
+                    f"delivered={x['delivered']} hops={x['hops_seen']} (expected "
+                    f"{x['hops_expected']}) one-way={x['one_way_ms']} ms (expected "
+                    f"{x['expected_ms']} +- {x['tolerance_ms']})")
+    return "unknown"
+
+
+def run_summary(net: EmuNetwork, check: dict[str, Any], work: WorkloadResult,
+                wall_s: float) -> dict[str, Any]:
+    """The network part of summary.json (plan sizes, verification, probes, timings)."""
+    plan, timings = net.plan, net.timings_s
+    ratios = [p["goodput_ratio"] for p in work.probes]
+    return {
+        "backend": BACKEND,
+        "scenario": plan.scenario,
+        "link_mode": net.link_mode,
+        "datapath": net.datapath,
+        **plan.scale.as_record(),
+        "hosts": len(plan.hosts),
+        "switches": len(plan.switches),
+        "fibres": len(plan.fibres),
+        "lightpaths": len(plan.lightpaths),
+        "verified": check["ok"],
+        "probes": len(work.probes),
+        "mean_goodput_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None,
+        "min_goodput_ratio": min(ratios) if ratios else None,
+        "setup_s": round(timings.get("up", 0.0), 3),
+        "teardown_s": round(timings.get("down", 0.0), 3),
+        "held": work.held,
+        "wall_s": round(wall_s, 3),
+    }

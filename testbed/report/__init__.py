@@ -1,0 +1,1 @@
+"""`lightpipe report`: one self-contained HTML page per run, reproduction or sweep directory."""

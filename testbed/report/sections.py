@@ -1,0 +1,548 @@
+"""The report's sections per kind of directory: each returns Sections of figures and tables."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from testbed.report import figures as F
+from testbed.report import readers
+from testbed.report.page import Figure, Section, Table, markdown_html
+from testbed.report.readers import read_json
+
+log = logging.getLogger(__name__)
+
+
+def scenario_name(run_dir: Path) -> str:
+    man = read_json(run_dir / "manifest.json")
+    return str(man.get("scenario", "")) if isinstance(man, dict) else ""
+
+
+def _scenario(run_dir: Path) -> Any:
+    """The run's validated scenario from its manifest, or None."""
+    from testbed.spec import parse_scenario
+
+    man = read_json(run_dir / "manifest.json")
+    if not isinstance(man, dict) or not isinstance(man.get("spec"), dict):
+        return None
+    try:
+        return parse_scenario(man["spec"])
+    except Exception as exc:
+        log.info("manifest spec not reusable: %s", exc)
+        return None
+
+
+def _safe(fn: Any, *args: Any) -> list[Section]:
+    """A section builder that failed becomes a note, never a broken report."""
+    try:
+        return list(fn(*args))
+    except Exception as exc:
+        log.warning("report section %s skipped: %s", fn.__name__, exc)
+        return [Section(fn.__name__.strip("_").replace("_", " "),
+                        f"(not drawn: {type(exc).__name__}: {exc})")]
+
+
+# ------------------------------------------------------------------ runs
+def run(run_dir: Path, backend: str) -> list[Section]:
+    secs = _safe(_summary_section, run_dir, backend)
+    scen = _scenario(run_dir)
+    if (run_dir / "requests.csv").exists():
+        secs += _safe(_lightpath_sections, run_dir, scen, backend)
+    if (run_dir / "jobs.csv").exists():
+        secs += _safe(_jobs_sections, run_dir, scen, backend)
+    if backend == "emu":
+        secs += _safe(_emu_sections, run_dir, scen)
+    return secs
+
+
+def _summary_section(run_dir: Path, backend: str) -> list[Section]:
+    io = readers
+    man = io.read_json(run_dir / "manifest.json") or {}
+    summ = io.read_json(run_dir / "summary.json") or {}
+    spec = man.get("spec") or {}
+    topo = spec.get("topology") or {}
+    dcs = ", ".join(f"{d['name']} (node {d['node']}, {d.get('gpus', '?')} GPUs)"
+                    for d in spec.get("dcs", []))
+    pol = ", ".join(f"{k}={v}" for k, v in (spec.get("policy") or {}).items())
+    kv = [("backend", backend), ("scenario", man.get("scenario")),
+          ("description", spec.get("description")),
+          ("topology", topo.get("library") or topo.get("file") or
+           f"{len(topo.get('links', []))} links given inline"),
+          ("datacentres", dcs), ("policies", pol),
+          ("workload", (spec.get("workload") or {}).get("kind")),
+          ("seed", man.get("seed")), ("spec sha256", (man.get("spec_sha256") or "")[:16]),
+          ("LightPipe version", man.get("lightpipe_version"))]
+    kv += [(k, v) for k, v in summ.items()
+           if isinstance(v, int | float | str | bool) and k not in ("backend", "scenario")]
+    return [Section(f"{backend}: scenario and summary",
+                    tables=[Table([], [(k, v) for k, v in kv if v not in (None, "")])])]
+
+
+def _topology(scen: Any) -> tuple[Any, dict[str, str]]:
+    from testbed.spec.check import topology_of
+
+    topo = topology_of(scen)
+    return topo.graph(), {d.node: d.name for d in scen.dcs}
+
+
+def _cuts(scen: Any) -> set[frozenset]:
+    cuts = set()
+    for ev in getattr(scen, "events", None) or []:
+        if getattr(ev, "kind", "") == "fiber_cut" and getattr(ev, "link", None):
+            cuts.add(frozenset(str(x) for x in ev.link))
+    return cuts
+
+
+def _path_links(path: str) -> list[frozenset]:
+    nodes = [p for p in path.split("-") if p]
+    return [frozenset((a, b)) for a, b in itertools.pairwise(nodes)]
+
+
+def _lightpath_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]:
+    io = readers
+    rows = io.read_csv(run_dir / "requests.csv")
+    acc = [r for r in rows if r.get("accepted") == "1" and r.get("path")]
+    secs: list[Section] = []
+    end = max((io.num(r["arrival_s"]) + io.num(r["holding_s"]) for r in acc), default=1.0)
+    figs: list[Figure] = []
+    if scen is not None:
+        g, dcs = _topology(scen)
+        carried: dict[frozenset, float] = defaultdict(float)
+        for r in acc:
+            for link in _path_links(r["path"]):
+                carried[link] += io.num(r["bitrate"]) * io.num(r["holding_s"]) / end
+        figs.append(Figure(F.data_uri(F.topology_map(
+            g, dcs, carried, "mean Gbit/s carried", _cuts(scen),
+            f"{scen.name}: fibres by mean carried traffic ({backend})")),
+            "Topology with the datacentres (orange) and every fibre drawn wider the more "
+            "traffic its lightpaths carried on average over the run; red dashed fibres are "
+            "cut by a scenario event. Look for the thick fibres: they are the bottlenecks "
+            "that blocking comes from."))
+    holds = [(r["path"], int(r["first_slot"]), int(r["slots"]), io.num(r["arrival_s"]),
+              io.num(r["arrival_s"]) + io.num(r["holding_s"])) for r in acc]
+    figs += _spectrum_figures(holds, scen, end, "lightpaths")
+    # blocking over time
+    xs, ys, blocked = [], [], 0
+    for i, r in enumerate(rows, 1):
+        blocked += r.get("accepted") != "1"
+        if i % max(1, len(rows) // 200) == 0 or i == len(rows):
+            xs.append(io.num(r["arrival_s"]))
+            ys.append(blocked / i)
+    by_rate: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        by_rate[r["bitrate"]][0] += 1
+        by_rate[r["bitrate"]][1] += r.get("accepted") != "1"
+    if xs:
+        figs.append(Figure(F.data_uri(F.series({"running blocking ratio": (xs, ys)},
+                                               "arrival time (s)", "blocked / requested",
+                                               "blocking ratio as requests arrive")),
+                           "Fraction of the requests so far that were blocked. It should "
+                           "settle: a curve still drifting at the end means the run was too "
+                           "short for a steady-state figure."))
+        labels = sorted(by_rate, key=lambda x: float(x))
+        figs.append(Figure(F.data_uri(F.bars(
+            [f"{b} Gbit/s" for b in labels], [by_rate[b][1] / by_rate[b][0] for b in labels],
+            None, "blocking ratio", "blocking ratio per requested bit rate",
+            "requested bit rate")),
+            "Wider requests need more contiguous slots, so they are blocked more often; a "
+            "large spread here is the bandwidth unfairness of the spectrum policy."))
+    secs.append(Section(f"{backend}: lightpaths and spectrum",
+                        f"{len(rows)} requests, {len(acc)} accepted.", figs))
+    return secs
+
+
+def _spectrum_figures(holds: list[tuple[str, int, int, float, float]], scen: Any,
+                      end: float, what: str) -> list[Figure]:
+    """Slots x fibre at the busiest instant and slots x time on the busiest fibre, from
+    (route 'a-b-c', first slot, slot count, set-up s, tear-down s) of every lightpath."""
+    figs: list[Figure] = []
+    slots = int(getattr(getattr(scen, "optical", None), "slots", 0) or
+                max((first + n for _p, first, n, _a, _b in holds), default=1))
+    events = sorted([(a, 1) for _p, _f, _n, a, _b in holds] +
+                    [(b, -1) for _p, _f, _n, _a, b in holds])
+    live, busiest_t, busiest_n = 0, 0.0, -1
+    for t, d in events:
+        live += d
+        if live > busiest_n:
+            busiest_n, busiest_t = live, t
+    fibres = sorted({lk for h in holds for lk in _path_links(h[0])},
+                    key=lambda k: tuple(sorted(k)))
+    if not fibres:
+        return figs
+    names = ["-".join(sorted(k, key=lambda x: (len(x), x))) for k in fibres]
+    idx = {k: i for i, k in enumerate(fibres)}
+    snap = [[0.0] * slots for _ in fibres]
+    use: dict[frozenset, float] = defaultdict(float)
+    for path, first, n, a, b in holds:
+        for lk in _path_links(path):
+            use[lk] += n * (b - a)
+        if a <= busiest_t < b:
+            for lk in _path_links(path):
+                for s in range(first, min(slots, first + n)):
+                    snap[idx[lk]][s] = 1.0
+    figs.append(Figure(F.data_uri(F.spectrum_heatmap(
+        snap, names, "spectrum slot index", None,
+        f"spectrum occupancy per fibre at t = {busiest_t:.1f} s ({busiest_n} {what} live)",
+        "occupied (1) / free (0)"), "png"),
+        "Which slots of each fibre are occupied at the busiest instant of the run (yellow "
+        "occupied, purple free). First-fit packs the low slot indices; a fibre whose row "
+        "is full blocks every new request routed over it."))
+    top = max(use, key=lambda k: use[k])
+    bins = 400
+    width = (end or 1.0) / bins
+    grid = [[0.0] * bins for _ in range(slots)]
+    for path, first, n, a, b in holds:
+        if top not in _path_links(path):
+            continue
+        b0, b1 = int(a / width), min(bins - 1, int(b / width))
+        for k in range(b0, b1 + 1):
+            frac = (min(b, (k + 1) * width) - max(a, k * width)) / width
+            for s in range(first, min(slots, first + n)):
+                grid[s][k] += max(frac, 0.0)
+    step = max(1, slots // 10)
+    labels = [str(s) if s % step == 0 else "" for s in range(slots)]
+    figs.append(Figure(F.data_uri(F.spectrum_heatmap(
+        grid, labels, "simulated time (s)", (0.0, end or 1.0),
+        f"slots x time on the busiest fibre {names[idx[top]]}",
+        "fraction of the time bin occupied", height_in=4.5), "png"),
+        "Spectrum slot (rows, 0 at the top) against simulated time (columns) on fibre "
+        f"{names[idx[top]]}, the "
+        "fibre with the most slot-seconds in use. Gaps inside the occupied band are "
+        "fragmentation: free slots too scattered for a wide request."))
+    return figs
+
+
+def _jobs_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]:
+    io = readers
+    rows = io.read_csv(run_dir / "jobs.csv")
+    figs: list[Figure] = []
+    ran = [r for r in rows if r.get("blocked") in ("0", "", "False")]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    stats = []
+    for m in models:
+        mine = [r for r in rows if r["model"] == m]
+        ok = [r for r in mine if r in ran]
+        its = [io.num(r["iteration_time_s"]) for r in ok]
+        jct = [io.num(r["jct_s"]) for r in ok]
+        stats.append((m, len(mine), len(mine) - len(ok),
+                      f"{(len(mine) - len(ok)) / len(mine):.1%}" if mine else "",
+                      _mean(its), _mean([io.num(r["bubble_ratio"]) for r in ok]),
+                      _mean(jct) / 3600.0, sum(io.num(r["cost_usd"]) for r in ok)))
+    tables = [Table(["model", "jobs", "blocked", "blocked share", "mean iteration time (s, "
+                     "accepted jobs)", "mean bubble ratio", "mean JCT (h)", "cost (USD)"],
+                    stats, "Means are over the accepted jobs only; the blocked share is next "
+                    "to them.")]
+    figs.append(Figure(F.data_uri(F.histograms(
+        {m: [io.num(r["iteration_time_s"]) for r in ran if r["model"] == m] for m in models},
+        "iteration time (s)", "iteration time per job, by model (accepted jobs)")),
+        "Distribution of the per-job iteration time: one curve per model. A second hump "
+        "within one model means some of its jobs got a slower placement (a longer or thinner "
+        "lightpath between stages)."))
+    figs.append(Figure(F.data_uri(F.histograms(
+        {m: [io.num(r["jct_s"]) / 3600.0 for r in ran if r["model"] == m] for m in models},
+        "job completion time (h)", "job completion time, by model (accepted jobs)")),
+        "Job completion time including queueing; blocked jobs are not in it (see the table "
+        "for their share)."))
+    if scen is not None:
+        g, dcs = _topology(scen)
+        count: dict[frozenset, float] = defaultdict(float)
+        for r in ran:
+            for lp in (r.get("lightpaths") or "").split("|"):
+                if lp and lp != "fabric":
+                    for link in _path_links(lp.split(":")[0]):
+                        count[link] += 1
+        figs.append(Figure(F.data_uri(F.topology_map(
+            g, dcs, count, "jobs whose lightpaths cross it", _cuts(scen),
+            f"{scen.name}: fibres used by the jobs' lightpaths")),
+            "Datacentres (orange) and the fibres carrying the jobs' inter-DC lightpaths, "
+            "wider for more jobs. With no blue fibre, every job fitted inside one DC."))
+    lps = io.read_csv(run_dir / "lightpaths.csv")
+    if lps:
+        holds = [(r["path"], int(r["first_slot"]), int(r["slots"]), io.num(r["setup_s"]),
+                  io.num(r["teardown_s"])) for r in lps if r.get("teardown_s")]
+        end = max((h[4] for h in holds), default=1.0)
+        figs += _spectrum_figures(holds, scen, end, "job lightpaths")
+    if scen is not None:
+        gantt = _engine_gantt(scen)
+        if gantt is not None:
+            figs.append(gantt)
+    return [Section(f"{backend}: pipeline jobs", f"{len(rows)} jobs, {len(ran)} ran.",
+                    figs, tables)]
+
+
+def _mean(vals: list[float]) -> float:
+    vals = [v for v in vals if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def _engine_gantt(scen: Any) -> Figure | None:
+    """The schedule engine's timeline of the run's most common pipeline (re-simulated)."""
+    from testbed.jobs.sim import simulate
+    from testbed.jobs.timing import Timer
+    from testbed.schedule.model import Hop, PipelineProblem
+    from testbed.schedule.registry import build_schedule
+    from testbed.schedule.timer import time_schedule
+
+    seen: dict[tuple, int] = defaultdict(int)
+
+    class Recording(Timer):
+        def time(self, forward_ms, backward_ms, hops, activation_mb, microbatches,  # type: ignore[no-untyped-def,override]
+                 schedule):
+            key = (tuple(forward_ms), tuple(backward_ms), tuple(hops), activation_mb,
+                   microbatches, schedule)
+            if len(seen) < 5000:
+                seen[key] += 1
+            return super().time(forward_ms, backward_ms, hops, activation_mb, microbatches,
+                                schedule)
+
+    simulate(scen, quiet=True, timer=Recording())
+    if not seen:
+        return None
+    f, b, hops, act, m, sched_name = max(seen, key=lambda k: (len(k[2]) > 0, seen[k]))
+    prob = PipelineProblem(f, b, tuple(Hop(lat, bw) for lat, bw in hops), act, m)
+    timing = time_schedule(prob, build_schedule(sched_name, prob), check_memory_cap=False)
+    worst = max(hops, key=lambda h: h[0], default=(0.0, 0.0))
+    return Figure(F.data_uri(F.gantt(timing, f"{sched_name}, {len(f)} stages, {m} micro-"
+                                     f"batches: {timing.iteration_time_ms:.1f} ms, bubble "
+                                     f"{timing.bubble_ratio:.0%}")),
+                  "One iteration of the run's most frequent pipeline as the schedule engine "
+                  f"times it (slowest boundary: {worst[0]:.2f} ms latency, {worst[1]:g} Gbit/s). "
+                  "White gaps are idle time (the bubble); green/purple bars under and over a "
+                  "stage are activations and gradients on the wire. Long purple bars mean the "
+                  "pipeline waits on the inter-DC link.")
+
+
+def _emu_sections(run_dir: Path, scen: Any) -> list[Section]:
+    io = readers
+    figs: list[Figure] = []
+    tables: list[Table] = []
+    probes = io.read_csv(run_dir / "probes.csv")
+    if probes:
+        keys = list(probes[0])
+        label_key = next((k for k in ("lightpath", "name", "pair") if k in keys), keys[0])
+        ratio_key = next((k for k in keys if "ratio" in k), None)
+        if ratio_key:
+            figs.append(Figure(F.data_uri(F.bars(
+                [p[label_key] for p in probes], [io.num(p[ratio_key]) for p in probes], None,
+                "measured / configured goodput", "iperf3 goodput per emulated lightpath",
+                "lightpath")),
+                "TCP goodput measured with iperf3 over each emulated lightpath, as a fraction "
+                "of its configured rate. About 0.95 is the TCP/IP header limit; much lower "
+                "means the emulator could not keep up."))
+        tables.append(Table(keys, [[p[k] for k in keys] for p in probes], "probes.csv"))
+    summ = io.read_json(run_dir / "summary.json") or {}
+    agr = summ.get("agreement")
+    if isinstance(agr, dict):
+        tables.append(Table(["requests replayed", "identical decisions", "compared"],
+                            [(agr.get("requests"), agr.get("same"),
+                              ", ".join(agr.get("compared", [])))],
+                            "Simulator vs controller: the same request stream, decision by "
+                            "decision."))
+    its = io.read_csv(run_dir / "iterations.csv")
+    if its:
+        by_job: dict[str, list[float]] = defaultdict(list)
+        for r in its:
+            if r.get("warmup") != "1":
+                by_job[r["job"]].append(io.num(r["iteration_time_s"]))
+        figs.append(Figure(F.data_uri(F.histograms(
+            by_job, "measured iteration time (s, real-time units)",
+            "measured iterations per job (emulated workers, warm-up excluded)",
+            "iterations")),
+            "Every measured iteration of the real PyTorch workers, one curve per job: the "
+            "spread is what one averaged number hides."))
+    trace = io.read_json(run_dir / "trace.json")
+    text = ""
+    if isinstance(trace, dict):
+        timelines, left_out = _job_timelines(trace, summ, its)
+        figs += timelines
+        if left_out:
+            text = (f"Timelines drawn for the first {MAX_TIMELINE_JOBS} jobs; {left_out} more "
+                    "job(s) left out (all are in trace.json, open it in Perfetto).")
+    if isinstance(summ.get("agreement"), list):
+        rows = summ["agreement"]
+        tables.append(Table(list(rows[0]) if rows else [], [list(r.values()) for r in rows],
+                            "Simulated vs emulated iteration time per job."))
+    from testbed.report.prom import prometheus_figures
+
+    figs += prometheus_figures(run_dir)
+    if not figs and not tables:
+        return []
+    return [Section("emulation: measurements", text, figs, tables)]
+
+
+MAX_TIMELINE_JOBS = 6  # one side-by-side figure per emulated job, at most this many
+
+
+def _span_kind(e: dict[str, Any]) -> str:
+    if e.get("cat") == "wait":
+        return "wait (idle)"
+    name = str(e["name"])
+    return "forward" if name.startswith("F") else "backward" if name[:1] in "BIW" else name[:8]
+
+
+def _job_timelines(trace: dict[str, Any], summ: dict[str, Any],
+                   its: list[dict[str, str]]) -> tuple[list[Figure], int]:
+    """Per emulated job (at most MAX_TIMELINE_JOBS): the schedule engine's timeline of its
+    pipeline beside the workers' measured first measured iteration on one time scale;
+    (figures, jobs left out). Without the job's pipeline record (older runs) the measured
+    timeline alone."""
+    from testbed.schedule import Hop, PipelineProblem, build_schedule, time_schedule
+
+    events = trace.get("traceEvents", [])
+    pid_of = {e["args"]["name"]: e["pid"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "process_name"}
+    spans_of: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            spans_of[e["pid"]].append(e)
+    info = {str(w.get("job")): w for w in summ.get("worker_jobs") or [] if isinstance(w, dict)}
+    measured: dict[str, int] = {}
+    for r in its:
+        if r.get("warmup") != "1" and r["job"] not in measured:
+            measured[r["job"]] = int(r["iteration"])
+    names = [n for n in pid_of if spans_of.get(pid_of[n])]
+    figs: list[Figure] = []
+    for name in names[:MAX_TIMELINE_JOBS]:
+        job = name.removeprefix("job ")
+        evs = spans_of[pid_of[name]]
+        iters = sorted({e.get("args", {}).get("iteration") for e in evs},
+                       key=lambda x: (x is None, x))
+        it = measured.get(job, iters[0])
+        mine = [e for e in evs if e.get("args", {}).get("iteration") == it] or evs
+        w = info.get(job, {})
+        factor = float(w.get("time_factor") or 1.0)
+        t0 = min(e["ts"] for e in mine)
+        pipe = w.get("pipeline")
+        if isinstance(pipe, dict):
+            problem = PipelineProblem(
+                tuple(pipe["forward_ms"]), tuple(pipe["backward_ms"]),
+                tuple(Hop(lat, math.inf if bw is None else bw) for lat, bw in pipe["hops"]),
+                tuple(pipe["activation_mb"]) if isinstance(pipe["activation_mb"], list)
+                else pipe["activation_mb"], pipe["microbatches"])
+            sched = str(w.get("schedule") or "1f1b")
+            timing = time_schedule(problem, build_schedule(sched, problem),
+                                   check_memory_cap=False)
+            spans = [(int(e["tid"]), _span_kind(e), (e["ts"] - t0) / 1e3 / factor,
+                      (e["ts"] + e["dur"] - t0) / 1e3 / factor) for e in mine]
+            measured_ms = max((sp[3] for sp in spans), default=0.0)
+            figs.append(Figure(F.data_uri(F.gantt_side_by_side(
+                timing, spans, f"{name}: {sched}, {problem.stages} stages, "
+                f"{problem.microbatches} micro-batches",
+                f"schedule engine: {timing.iteration_time_ms:.1f} ms",
+                f"emulated workers, iteration {it}: {measured_ms:.1f} ms"
+                + (f" (wall / {factor:g})" if factor != 1.0 else ""))),
+                f"{name}: the schedule engine's timeline of this job's pipeline (left) beside "
+                "what its emulated workers did in their first measured iteration (right), on "
+                "one time scale (real-time ms; the workers' wall time divided by the "
+                "emulation's time factor). Grey bars on the right are waits for an input; "
+                "where they are longer than the engine's idle gaps, the network is slower "
+                "than modelled."))
+        else:
+            spans_s = [(f"stage {e['tid']}", _span_kind(e), (e["ts"] - t0) / 1e6,
+                        (e["ts"] + e["dur"] - t0) / 1e6) for e in mine]
+            figs.append(Figure(F.data_uri(F.worker_gantt(
+                spans_s, f"{name}: measured timeline, iteration {it}")),
+                f"What the emulated workers of {name} actually did, per stage: compute and "
+                "the time spent waiting for an input (idle). This run records no pipeline "
+                "for the job, so the engine's timeline is not drawn beside it."))
+    return figs, max(0, len(names) - MAX_TIMELINE_JOBS)
+
+
+def agreement(root: Path) -> list[Section]:
+    io = readers
+    text = (root / "agreement.md").read_text() if (root / "agreement.md").exists() else ""
+    sim = io.read_csv(root / "sim" / "jobs.csv")
+    emu_its = io.read_csv(root / "emu" / "iterations.csv")
+    figs = []
+    if sim and emu_its:
+        pred = {r["job_id"]: io.num(r["iteration_time_s"]) for r in sim}
+        by_job: dict[str, list[float]] = defaultdict(list)
+        for r in emu_its:
+            if r.get("warmup") != "1":
+                by_job[r["job"]].append(io.num(r["iteration_time_s"]))
+        groups = {}
+        for job, vals in by_job.items():
+            p = pred.get(job) or pred.get(job.split("-")[-1])
+            if p:
+                groups[f"job {job}"] = [v / p - 1.0 for v in vals]
+        if groups:
+            figs.append(Figure(F.data_uri(F.histograms(
+                groups, "measured / simulated iteration time - 1",
+                "sim-vs-emu agreement: every measured iteration", "iterations")),
+                "Relative error of each measured iteration against the simulator's "
+                "prediction for its job: the whole distribution and its worst case, not one "
+                "averaged number. 0 is perfect agreement."))
+    if not text and not figs:
+        return []
+    return [Section("agreement: simulation vs emulation", "", figs, [],
+                    markdown_html(text) if text else "")]
+
+
+# ------------------------------------------------------------------ reproductions
+def reproduction(root: Path) -> list[Section]:
+    from testbed.report.headline import headline_rows
+
+    io = readers
+    summ = io.read_json(root / "summary.json") or {}
+    secs = [Section("headline against the paper", summ.get("reproduces", ""),
+                    tables=[Table(["figure", "this run", "paper"], headline_rows(summ),
+                                  "The largest effect over the sweep: for cba and bace the "
+                                  "paired change against the named baseline, mean over "
+                                  "seeds, at the load where it is largest.")])]
+    secs += _safe(_reproduction_figures, root, summ)
+    for md in sorted(p for p in root.glob("*.md") if p.name != "README.md"):
+        secs.append(Section(f"table: {md.name}", "", [], [], markdown_html(md.read_text())))
+    setup = summ.get("setup")
+    if isinstance(setup, dict):
+        secs.append(Section("set-up", tables=[Table([], [(k, json.dumps(v) if isinstance(
+            v, dict | list) else v) for k, v in setup.items()])]))
+    return secs
+
+
+CAPTIONS = {
+    "cba": "Left: mean iteration time of the ACCEPTED jobs (s); a policy that blocks more "
+           "keeps fewer, often easier, jobs, so read it with the blocking panel. Middle: "
+           "iteration-time change against sp-ff on the jobs BOTH policies ran (paired, same "
+           "seeds): below 0 is faster. Right: blocking ratio. Hollow diamonds are the small "
+           "case solved exactly (cba-ilp), a separate experiment not joined to the sweep. "
+           "Policies at the same load are nudged sideways so coinciding points stay visible.",
+    "bace": "Mean job completion time (h) and electricity cost (k$) per policy over the load "
+            "sweep, 95 % CI over seeds; lower is better on both.",
+}
+
+
+def _reproduction_figures(root: Path, summ: dict[str, Any]) -> list[Section]:
+    figs: list[Figure] = []
+    exp = summ.get("experiment")
+    rows = summ.get("rows")
+    if exp in CAPTIONS and isinstance(rows, list):
+        from testbed.report.repro_plots import reproduction_figure
+
+        figs.append(Figure(F.data_uri(reproduction_figure(exp, rows)), CAPTIONS[exp]))
+    else:
+        from testbed.report.repro_plots import schedule_figures
+
+        figs += schedule_figures(root, summ)
+    return [Section("figures", "", figs)]
+
+
+# ------------------------------------------------------------------ sweeps
+def sweep(root: Path) -> list[Section]:
+    from testbed.report.repro_plots import sweep_figures
+
+    io = readers
+    meta = io.read_json(root / "sweep.json") or {}
+    secs = [Section("sweep", f"{meta.get('points')} runs, {meta.get('seeds')} seed(s) per "
+                    f"point; metric {meta.get('metric')}.",
+                    tables=[Table([], [(k, v) for k, v in (meta.get("set") or {}).items()])])]
+    secs += _safe(sweep_figures, root, meta)
+    agg = io.read_csv(root / "sweep_mean.csv")
+    if agg:
+        secs.append(Section("mean per point", tables=[Table(list(agg[0]),
+                                                            [list(r.values()) for r in agg])]))
+    return secs

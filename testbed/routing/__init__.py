@@ -1,0 +1,1 @@
+"""Routing for ML traffic: flow model, two-layer max-min metric and routing policies."""

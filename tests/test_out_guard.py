@@ -1,0 +1,39 @@
+"""--out never destroys what LightPipe did not write (issue 17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.cli.main import main
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+
+
+def test_out_onto_existing_file_is_refused(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "README.md"
+    target.write_text("precious\n")
+    assert main(["sim", str(QUICKSTART), "--out", str(target), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--out" in err and len(err.splitlines()) == 1
+    assert target.read_text() == "precious\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
+
+
+def test_out_onto_foreign_directory_is_refused(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "results"
+    target.mkdir()
+    (target / "mine.csv").write_text("a,b\n")
+    assert main(["sim", str(QUICKSTART), "--out", str(target), "--quiet"]) == 2
+    assert "not a LightPipe run" in capsys.readouterr().err
+    assert [p.name for p in target.iterdir()] == ["mine.csv"]
+
+
+def test_out_onto_previous_run_still_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "run"
+    assert main(["sim", str(QUICKSTART), "--out", str(target), "--quiet"]) == 0
+    assert main(["sim", str(QUICKSTART), "--out", str(target), "--quiet"]) == 0
+    assert (target / "manifest.json").is_file()

@@ -1,0 +1,250 @@
+"""Per-flow routing in a live leaf-spine emulation (root): real OVS, os-ken, iperf3.
+
+The controller's rules must carry real packets: ECMP select groups spread TCP
+connections over both spines, a policy's per-flow rules send every flow through the
+spine it chose (flow counters on the spine switches), and a fabric link taken down in
+the data plane (a real port-down seen through OpenFlow PortStatus) moves the flows off it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import SCENARIOS
+from tests.test_controller_ovs import _why_skip
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    why = _why_skip()
+    if why:
+        pytest.skip(why)
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.orchestrate.allreduce import layout_with_rates
+    from testbed.orchestrate.controller import start_run_controller
+    from testbed.orchestrate.glue import controller_address
+    from testbed.spec import parse_scenario
+
+    data = yaml.safe_load((SCENARIOS / "routing-leafspine.yaml").read_text())
+    data["emulation"].update({"link_mode": "userspace", "datapath": "user"})
+    sc = parse_scenario(data)
+    tmp = tmp_path_factory.mktemp("route")
+    with EmuNetwork(build_plan(sc), controller=controller_address()) as net:
+        ctl = start_run_controller(net, sc, tmp / "ctl")
+        try:
+            status, body = ctl.request("PUT", "/layout", layout_with_rates(net).model_dump())
+            assert status == 200, body
+            yield {"net": net, "ctl": ctl, "scenario": sc}
+        finally:
+            ctl.stop()
+
+
+def spines(net: Any) -> list[str]:
+    return [s.node for s in net.plan.switches if s.kind == "spine"]
+
+
+def iperf(net: Any, src: str, dst: str, port: int, parallel: int = 1,
+          seconds: float = 1.0) -> float:
+    """TCP goodput (Mbit/s) from src to dst over `parallel` connections."""
+    ip = net.plan.host(dst).ip.split("/")[0]
+    srv = net.host_popen(dst, ["iperf3", "-s", "-1", "-p", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        r = net.host_cmd(src, ["iperf3", "-c", ip, "-p", str(port), "-t", str(seconds),
+                               "-P", str(parallel), "-J"], timeout_s=30, check=False)
+        return float(json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]) / 1e6
+    finally:
+        srv.wait(10)
+
+
+def pair_bytes(net: Any, src: str, dst: str) -> dict[str, int]:
+    """Per-spine bytes of the src->dst rule, once OVS has pushed its datapath flow stats
+    to the OpenFlow rules (its revalidators do so about every 0.5 s)."""
+    from testbed.orchestrate.allreduce import STATS_SETTLE_S, spine_bytes
+
+    time.sleep(STATS_SETTLE_S)
+    a, b = net.plan.host(src).ip.split("/")[0], net.plan.host(dst).ip.split("/")[0]
+    got = spine_bytes(net)
+    return {sp: got.get((sp, a, b), 0) for sp in spines(net)}
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def set_link(net: Any, a: str, b: str, up: bool) -> None:
+    intf, _ = net.nodes[a].connectionsTo(net.nodes[b])[0]
+    subprocess.run(["ip", "link", "set", str(intf), "up" if up else "down"], check=True)
+
+
+def wait_routing(ctl: Any, pred: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status, view = ctl.request("GET", "/routing")
+        if status == 200 and pred(view):
+            return dict(view)
+        assert time.monotonic() < deadline, view
+        time.sleep(0.05)
+
+
+def test_ecmp_select_groups_spread_connections(env: dict[str, Any]) -> None:
+    net, ctl = env["net"], env["ctl"]
+    assert ctl.request("PUT", "/routing", {"policy": "ecmp"})[0] == 200
+    status, job = ctl.request("POST", "/routing/jobs", {"members": ["dc-a-h0", "dc-a-h2"],
+                                                        "buffer_bytes": 1 << 20})
+    assert status == 201, job
+    try:
+        for s in net.plan.switches:
+            if s.kind == "leaf":
+                out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-groups", s.node],
+                                     capture_output=True, text=True, check=True).stdout
+                assert out.count("type=select") == 3 and out.count("bucket=") == 6, out
+        before = pair_bytes(net, "dc-a-h0", "dc-a-h2")
+        mbps = iperf(net, "dc-a-h0", "dc-a-h2", 5301, parallel=16)
+        grew = delta(pair_bytes(net, "dc-a-h0", "dc-a-h2"), before)
+        # 16 connections hashed onto 2 spines: all on one has probability 2^-15.
+        assert all(v > 100_000 for v in grew.values()), grew
+        # Two spines: more than one 50 Mbit/s uplink's worth (host link is the limit).
+        assert mbps > 40, mbps
+    finally:
+        ctl.request("DELETE", f"/routing/jobs/{job['id']}")
+
+
+def test_ecmp_reroutes_around_a_failed_uplink(env: dict[str, Any]) -> None:
+    net, ctl = env["net"], env["ctl"]
+    assert ctl.request("PUT", "/routing", {"policy": "ecmp"})[0] == 200
+    status, job = ctl.request("POST", "/routing/jobs", {"members": ["dc-a-h1", "dc-a-h3"],
+                                                        "buffer_bytes": 1 << 20})
+    assert status == 201, job
+    leaf = net.plan.host("dc-a-h1").switch
+    dead, alive = spines(net)
+    try:
+        set_link(net, leaf, dead, up=False)
+        wait_routing(ctl, lambda v: v["failed_links"] == [sorted([leaf, dead])])
+        time.sleep(0.2)
+        before = pair_bytes(net, "dc-a-h1", "dc-a-h3")
+        iperf(net, "dc-a-h1", "dc-a-h3", 5302, parallel=8)
+        grew = delta(pair_bytes(net, "dc-a-h1", "dc-a-h3"), before)
+        assert grew[dead] == 0 and grew[alive] > 1_000_000, grew
+    finally:
+        set_link(net, leaf, dead, up=True)
+        ctl.request("DELETE", f"/routing/jobs/{job['id']}")
+    wait_routing(ctl, lambda v: v["failed_links"] == [])
+
+
+def ping_flow(net: Any, src: str, dst: str, count: int = 5, size: int = 1000) -> None:
+    ip = net.plan.host(dst).ip.split("/")[0]
+    r = net.host_cmd(src, ["ping", "-c", str(count), "-i", "0.05", "-s", str(size), "-W", "2",
+                           ip], timeout_s=30, check=False)
+    assert f"{count} received" in r.stdout, r.stdout[-300:]
+
+
+def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) -> None:
+    pytest.importorskip("testbed.routing")
+    net, ctl, sc = env["net"], env["ctl"], env["scenario"]
+    status, _ = ctl.request("PUT", "/routing", {"policy": "greedy"})
+    assert status == 200
+    ids = []
+    for job in sc.workload.jobs:
+        status, body = ctl.request("POST", "/routing/jobs", {"members": job.members,
+                                                             "buffer_bytes": job.buffer_bytes})
+        assert status == 201, body
+        ids.append(body["id"])
+    try:
+        view = wait_routing(ctl, lambda v: len(v["jobs"]) == 2)
+        # Greedy separates the two rings on every uplink: both jobs at the full 100 Gb/s.
+        assert [j["bottleneck_gbps"] for j in view["jobs"]] == [pytest.approx(100.0)] * 2
+        flows = [f for j in view["jobs"] for f in j["flows"]]
+
+        def check_paths(flows: list[dict[str, Any]]) -> None:
+            for f in flows:
+                chosen = f["path"][2]
+                before = pair_bytes(net, f["src"], f["dst"])
+                ping_flow(net, f["src"], f["dst"])
+                grew = delta(pair_bytes(net, f["src"], f["dst"]), before)
+                assert grew[chosen] >= 5 * 1000, (f, grew)
+                assert all(v == 0 for sp, v in grew.items() if sp != chosen), (f, grew)
+
+        check_paths(flows)
+        # Take down the uplink of the first flow: every flow on it moves, packets follow.
+        f0 = flows[0]
+        leaf, spine = f0["path"][1], f0["path"][2]
+        hit = [f for f in flows if any({a, b} == {leaf, spine}
+                                       for a, b in zip(f["path"], f["path"][1:], strict=False))]
+        set_link(net, leaf, spine, up=False)
+        try:
+            view = wait_routing(ctl, lambda v: v["failed_links"] == [sorted([leaf, spine])])
+            assert view["last"]["moved"] >= len(hit)
+            after = {(f["src"], f["dst"]): f for j in view["jobs"] for f in j["flows"]}
+            for f in hit:
+                p = after[(f["src"], f["dst"])]["path"]
+                assert not any({a, b} == {leaf, spine} for a, b in pairwise(p))
+            time.sleep(0.2)
+            check_paths(list(after.values()))
+        finally:
+            set_link(net, leaf, spine, up=True)
+        wait_routing(ctl, lambda v: v["failed_links"] == [])
+    finally:
+        for i in ids:
+            ctl.request("DELETE", f"/routing/jobs/{i}")
+
+
+# Agreement tolerance, from the measurements in docs/routing-testbed.md: on the shared
+# 2-core machine (load average 5-11) the emulated rounds ran 4-34 % longer than the
+# fluid max-min model on the same paths (median 11-14 %): gloo's segment pipeline,
+# TCP's unequal sharing of a collided link and CPU contention. The bounds leave room
+# for a busier machine without letting a wrong path or rate model (2x) through.
+# One round in ten may stall on a busy machine (a clean-clone CI run, 2026-11-23: one
+# ECMP round of 4.26 s against a model 2.1 s, the nine others within 25 %): at least 80 %
+# of the rounds must be within WORST_TOLERANCE, and none past STALL_TOLERANCE. A wrong
+# path or rate model moves the median, which stays at 25 %; the paths are checked exactly.
+MEDIAN_TOLERANCE = 0.25
+WORST_TOLERANCE = 0.6
+STALL_TOLERANCE = 1.5
+
+
+def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> None:
+    why = _why_skip()
+    if why:
+        pytest.skip(why)
+    import sys
+
+    out = tmp_path / "run"
+    lightpipe = str(Path(sys.executable).parent / "lightpipe")
+    r = subprocess.run([lightpipe, "run", str(SCENARIOS / "routing-leafspine.yaml"),
+                        "--backend", "both", "--out", str(out), "-q"],
+                       capture_output=True, text=True, timeout=600,
+                       cwd=SCENARIOS.parent)
+    assert r.returncode == 0, r.stderr[-2000:]
+    sim = json.loads((out / "sim" / "summary.json").read_text())["allreduce"]["policies"]
+    emu = json.loads((out / "emu" / "summary.json").read_text())["allreduce"]
+    # Simulation: with seed 1 ECMP hashes two flows onto one spine link; greedy does not.
+    assert sim["greedy"]["max_allreduce_time_s"] < sim["ecmp"]["max_allreduce_time_s"]
+    assert [j["bottleneck_gbps"] for j in sim["greedy"]["jobs"]] == [100.0, 100.0]
+    for policy in ("ecmp", "greedy"):
+        e = emu[policy]
+        assert e["samples"] == 10
+        assert e["abs_rel_error_median"] <= MEDIAN_TOLERANCE, e
+        assert e["abs_rel_error_max"] <= STALL_TOLERANCE, e
+    rounds = json.loads((out / "emu" / "allreduce.json").read_text())["rounds"]
+    for policy in ("ecmp", "greedy"):
+        errs = [abs(r["rel_error"]) for r in rounds if r["policy"] == policy]
+        within = sum(err <= WORST_TOLERANCE for err in errs)
+        assert within >= 0.8 * len(errs), (policy, sorted(errs))
+    assert emu["greedy"]["collision"] is False
+    if emu["ecmp"]["collision"]:  # OVS's hash put two flows on one link (nearly always)
+        assert emu["greedy"]["mean_emu_s"] < emu["ecmp"]["mean_emu_s"]
+    assert len(rounds) == 20 and all(r["emu_s"] > 0 for r in rounds)
