@@ -69,7 +69,7 @@ def test_network_json_with_token_is_private() -> None:
 
 # ------------------------------------------------------------------ sweep --set with a list
 def test_sweep_set_splits_values_outside_brackets() -> None:
-    from testbed.cli.sweep_cmd import parse_set, split_values
+    from testbed.experiments.sweep import parse_set, split_values
 
     assert split_values("1,2") == ["1", "2"]
     assert split_values("[100,200],[400]") == ["[100,200]", "[400]"]

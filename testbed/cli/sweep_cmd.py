@@ -10,46 +10,6 @@ from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_s
 HELP = "run a grid of spec values x seeds in parallel (sweep.csv + METRIC_vs_FIELD.png)"
 
 
-def split_values(text: str) -> list[str]:
-    """'1,2' -> ['1', '2']; '[100,200],[400]' -> ['[100,200]', '[400]'] (commas inside
-    brackets or braces belong to a value: list and mapping values in YAML/JSON syntax)."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return parts
-
-
-def parse_set(text: str) -> tuple[str, list[object]]:
-    """--set PATH=V1,V2: the field path and its values, each read as YAML (lists allowed)."""
-    import yaml
-
-    from testbed.errors import InputError
-
-    key, sep, values = text.partition("=")
-    key = key.strip()
-    if not sep or not key or not values.strip():
-        raise InputError("--set", f"expected dotted.path=v1,v2,... got {text!r}")
-    if any(not part for part in key.split(".")):
-        raise InputError("--set", f"bad field path {key!r}")
-    out = []
-    for raw in split_values(values):
-        try:
-            out.append(yaml.safe_load(raw.strip()))
-        except yaml.YAMLError:
-            raise InputError("--set", f"{key}: cannot read value {raw.strip()!r} (YAML/JSON "
-                             "syntax: 100, first_fit, [100, 200])") from None
-    return key, out
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arg(parser)
     parser.add_argument("--set", dest="sets", action="append", default=[],
@@ -87,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     base = load_scenario(args.spec)
     from testbed.cli.common import check_out
 
-    sets = [parse_set(s) for s in args.sets]
+    sets = [sweep.parse_set(s) for s in args.sets]
     keys = [k for k, _ in sets]
     if len(set(keys)) != len(keys):
         raise InputError("--set", "the same field is set twice")

@@ -13,7 +13,6 @@ from typing import Any
 
 import yaml
 
-from testbed.analysis.plots import Panel, Series, save_plot
 from testbed.analysis.stats import mean_ci95
 from testbed.errors import InputError, LightPipeError
 from testbed.spec import Scenario, parse_scenario
@@ -25,8 +24,27 @@ SKIPPED = {"scenario", "backend", "workload", "topology", "seed", "policy", "gri
            "k_paths", "load_erlang", "blocking_ci95"}
 
 
+def split_values(text: str) -> list[str]:
+    """'1,2' -> ['1', '2']; '[100,200],[400]' -> ['[100,200]', '[400]'] (commas inside
+    brackets or braces belong to a value: list and mapping values in YAML/JSON syntax)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return parts
+
+
 def parse_set(text: str) -> tuple[str, list[Any]]:
-    """'workload.load_erlang=100,200' -> ('workload.load_erlang', [100, 200])."""
+    """--set PATH=V1,V2: 'workload.load_erlang=100,200' -> ('workload.load_erlang',
+    [100, 200]); each value read as YAML (lists and mappings allowed)."""
     key, sep, values = text.partition("=")
     key = key.strip()
     if not sep or not key or not values.strip():
@@ -34,11 +52,12 @@ def parse_set(text: str) -> tuple[str, list[Any]]:
     if any(not part for part in key.split(".")):
         raise InputError("--set", f"bad field path {key!r}")
     out = []
-    for raw in values.split(","):
+    for raw in split_values(values):
         try:
             out.append(yaml.safe_load(raw.strip()))
         except yaml.YAMLError:
-            raise InputError("--set", f"{key}: cannot read value {raw!r}") from None
+            raise InputError("--set", f"{key}: cannot read value {raw.strip()!r} (YAML/JSON "
+                             "syntax: 100, first_fit, [100, 200])") from None
     return key, out
 
 
@@ -207,28 +226,3 @@ def aggregate(rows: list[dict[str, Any]], keys: list[str], metric: str
 
 def _hashable(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
-
-
-def plot(agg: list[dict[str, Any]], keys: list[str], metric: str, path: Path,
-         title: str) -> None:
-    """Metric vs the x key (load if swept, else the first key), one line per other combo."""
-    xkey = "workload.load_erlang" if "workload.load_erlang" in keys else (keys[0] if keys
-                                                                          else None)
-    # Lines differ by the other swept keys that take more than one value.
-    others = [k for k in keys if k != xkey and len({_hashable(a[k]) for a in agg}) > 1]
-    lines: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for a in agg:
-        lines.setdefault(tuple(_hashable(a[k]) for k in others), []).append(a)
-    numeric_x = xkey is not None and all(isinstance(a[xkey], (int, float)) for a in agg)
-    series = []
-    for combo, pts in lines.items():
-        pts.sort(key=lambda a: a[xkey] if numeric_x and xkey else 0)
-        xs = [a[xkey] if xkey else 0 for a in pts]
-        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in zip(others, combo,
-                                                                     strict=True)) or metric
-        series.append(Series(label, xs if numeric_x else [str(x) for x in xs],
-                             [a[metric] for a in pts],
-                             [a[f"{metric}_ci95_half"] or 0.0 for a in pts]))
-    logy = all(a[metric] > 0 for a in agg) and metric.endswith("ratio")
-    save_plot(path, [Panel(series, xkey or "", metric.replace("_", " "), title=title,
-                           logy=logy)])
