@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/lightpipe run $(SCENARIO) --out $(OUT)
+	$(BIN)/lightpipe run $(SCENARIO) --out $(OUT) --force
 
 test: setup
 	$(BIN)/python -m pytest tests

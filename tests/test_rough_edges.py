@@ -156,6 +156,7 @@ def test_trace_check_accepts_a_scenarios_own_models(cli, tmp_path: Path) -> None
 def test_sim_and_run_backend_sim_print_the_same_summary(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec = small_quickstart(tmp_path)
     a = cli("sim", str(spec), "--out", str(tmp_path / "a"), "-q")
+    shutil.rmtree(tmp_path / "a")  # the same path, so that both summaries name it
     b = cli("run", str(spec), "--backend", "sim", "--out", str(tmp_path / "a"), "-q")
     assert a.code == b.code == 0
 

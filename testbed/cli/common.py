@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from testbed.spec import Scenario, load_scenario
@@ -17,6 +18,8 @@ def add_spec_arg(parser: argparse.ArgumentParser) -> None:
 def add_out_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--out", metavar="DIR", required=required,
                         help="output directory (written atomically)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace DIR when it already holds a LightPipe run")
 
 
 def add_quiet_arg(parser: argparse.ArgumentParser) -> None:
@@ -29,16 +32,23 @@ def add_report_arg(parser: argparse.ArgumentParser) -> None:
                         help="also write DIR/report.html (as `lightpipe report DIR` does)")
 
 
-def check_out(out: str) -> None:
-    """InputError naming --out (the path as given) when it cannot become a directory."""
+def check_out(out: str, force: bool = False) -> None:
+    """InputError naming --out (the path as given) when it cannot become a directory, or
+    when it holds a LightPipe run and `force` is not given (with it: say what is replaced)."""
     import os
-    from pathlib import Path
 
     from testbed.errors import InputError
 
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise InputError("--out", f"{out} exists and is not a directory")
+    runs = [d for d in (p, p / "sim", p / "emu") if (d / "manifest.json").is_file()]
+    if runs:  # a run, or both backends' runs under sim/ and emu/
+        what = "; ".join(describe_run(d) for d in runs)
+        if not force:
+            raise InputError("--out", f"{out} already holds a LightPipe run ({what}); "
+                             "--force replaces it, or choose another --out")
+        emit(f"--force: replacing the run in {out} ({what})")
     parent = p.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +60,25 @@ def check_out(out: str) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".probe", dir=parent))
     except OSError as exc:
         raise InputError("--out", f"cannot write {out}: {exc.strerror.lower()}") from None
+
+
+def describe_run(path: Path) -> str:
+    """'scenario NAME, COMMAND, written TIME' from a run's manifest.json (best effort)."""
+    import json
+
+    try:
+        m = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return "unreadable manifest.json"
+    if not isinstance(m, dict):
+        return "unreadable manifest.json"
+    import time
+
+    parts = [f"scenario {m.get('scenario', '?')}", f"backend {m.get('backend', '?')}"]
+    started = m.get("started_unix_s")
+    if isinstance(started, (int, float)) and not isinstance(started, bool):
+        parts.append("started " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)))
+    return ", ".join(parts)
 
 
 def load(args: argparse.Namespace) -> Scenario:

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise RuntimeFailure(f"emulation unavailable here: {reason}")
     from testbed.cli.common import check_out
 
-    check_out(args.out)  # (SIGINT works even from a background shell: cli.main)
+    check_out(args.out, args.force)  # (SIGINT works even from a background shell: cli.main)
     out = Path(args.out)
     if args.hold:
         wl = scenario.workload

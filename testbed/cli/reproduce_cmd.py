@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         opts[key] = _value(val.strip())
     if args.quick:
         opts["quick"] = True
-    check_out(args.out)
+    check_out(args.out, args.force)
     out = Path(args.out)
     try:
         summary = fn(out, quiet=args.quiet, **opts)

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from testbed.spec import load_scenario
 
     scenario = load_scenario(args.spec)
-    check_out(args.out)
+    check_out(args.out, args.force)
     names, why = choose_backend(args.backend, scenario)
     emit(f"lightpipe: {why}")
     out = Path(args.out)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from testbed.spec import load_scenario
 
     scenario = load_scenario(args.spec)
-    check_out(args.out)
+    check_out(args.out, args.force)
     out = Path(args.out)
     summary = SimBackend().run(scenario, out, quiet=args.quiet)
     write_readme(out, f"LightPipe sim run of {scenario.name}")

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if len(set(keys)) != len(keys):
         raise InputError("--set", "the same field is set twice")
     points = sweep.grid_points(base, sets, args.seeds)
-    check_out(args.out)
+    check_out(args.out, args.force)
     out = Path(args.out)
     failure: sweep.SweepFailure | None = None
     agg: list[dict] = []
