@@ -96,7 +96,8 @@ def test_agreement_rows_and_table() -> None:
     assert relative_error(2.0, 2.1) == pytest.approx(0.05)
     rows = agreement_rows({"a": 2.0, "b": 1.0}, {"a": 1.9, "b": None})
     assert rows[0] == {"job": "a", "simulated_iteration_time_s": 2.0,
-                       "emulated_iteration_time_s": 1.9, "relative_error": pytest.approx(0.05)}
+                       "emulated_iteration_time_s": 1.9, "relative_error": pytest.approx(0.05),
+                       "starved": []}
     assert rows[1]["emulated_iteration_time_s"] is None and rows[1]["relative_error"] is None
     table = markdown_table(rows)
     assert "5.0 %" in table and table.count("\n") == 4
@@ -189,7 +190,13 @@ def test_model_mode_loss_falls_and_dead_worker_is_detected(tmp_path: Path) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:
-    sc = load_scenario(ROOT / "scenarios" / "calib-latency-1f1b.yaml")
+    import yaml
+
+    from testbed.spec import parse_scenario
+
+    data = yaml.safe_load((ROOT / "scenarios" / "calib-latency-1f1b.yaml").read_text())
+    data["emulation"].update({"worker_iterations": 3, "worker_warmup_iterations": 1})
+    sc = parse_scenario(data)
     jobs = plan_emulated_jobs(sc)[:1]
     hosts = {dc.name: [LOCAL] for dc in sc.dcs}
     res = run_jobs_on_hosts(jobs, hosts, tmp_path, deadline_s=200)
@@ -280,3 +287,74 @@ def test_controller_job_requests_and_route_delay() -> None:
     req = job_request(sc, job, "shadow")
     assert req == {"model": "calib-lat", "stages": 4, "gpus_per_stage": 1, "microbatches": 8,
                    "iterations": 10, "policy": "sp-ff", "schedule": "gpipe"}
+
+
+def test_agreement_spread_and_starvation_verdict() -> None:
+    """p10/p90 errors come from the job's measured iterations; a starved job or too few
+    iterations make the run's agreement unreliable, with the reason named."""
+    from testbed.metrics.agreement import MIN_ITERATIONS, agreement_verdict, verdict_line
+
+    details = {
+        "a": {"iterations_measured": 25, "emulated_p10_s": 1.9, "emulated_p90_s": 2.2,
+              "cpu_share_median": 0.97, "op_overrun_median": 0.01},
+        "b": {"iterations_measured": 25, "emulated_p10_s": 1.0, "emulated_p90_s": 1.3,
+              "cpu_share_median": 0.55, "op_overrun_median": 0.12},
+    }
+    rows = agreement_rows({"a": 2.0, "b": 1.0}, {"a": 2.04, "b": 1.1}, details)
+    assert rows[0]["relative_error_p10"] == pytest.approx(-0.05)
+    assert rows[0]["relative_error_p90"] == pytest.approx(0.10)
+    assert rows[0]["starved"] == []
+    assert len(rows[1]["starved"]) == 2 and "55 %" in rows[1]["starved"][0]
+    v = agreement_verdict(rows, {"steal_frac": 0.0})
+    assert v["worst_job"] == "b" and v["worst_relative_error"] == pytest.approx(0.1)
+    assert v["median_relative_error"] == pytest.approx(0.06)
+    assert not v["reliable"] and all(r.startswith("b: ") for r in v["reasons"])
+    assert "UNRELIABLE" in verdict_line(v)
+    ok = agreement_verdict(rows[:1], {"steal_frac": 0.0})
+    assert ok["reliable"] and "UNRELIABLE" not in verdict_line(ok)
+    assert not agreement_verdict(rows[:1], {"steal_frac": 0.2})["reliable"]
+    few = agreement_rows({"a": 2.0}, {"a": 2.0}, {"a": {"iterations_measured": 3}})
+    v = agreement_verdict(few)
+    assert not v["reliable"] and f"< {MIN_ITERATIONS}" in v["reasons"][0]
+    table = markdown_table(rows)
+    assert "+10.0 %" in table and "55 %" in table and "CPU starvation" in table
+
+
+def test_summarize_job_percentiles_cpu_share_and_overrun() -> None:
+    """Per job: p10/p90 over measured iterations; the least CPU share of any stage and
+    the slowest stage's op overrun (op wall time / asked compute time - 1), medians."""
+    from testbed.orchestrate.results import quantile, summarize_job
+
+    assert quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.1) == pytest.approx(1.4)
+    assert quantile([7.0], 0.9) == 7.0
+
+    def rec(it: int, t0: float, dur: float, share: float, asked: float) -> dict:
+        return {"type": "iteration", "iteration": it, "warmup": it == 0,
+                "ops": [["F0", t0, t0 + dur]], "compute_s": asked, "sent_bytes": 1,
+                "cpu_share": share}
+
+    stages = [[rec(i, 10.0 * i, 1.0 + 0.1 * i, 0.9, 1.0) for i in range(11)],
+              [rec(i, 10.0 * i, 1.0, 0.6 if i % 2 else 0.95, 1.0) for i in range(11)]]
+    s = summarize_job("j", stages, time_factor=2.0)
+    assert s["iterations_measured"] == 10
+    times = [1.0 + 0.1 * i for i in range(1, 11)]  # stage 0's op sets the iteration's span
+    assert s["emulated_iteration_time_s"] == pytest.approx(sum(times[4:6]) / 2 / 2.0)
+    assert s["emulated_p10_s"] == pytest.approx(quantile(times, 0.1) / 2.0)
+    assert s["emulated_p90_s"] == pytest.approx(quantile(times, 0.9) / 2.0)
+    assert s["cpu_share_median"] == pytest.approx((0.6 + 0.9) / 2)  # 5 of 10 at 0.6
+    assert s["op_overrun_median"] == pytest.approx(0.55)
+
+
+def test_host_load_reads_proc_stat() -> None:
+    from testbed.metrics.hostload import HostLoad, parse_proc_stat
+
+    t = parse_proc_stat("cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert (t.busy, t.idle, t.steal) == (160, 820, 10)
+    with pytest.raises(ValueError):
+        parse_proc_stat("intr 1 2 3\n")
+    h = HostLoad(min_interval_s=0.0)
+    h.start()
+    sum(i * i for i in range(200_000))
+    out = h.summary()
+    assert out["cores"] >= 1 and 0.0 <= out.get("steal_frac", 0.0) <= 1.0
+    assert "load1_max" in out

@@ -48,6 +48,17 @@ class Burner:
         self.c = torch.empty(matrix_n, matrix_n)
         self.chunk_ms = chunk_ms
         self.cal = self.calibrate()
+        self.asked_s = 0.0  # op time asked for so far (burn's durations)
+        self.chunks_run = 0  # chunks of work done in it
+
+    def cpu_share(self, asked_s: float, chunks: int) -> float | None:
+        """Work done / work asked for over a window: chunks x chunk time / (asked x duty).
+        About 1 when the process had the CPU whenever it wanted it; a starved process
+        finishes fewer chunks in the same wall time (< 1)."""
+        want = asked_s * self.duty
+        if want < 4 * self.cal.chunk_s:  # too short a window to say
+            return None
+        return chunks * self.cal.chunk_s / want
 
     def _mm(self, reps: int) -> None:
         for _ in range(reps):
@@ -69,6 +80,7 @@ class Burner:
         """Work until `duration_s` has passed; return the number of chunks run."""
         if duration_s <= 0:
             return 0
+        self.asked_s += duration_s
         reps = self.cal.mm_per_chunk
         end = time.perf_counter() + duration_s
         half = 0.5 * self.cal.chunk_s
@@ -80,6 +92,7 @@ class Burner:
                 break
             self._mm(reps)
             chunks += 1
+            self.chunks_run += 1
             if pause > 0:
                 left = end - time.perf_counter()
                 if left > pause + half:

@@ -27,6 +27,7 @@ class ShadowProgram:
         b_s = plan.backward_ms[rank] / self.v / 1e3
         self.dur_s = {"F": f_s, "B": b_s, "I": b_s * (1.0 - wf), "W": b_s * wf}
         self._payload: dict[int, torch.Tensor] = {}
+        self._mark = (burner.asked_s, burner.chunks_run)
 
     def hop_bytes(self, lower_vstage: int) -> int:
         """Bytes crossing from virtual stage k to k+1 (and the gradient back)."""
@@ -62,4 +63,8 @@ class ShadowProgram:
         return self._work("W")
 
     def end_iteration(self, it: int) -> dict[str, Any]:
-        return {}
+        """The iteration's CPU share (Burner.cpu_share): CPU starvation shows in it."""
+        asked, chunks = self.burner.asked_s, self.burner.chunks_run
+        share = self.burner.cpu_share(asked - self._mark[0], chunks - self._mark[1])
+        self._mark = (asked, chunks)
+        return {} if share is None else {"cpu_share": round(share, 4)}

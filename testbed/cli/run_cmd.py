@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
                   scenario, maybe_report(target, args.report and len(names) == 1))
     agreement = summaries.get("emu", {}).get("agreement")
     if agreement and not isinstance(agreement, dict):  # (a dict is in the emu summary)
-        _tabulate_agreement(agreement, out if len(names) > 1 else None)
+        _tabulate_agreement(agreement, summaries["emu"].get("agreement_verdict"),
+                            out if len(names) > 1 else None)
     if len(names) > 1:
         write_readme(out, f"LightPipe run of {scenario.name} on both backends")
         report = maybe_report(out, args.report)
@@ -82,15 +83,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tabulate_agreement(rows: list[dict], out: object) -> None:
-    """Print the simulator-vs-emulator table (and write agreement.md when both ran)."""
+def _tabulate_agreement(rows: list[dict], verdict: dict | None, out: object) -> None:
+    """Print the simulator-vs-emulator table and its verdict (and write agreement.md when
+    both ran)."""
     from pathlib import Path
 
     from testbed.atomicio import atomic_write_text
-    from testbed.metrics.agreement import markdown_table
+    from testbed.metrics.agreement import markdown_table, verdict_line
 
     table = markdown_table(rows)
-    emit("agreement (per job: simulated vs emulated iteration time):")
+    if verdict:
+        table += "\n" + verdict_line(verdict) + "\n"
+    emit("agreement (per job: simulated vs emulated iteration time; p10/p90: the spread "
+         "of the measured iterations):")
     emit(table.rstrip("\n"))
     if out is not None:
         atomic_write_text(Path(str(out)) / "agreement.md", table)

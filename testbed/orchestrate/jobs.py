@@ -29,7 +29,7 @@ from testbed.emu.plan import EmuPlan
 from testbed.emu.scale import Scale
 from testbed.emu.tcp_tuning import TCP_GOODPUT
 from testbed.errors import InputError
-from testbed.metrics.agreement import agreement_rows
+from testbed.metrics.agreement import agreement_rows, agreement_verdict
 from testbed.orchestrate.launch import Host, Launcher
 from testbed.orchestrate.results import chrome_trace, job_iterations, summarize_job
 from testbed.schedule import Hop, PipelineProblem, Schedule, build_schedule, time_schedule
@@ -203,6 +203,7 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         launcher.wait(deadline_s)
         records = launcher.records()
         outcome = launcher.outcome()
+        host_load = launcher.host_load()
     atomic_write_text(out_dir / "iterations.csv", iterations_csv(records, time_factor))
     atomic_write_json(out_dir / "trace.json", chrome_trace(records))
     per_job = []
@@ -221,7 +222,11 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     result: dict[str, Any] = {"worker_jobs": per_job,
                               "failed_jobs": [s["job"] for s in per_job if not s["ok"]]}
     sims = {j.job: j.simulated_iteration_time_s for j in jobs if j.plan.mode == "shadow"}
-    result["agreement"] = agreement_rows(sims, emulated)
+    details = {s["job"]: s for s in per_job}
+    result["agreement"] = agreement_rows(sims, emulated, details)
+    result["host_load"] = host_load
+    if sims:
+        result["agreement_verdict"] = agreement_verdict(result["agreement"], host_load)
     measured = [s["emulated_iteration_time_s"] for s in per_job
                 if s.get("emulated_iteration_time_s") is not None]
     if measured:

@@ -29,6 +29,7 @@ from typing import Any
 from testbed import names
 from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError
+from testbed.metrics.hostload import HostLoad
 from testbed.orchestrate.results import read_records
 from workloads.plan import JobPlan
 
@@ -93,6 +94,7 @@ class Launcher:
         self.jobs: dict[str, JobRun] = {}
         self._sockets: list[socket.socket] = []
         self.metrics_netns_fd = metrics_netns_fd
+        self._load = HostLoad()
 
     def __enter__(self) -> Launcher:
         return self
@@ -103,6 +105,7 @@ class Launcher:
     def start(self, plans: list[tuple[JobPlan, list[Host]]]) -> None:
         """Start every stage of every plan (stage i on hosts[i])."""
         total = sum(p.stages for p, _ in plans)
+        self._load.start()
         duty = self.duty if self.duty is not None else default_duty(total)
         for plan, hosts in plans:
             names.check(names.NODE_NAME_RE, plan.job, "job name")
@@ -191,7 +194,12 @@ class Launcher:
                 self.stop()
                 self.poll()
                 return
+            self._load.tick()
             time.sleep(interval_s)
+
+    def host_load(self) -> dict[str, Any]:
+        """The machine's CPU busy/steal shares and load average since start()."""
+        return self._load.summary()
 
     def _stop_workers(self, run: JobRun, grace_s: float = 3.0) -> None:
         live = [w for w in run.workers if w.proc.poll() is None]

@@ -29,6 +29,16 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of an ascending sequence."""
+    if not sorted_values:
+        raise ValueError("quantile of no values")
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
 def iterations_of(records: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {r["iteration"]: r for r in records if r.get("type") == "iteration"}
 
@@ -52,6 +62,15 @@ def job_iterations(stages: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str,
         row = {"iteration": it, "warmup": bool(recs[0].get("warmup")), "time_s": dur,
                "bubble_ratio": 1.0 - busy / (p * dur) if dur > 0 else 0.0,
                "sent_bytes": sum(r["sent_bytes"] for r in recs)}
+        # CPU starvation signs: the least CPU share any stage got (shadow workers), and
+        # how much longer than asked the ops of the slowest stage ran.
+        shares = [r["cpu_share"] for r in recs if isinstance(r.get("cpu_share"), (int, float))]
+        if shares:
+            row["cpu_share"] = min(shares)
+        overruns = [sum(op[2] - op[1] for op in r["ops"]) / r["compute_s"] - 1.0
+                    for r in recs if r.get("compute_s", 0) > 0]
+        if overruns:
+            row["op_overrun"] = max(overruns)
         if "loss" in recs[-1]:
             row["loss"] = recs[-1]["loss"]
         out.append(row)
@@ -65,11 +84,18 @@ def summarize_job(job: str, stages: Sequence[Sequence[dict[str, Any]]],
     measured = [r for r in its if not r["warmup"]] or its
     out: dict[str, Any] = {"job": job, "iterations_measured": len(measured)}
     if measured:
-        med = statistics.median(r["time_s"] for r in measured)
+        times = sorted(r["time_s"] for r in measured)
+        med = statistics.median(times)
         out.update({"emulated_iteration_time_s": med / time_factor,
+                    "emulated_p10_s": quantile(times, 0.1) / time_factor,
+                    "emulated_p90_s": quantile(times, 0.9) / time_factor,
                     "wall_iteration_time_s": med,
                     "bubble_ratio": statistics.median(r["bubble_ratio"] for r in measured),
                     "iteration_times_s": [r["time_s"] for r in its]})
+        for key in ("cpu_share", "op_overrun"):
+            vals = [r[key] for r in measured if key in r]
+            if vals:
+                out[f"{key}_median"] = statistics.median(vals)
         losses = [r["loss"] for r in its if "loss" in r]
         if losses:
             out["losses"] = losses

@@ -365,8 +365,17 @@ def _emu_sections(run_dir: Path, scen: Any) -> list[Section]:
                     "job(s) left out (all are in trace.json, open it in Perfetto).")
     if isinstance(summ.get("agreement"), list):
         rows = summ["agreement"]
-        tables.append(Table(list(rows[0]) if rows else [], [list(r.values()) for r in rows],
-                            "Simulated vs emulated iteration time per job."))
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+
+        def cell(v: Any) -> Any:
+            return "; ".join(map(str, v)) if isinstance(v, list) else v
+
+        verdict = summ.get("agreement_verdict") or {}
+        note = "" if not verdict or verdict.get("reliable") else (
+            " UNRELIABLE: " + "; ".join(verdict.get("reasons", [])))
+        tables.append(Table(cols, [[cell(r.get(c)) for c in cols] for r in rows],
+                            "Simulated vs emulated iteration time per job (p10/p90: signed "
+                            "errors of the measured iterations' spread)." + note))
     from testbed.report.prom import prometheus_figures
 
     figs += prometheus_figures(run_dir)
