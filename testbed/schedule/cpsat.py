@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import time
-
 from collections.abc import Sequence
 from math import gcd
 
