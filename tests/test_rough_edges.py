@@ -207,7 +207,7 @@ def test_schedule_reproductions_weight_exact_solves() -> None:
 
     assert EXACT_SCHEDULES == ("crosspipe-opt",)
     assert step_weight("crosspipe-opt", {"time_limit_s": 5}) == 5.0
-    assert step_weight("crosspipe-opt", {}) == 30.0  # crosspipe()'s default limit
+    assert step_weight("crosspipe-opt", {}) == 5.0  # crosspipe()'s default limit
     for name in ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy", "geopipe"):
         assert step_weight(name, {}) == HEURISTIC_STEP_S
     assert step_weight("crosspipe-opt", {"time_limit_s": 5}) >= 100 * HEURISTIC_STEP_S

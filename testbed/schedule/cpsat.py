@@ -10,7 +10,11 @@ link-entry time of every activation/gradient transfer; times in integer units of
   previous transfer on that direction, and are usable `latency` after leaving;
 - B/I(s, j) after F(s, j) and after its gradient arrives, W(s, j) after I(s, j);
 - memory cap K: F(s, j) starts no earlier than the end of B (or W) of micro-batch
-  j - K on that stage, i.e. at most K activations are held.
+  j - K on that stage, i.e. at most K activations are held;
+- byte budget (`memory` + `budget_bytes`, split backward only): a Cumulative per stage
+  whose tasks are [start F, end I) demanding A bytes and [end I, end W) demanding M_W
+  bytes (testbed.schedule.memory), capacity = budget - static bytes. It is exact for
+  the byte model: ops of a stage are serial, so time order is list order.
 Objective: minimise the end of the last operation (the iteration time).
 
 The optimum is over in-order schedules (all schedules this engine generates are
@@ -22,8 +26,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from math import gcd
 
 from testbed.errors import InputError
+from testbed.schedule.memory import MemoryModel
 from testbed.schedule.model import Action, PipelineProblem, Schedule
 from testbed.schedule.timer import time_schedule
 
@@ -34,13 +41,20 @@ _STATUS = {0: "UNKNOWN", 1: "MODEL_INVALID", 2: "FEASIBLE", 3: "INFEASIBLE", 4: 
 
 def solve(problem: PipelineProblem, *, split_backward: bool = False, time_limit_s: float = 30.0,
           scale: float = 1000.0, hint: Schedule | None = None, workers: int = 2,
-          name: str = "crosspipe-opt") -> Schedule:
+          name: str = "crosspipe-opt", memory: MemoryModel | None = None,
+          budget_bytes: Sequence[int] | None = None) -> Schedule:
     """Minimise the iteration time; the returned Schedule.info holds solver_status, gap,
-    objective_ms, bound_ms and solve_s."""
+    objective_ms, bound_ms and solve_s. With `memory` and `budget_bytes` (split backward
+    only) every stage stays within its byte budget."""
     from ortools.sat.python import cp_model
 
     if time_limit_s <= 0:
         raise InputError("time_limit_s", f"must be > 0, got {time_limit_s}")
+    if (memory is None) != (budget_bytes is None):
+        raise InputError("budget_bytes", "give both memory and budget_bytes, or neither")
+    if budget_bytes is not None and not split_backward:
+        raise InputError("budget_bytes", "a byte budget needs split_backward=True (without "
+                         "it, pass MemoryModel.microbatch_caps as the problem's memory_cap)")
     p, m = problem.stages, problem.microbatches
     wf = problem.weight_grad_fraction if split_backward else 0.0
 
@@ -111,6 +125,8 @@ def solve(problem: PipelineProblem, *, split_backward: bool = False, time_limit_
             if j:
                 mdl.Add(txb[s, j] >= txb[s, j - 1] + ser[s])
             mdl.Add(sb[s, j] >= txb[s, j] + ser[s] + lat[s])
+    if memory is not None and budget_bytes is not None:
+        _byte_budget(mdl, problem, memory, list(budget_bytes), sf, sb, sw, fd, bd, wd, horizon)
     mdl.Minimize(makespan)
 
     if hint_timing is not None:
@@ -161,3 +177,35 @@ def solve(problem: PipelineProblem, *, split_backward: bool = False, time_limit_
                      exact, hint_timing.iteration_time_ms)
             return Schedule(name, hint.actions, info=info)
     return sched
+
+
+def _byte_budget(mdl, problem: PipelineProblem, memory: MemoryModel,  # type: ignore[no-untyped-def]
+                 budget_bytes: list[int], sf: dict, sb: dict, sw: dict, fd: list[int],
+                 bd: list[int], wd: list[int], horizon: int) -> None:
+    """Per stage: held bytes (A from F start to I end, M_W from I end to W end) <= room."""
+    p, m = problem.stages, problem.microbatches
+    budgets = memory.budgets(budget_bytes)
+    for s in range(p):
+        mem = memory.stages[s]
+        room = budgets[s] - mem.static_bytes
+        a, w = mem.activation_bytes, mem.wgrad_bytes
+        if room < a:
+            raise InputError("budget_bytes", f"stage {s}: the budget leaves {room} bytes for "
+                             f"activations, less than one micro-batch ({a})")
+        g = gcd(gcd(a, w), room) or 1
+        intervals, demands = [], []
+        for j in range(m):
+            i_end = sb[s, j] + bd[s]
+            size_a = mdl.NewIntVar(fd[s], horizon, f"hA{s}_{j}")
+            intervals.append(mdl.NewIntervalVar(sf[s, j], size_a, i_end, f"mA{s}_{j}"))
+            demands.append(a // g)
+            if w:
+                size_w = mdl.NewIntVar(wd[s], horizon, f"hW{s}_{j}")
+                intervals.append(mdl.NewIntervalVar(i_end, size_w, sw[s, j] + wd[s],
+                                                    f"mW{s}_{j}"))
+                demands.append(w // g)
+        mdl.AddCumulative(intervals, demands, room // g)
+        # Redundant, helps propagation: at most `k` micro-batches between F start and I end.
+        k = room // a if a else m
+        for j in range(k, m):
+            mdl.Add(sf[s, j] >= sb[s, j - k] + bd[s])

@@ -233,6 +233,21 @@ class Schedule:
     def split_backward(self) -> bool:
         return any(a.kind in ("I", "W") for acts in self.actions for a in acts)
 
+    def split(self, name: str | None = None) -> Schedule:
+        """The same order with every B replaced by I then W at once: it is never slower
+        (the gradient leaves at the end of I, before B would end) and holds no more
+        memory (testbed.schedule.memory: W's buffers are smaller than the activations)."""
+        rows = []
+        for acts in self.actions:
+            row: list[Action] = []
+            for a in acts:
+                if a.kind == "B":
+                    row += [Action("I", a.microbatch, a.chunk), Action("W", a.microbatch, a.chunk)]
+                else:
+                    row.append(a)
+            rows.append(tuple(row))
+        return Schedule(name or self.name, tuple(rows), self.virtual_stages, dict(self.info))
+
     def as_strings(self) -> list[list[str]]:
         return [[str(a) for a in acts] for acts in self.actions]
 

@@ -120,10 +120,15 @@ def best_heuristic(problem: PipelineProblem, split_backward: bool = False,
     from testbed.schedule.greedy import best_list_schedule
 
     cands = [best_list_schedule(problem, split_backward=split_backward)]
-    if not split_backward:
-        cands += [_1f1b(problem), _geopipe(problem)]
-        if with_gpipe and all(c is None or c >= problem.microbatches for c in problem.caps):
-            cands.append(_gpipe(problem))
+    unsplit = [_1f1b(problem), _geopipe(problem)]
+    if with_gpipe and all(c is None or c >= problem.microbatches for c in problem.caps):
+        unsplit.append(_gpipe(problem))
+    if split_backward:
+        # B -> I W at once is never slower and holds the same count: the split optimum's
+        # hint is never worse than the unsplit heuristics, nor than zb-h1
+        cands += [c.split() for c in unsplit] + [_zb(problem)]
+    else:
+        cands += unsplit
     best: tuple[float, Schedule] | None = None
     for c in cands:
         try:
