@@ -688,8 +688,9 @@ def bace(out_dir: Path, quiet: bool = False, quick: bool = False, seeds: int | N
     bases = ["delay-first", "cost-first"]
     rows = _sweep(bace_scenario, BACE_SWEEP, loads, n_seeds, jobs, quiet, bases, "jct",
                   "mean_jct_s", ("total_cost_usd", "mean_wait_s"))
-    ab, ab_runs = ablation(bace_scenario, BACE_ABLATION, ablation_interarrival_s, n_seeds, jobs, quiet,
-                  _refs(BACE_ABLATION, "delay-first", "bace-pipe"), "jct", cost=True)
+    ab, ab_runs = ablation(bace_scenario, BACE_ABLATION, ablation_interarrival_s, n_seeds,
+                           jobs, quiet, _refs(BACE_ABLATION, "delay-first", "bace-pipe"),
+                           "jct", cost=True)
     cols = [("total_cost_usd", "electricity cost (k$)", 1e-3),
             ("mean_wait_s", "mean wait (h)", 1 / 3600.0)]
     md = _sweep_markdown(rows, bases, "mean_jct_s", "mean JCT (h)", 1 / 3600.0, cols,
