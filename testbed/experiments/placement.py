@@ -588,7 +588,9 @@ H100 DC on each of the 14 nodes, every stage in a different DC, GPT-3 6.7B / LLa
   points (GPipe: {it_cba}, {blk_cba_pts}). Under 1F1B every micro-batch waits for the
   round trip 2 × (latency + transfer) of each cross-DC boundary (`exposed_ms`), so
   propagation latency, which slots cannot shorten, dominates the exposed time and the
-  extra slots the latency-aware CB test grants buy little; the gain shrinks or vanishes.
+  extra slots the latency-aware CB test grants buy little, while they cost spectrum
+  (1F1B blocking: cba {blk_1f1b_cba}, sp-ff at its best {blk_1f1b_best}); the gain
+  shrinks or vanishes.
 """
 
 
@@ -604,7 +606,9 @@ def _cba_facts(ab: Sequence[dict[str, Any]], sweep: Sequence[dict[str, Any]]) ->
     best_minus = [a - b for a, b in [(by["cba"]["blocking_ratio"],
                                       by["sp-ff-best"]["blocking_ratio"])]]
     return {
-        "fixed": "4",
+        "fixed": str(cba_scenario().policy.fixed_slots),
+        "blk_1f1b_best": f"{100 * by['sp-ff-best 1f1b']['blocking_ratio']:.1f} %",
+        "blk_1f1b_cba": f"{100 * by['cba 1f1b']['blocking_ratio']:.1f} %",
         "it_cba": _pct(by["cba"].get("iteration_vs_base"), by["cba"].get("iteration_vs_base_ci95")),
         "it_range": (f"{100 * min(its):+.1f} to {100 * max(its):+.1f} %" if its else "n/a"),
         "blk_cba": _pct(by["cba"].get("blocking_ratio_vs_base"),
