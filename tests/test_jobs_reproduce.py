@@ -12,9 +12,11 @@ from testbed.cli.main import main
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,policies", [("cba", {"sp-ff", "cba", "joint", "cba-ilp"}),
-                                           ("bace", {"delay-first", "cost-first",
-                                                     "bace-pipe", "joint"})])
+@pytest.mark.parametrize("name,policies", [
+    ("cba", {"sp-ff", "sp-ff-best", "cba", "joint", "cba-ilp", "cba-no-cb", "cba-k1",
+             "cba-no-search", "sp-ff 1f1b", "sp-ff-best 1f1b", "cba 1f1b"}),
+    ("bace", {"delay-first", "cost-first", "delay-first-best", "bace-pipe", "joint",
+              "bace-pipe-fifo", "bace-pipe-no-path", "bace-pipe-no-cost"})])
 def test_reproduce_quick(tmp_path: Path, name: str, policies: set[str]) -> None:
     out = tmp_path / name
     rc = main(["reproduce", name, "--out", str(out), "--quick", "-q",
@@ -26,7 +28,14 @@ def test_reproduce_quick(tmp_path: Path, name: str, policies: set[str]) -> None:
                 "total_cost_usd", "gpu_utilization", "spectrum_utilization"):
         assert col in rows[0]
     assert (out / f"{name}.png").stat().st_size > 1000
-    assert "±" in (out / "summary.md").read_text()
+    md = (out / "summary.md").read_text()
+    assert "±" in md
+    # the ablation table with the baseline at its best, the attribution and the notes
+    assert "baseline at its best" in md and "# Attribution" in md
+    assert "Against the paper" in md
+    ablation = [r for r in rows if r.get("case") == "ablation"]
+    assert {r["role"] for r in ablation} >= {"paper's policy"}
+    assert all(r["seeds"] == "2" for r in ablation)
     assert json.loads((out / "summary.json").read_text())["experiment"] == name
 
 

@@ -4,7 +4,8 @@ Events are processed in time order (ties: departures and repairs before arrivals
 freed resources are seen by a job arriving at the same instant). Admission ``block``
 refuses a job that cannot be placed on arrival; ``queue`` keeps it waiting and retries
 after every departure or repair: FIFO with head-of-line blocking for the baselines and
-cba, dynamic priority without head-of-line blocking for bace-pipe and joint.
+cba, dynamic priority without head-of-line blocking for bace-pipe and joint (the
+placement kind's `queue`, overridden by policy.queue).
 
 A fibre cut (or wavelength loss) takes down the lightpaths on it; each hit job is
 restored on other routes when possible (its iteration time is re-timed) or else
@@ -24,13 +25,11 @@ from typing import Any
 from testbed.jobs.cluster import Allocation, Cluster
 from testbed.jobs.model import energy_kwh, price_integral_usd_per_kwh_h
 from testbed.jobs.outcome import Job, Placed, Refused
+from testbed.jobs.placement import get_placement
 from testbed.jobs.policies import Planner
 from testbed.spec.models import EventSpec
 
 log = logging.getLogger(__name__)
-
-PRIORITY_QUEUE_POLICIES = ("bace-pipe", "joint")
-UPGRADE_POLICIES = ("cba", "joint")
 
 # event kinds in tie-break order
 _DEPART, _NET, _ARRIVE = 0, 1, 2
@@ -77,6 +76,10 @@ class JobSimulator:
         self.planner = planner
         self.admission = admission
         self.events = list(events)
+        kind = get_placement(planner.policy.placement)
+        queue = planner.policy.queue
+        self.priority_queue = (kind.queue if queue == "auto" else queue) == "priority"
+        self.upgrades = kind.upgrade
         self.on_change = on_change  # test hook: called after every event
         self.now = 0.0
         self.queue: list[JobState] = []
@@ -164,7 +167,7 @@ class JobSimulator:
     def _serve_queue(self) -> None:
         if not self.queue:
             return
-        if self.planner.name in PRIORITY_QUEUE_POLICIES:
+        if self.priority_queue:
             order = sorted(self.queue, key=lambda s: (-self._priority(s), s.arrival_s))
             still = []
             for st in order:
@@ -178,8 +181,8 @@ class JobSimulator:
             self.queue.pop(0)
 
     def _upgrade_running(self) -> None:
-        """cba/joint: after a release, raise lightpaths that were set up short."""
-        if self.planner.name not in UPGRADE_POLICIES:
+        """cba (and variants)/joint: after a release, raise lightpaths set up short."""
+        if not self.upgrades:
             return
         for st in list(self.running.values()):
             if st.alloc is None or not st.alloc.short_gbps:

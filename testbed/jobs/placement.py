@@ -9,22 +9,31 @@ pieces of `testbed.jobs.policies.Planner` (fill, layouts, setup, best_of, timing
   order; shortest path only, ``fixed_slots`` slots, spectrum policy (first-fit).
 * delay-first: every anchor (fastest GPUs first); each boundary takes up to
   ``max_slots`` on the first of k paths that fits; the fastest layout (engine) wins.
-* cost-first: DCs in order of electricity price (cheapest first); shortest path,
-  ``fixed_slots`` slots.
-* cba: boundaries are communication-bound (CB) when the transfer at the baseline
-  allocation (``fixed_slots`` on the shortest path) takes longer than the receiving
-  stage's forward time. Every boundary gets just enough slots that transfer <= that
-  compute time (CB ones more than the baseline, non-CB ones fewer); CB boundaries are
-  set up first, on the first of k paths with a fitting block; a CB boundary that cannot
-  get its slots degrades down to half. The 3 shortest layouts (fibre km) are set up and
-  ranked by the analytic iteration model; the others only if those fail.
+* cost-first (rigid, cheap): only its home, the cheapest DCs (daily mean price) that
+  could hold the job in an empty cluster; it waits for them rather than running in a
+  dearer DC; shortest path, ``fixed_slots`` slots.
+* cba: a boundary is communication-bound (CB) when its transfer at the baseline
+  allocation (``fixed_slots`` on the shortest path) is exposed under the schedule
+  (`exposed_ms`: tx > forward time for GPipe; for the 1F1B family the round trip
+  2 (latency + tx) beyond the slowest stage's slack, so propagation latency counts).
+  Non-CB boundaries get just enough slots that transfer <= that compute time, CB ones at
+  least the baseline (more when their no-stall count is larger) and are set up first,
+  on the first of k paths with a fitting block; a CB boundary that cannot get its slots
+  degrades down to half and is flagged for an upgrade. The 3 shortest layouts (fibre
+  km) are set up and ranked by the analytic iteration model; the others only if those
+  fail.
 * cba-ilp: the MILP of `testbed.jobs.milp` over all DCs, k paths, candidate slot counts
   and first-fit-disjoint blocks.
-* bace-pipe: bandwidth-aware pathfinder (only paths on which a block of at least the
-  no-stall slot count fits) and a cost-minimising choice among layouts (cost per work,
-  cheapest price, every anchor) by the electricity cost of the whole run.
+* bace-pipe: priority queue, bandwidth-aware pathfinder (only paths on which a block of
+  at least the no-stall slot count fits) and a cost-minimising choice among layouts
+  (cost per work, cheapest price, every anchor) by the electricity cost of the whole run.
 * joint: cba's slot sizing, layouts of cba and bace-pipe scored by normalised
   iteration time + cost, and the fastest pipeline schedule among `JOINT_SCHEDULES`.
+
+Ablations and baselines at their best are the same functions with parameters
+(`functools.partial`), registered under their own names: sp-ff-best (cba's paths and
+search, fixed slots), cba-no-cb, cba-k1, cba-no-search, delay-first-best,
+bace-pipe-fifo, bace-pipe-no-path, bace-pipe-no-cost (docs/jobs.md).
 
 A new policy: a function here, one `PlacementKind` line in PLACEMENTS, its name in
 `testbed.spec.models.PLACEMENT_POLICIES`.
@@ -35,6 +44,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from random import Random
 from typing import Protocol
 
@@ -119,19 +129,40 @@ def sp_ff(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
     return fill_fixed(planner, job, planner.nearest_order(anchors[0]) if anchors else None)
 
 
+def home_dcs(planner: PlannerView, job: Job, order: Sequence[int]) -> list[int]:
+    """The shortest prefix of `order` whose DCs could hold the whole job in an empty
+    cluster (total GPUs, at most max_stages_per_dc stages each): cost-first's home."""
+    g, left = job.req.gpus_per_stage, job.req.stages
+    cap = planner.max_stages_per_dc or left
+    out: list[int] = []
+    for d in order:
+        out.append(d)
+        left -= min(left, planner.cluster.dcs[d].gpus // g, cap)
+        if not left:
+            break
+    return out
+
+
 def cost_first(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
-    """DCs in order of electricity price (cheapest first); fixed slots."""
+    """Rigid and cheap: only the cheapest DCs that could hold the job (its home, by daily
+    mean price), waiting for them rather than running anywhere dearer; shortest path,
+    fixed slots."""
     dcs = planner.cluster.dcs
     order = sorted(range(len(dcs)), key=lambda d: (mean_price(dcs[d], now_s), d))
-    return fill_fixed(planner, job, order)
+    return fill_fixed(planner, job, home_dcs(planner, job, order))
 
 
-def delay_first(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
-    """Every anchor (fastest GPUs first), up to max_slots per boundary; the fastest layout wins."""
+def delay_first(planner: PlannerView, job: Job, now_s: float, *,
+                bace_layouts: bool = False) -> Placed | Refused:
+    """Every anchor (fastest GPUs first), up to max_slots per boundary; the fastest layout
+    wins. bace_layouts: also bace-pipe's cost-ordered layouts (delay-first-best)."""
     dcs = planner.cluster.dcs
     anchors = sorted(planner.anchors(), key=lambda d: (-dcs[d].gpu.peak_tflops,
                                                        -planner.cluster.free[d], d))
-    lays = planner.layouts(job, [planner.nearest_order(a) for a in anchors])
+    orders = [planner.nearest_order(a) for a in anchors]
+    if bace_layouts:
+        orders = cost_orders(planner, now_s) + orders
+    lays = planner.layouts(job, orders)
     full = planner.policy.max_slots
 
     def setup(lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
@@ -140,36 +171,83 @@ def delay_first(planner: PlannerView, job: Job, now_s: float) -> Placed | Refuse
     return planner.best_of(job, lays, setup, lambda lay, it: it, exact=True)
 
 
+# Schedules whose steady state waits for every micro-batch's round trip over a boundary
+# (in-flight micro-batches bounded as in 1F1B): there latency is paid per micro-batch.
+ROUND_TRIP_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1")
+
+
+def exposed_ms(schedule: str, latency_ms: float, tx_ms: float, f_next_ms: float,
+               slack_ms: float = 0.0) -> float:
+    """Time per micro-batch that a boundary's transfer adds to the pipeline cycle (> 0:
+    communication-bound), by the schedule's steady state:
+
+    * round-trip schedules (1F1B family): the next forward waits for the gradient's round
+      trip, so the cycle is about c_next + 2 (latency + tx); `slack_ms` is what the slowest
+      stage leaves idle (max_s c_s - c_next): exposed = 2 (latency + tx) - slack.
+    * forward-wave schedules (GPipe, and the latency-hiding ones): transfers stream, so
+      latency is paid once per fill and drain, never per micro-batch: exposed = tx - f_next.
+    """
+    if schedule in ROUND_TRIP_SCHEDULES:
+        return 2.0 * (latency_ms + tx_ms) - slack_ms
+    return tx_ms - f_next_ms
+
+
 def cb_labels(planner: PlannerView, job: Job, stage_dcs: Sequence[int]) -> list[bool]:
-    """CB label per boundary: baseline transfer (fixed_slots, shortest path) > f_next."""
-    f, _ = planner.stage_fb(job, stage_dcs)
+    """CB label per boundary: the transfer at the baseline allocation (fixed_slots on the
+    shortest path, its propagation + node latency) is exposed (`exposed_ms` > 0) under the
+    policy's schedule."""
+    f, b = planner.stage_fb(job, stage_dcs)
+    comp = [x + y for x, y in zip(f, b, strict=True)]
+    sched = planner.policy.schedule
     out = []
-    for b in range(len(stage_dcs) - 1):
-        d1, d2 = stage_dcs[b], stage_dcs[b + 1]
+    for bnd in range(len(stage_dcs) - 1):
+        d1, d2 = stage_dcs[bnd], stage_dcs[bnd + 1]
         if d1 == d2:
             dc = planner.cluster.dcs[d1]
-            tx = 8.0 * job.act_mb / dc.fabric_gbps
+            lat, tx = dc.fabric_latency_ms, 8.0 * job.act_mb / dc.fabric_gbps
         else:
             paths = planner.cluster.paths(d1, d2)
             if not paths:
                 out.append(True)
                 continue
+            lat = planner.cluster.network.latency_ms(paths[0])
             tx = 8.0 * job.act_mb / (planner.policy.fixed_slots * paths[0].gbps_per_slot)
-        out.append(tx > f[b + 1])
+        out.append(exposed_ms(sched, lat, tx, f[bnd + 1], max(comp) - comp[bnd + 1]) > 0.0)
     return out
 
 
-def cba_setup(planner: PlannerView, job: Job, lay: tuple[int, ...]
-              ) -> tuple[Allocation | None, str]:
-    """Set a layout up with cba's demand: CB boundaries first, degrading to half."""
+SIZINGS = ("cb", "uniform", "fixed")
+
+
+def cba_setup(planner: PlannerView, job: Job, lay: tuple[int, ...], sizing: str = "cb",
+              k: int | None = None) -> tuple[Allocation | None, str]:
+    """Set a layout up with cba's demand on the k shortest paths (None: all candidates).
+
+    sizing "cb": CB boundaries first, at least the baseline count (their no-stall count
+    when larger), degrading to half; non-CB ones just their no-stall count. "uniform"
+    (no CB test): every boundary its no-stall count, in order, no degrading. "fixed" (no
+    CB awareness at all): every boundary the baseline's fixed_slots.
+    """
+    fixed = planner.policy.fixed_slots
+    if sizing == "fixed":
+        return planner.setup(job, lay, lambda b, path, f_next: (fixed, fixed), k=k)
+    if sizing == "uniform":
+        def even(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
+            n = planner.slots_no_stall(job, f_next, path)
+            return n, n
+
+        return planner.setup(job, lay, even, k=k)
     labels = cb_labels(planner, job, lay)
     order = sorted(range(len(labels)), key=lambda b: (not labels[b], b))
 
     def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
         n = planner.slots_no_stall(job, f_next, path)
-        return (n, max(1, n // 2)) if labels[b] else (n, n)
+        if labels[b]:
+            want = max(n, fixed)
+            return want, max(1, want // 2)
+        return n, n
 
-    return planner.setup(job, lay, demand, k=None, order=order)
+    return planner.setup(job, lay, demand, k=k, order=order)
 
 
 def chain_km(planner: PlannerView, lay: Sequence[int]) -> float:
@@ -178,28 +256,43 @@ def chain_km(planner: PlannerView, lay: Sequence[int]) -> float:
     return sum(dist[a][b] for a, b in itertools.pairwise(lay))
 
 
-def cba(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
-    """Communication-bound-aware slot sizing on the shortest layouts (module docstring)."""
+def cba(planner: PlannerView, job: Job, now_s: float, *, sizing: str = "cb",
+        k: int | None = None, search: bool = True) -> Placed | Refused:
+    """Communication-bound-aware slot sizing on the shortest layouts (module docstring).
+
+    The ablations are parameters: sizing (SIZINGS), k (paths per boundary, None = all
+    k_paths candidates) and search (False: sp-ff's one layout, most-free anchor + nearest).
+    """
+    def setup(lay: tuple[int, ...]) -> tuple[Allocation | None, str]:
+        return cba_setup(planner, job, lay, sizing, k)
+
+    if not search:
+        anchors = planner.anchors()
+        lays = planner.layouts(job, [planner.nearest_order(anchors[0])]) if anchors else []
+        return planner.best_of(job, lays, setup, lambda lay, est: est)
     lays = planner.layouts(job, [planner.nearest_order(a) for a in planner.anchors()])
     # set up only the CBA_LAYOUTS shortest chains (fibre km between consecutive stages)
     lays = sorted(lays, key=lambda lay: chain_km(planner, lay))
-    res = planner.best_of(job, lays[:CBA_LAYOUTS], lambda lay: cba_setup(planner, job, lay),
-                          lambda lay, est: est)
+    res = planner.best_of(job, lays[:CBA_LAYOUTS], setup, lambda lay, est: est)
     if isinstance(res, Refused) and len(lays) > CBA_LAYOUTS:  # fall back to the rest
-        res = planner.best_of(job, lays[CBA_LAYOUTS:],
-                              lambda lay: cba_setup(planner, job, lay), lambda lay, est: est)
+        res = planner.best_of(job, lays[CBA_LAYOUTS:], setup, lambda lay, est: est)
     return res
 
 
-def bace_setup(planner: PlannerView, job: Job, lay: tuple[int, ...]
+def bace_setup(planner: PlannerView, job: Job, lay: tuple[int, ...], pathfinder: bool = True
                ) -> tuple[Allocation | None, str]:
-    """Set a layout up on paths that carry the transfer without stalling."""
+    """Set a layout up on paths that carry the transfer without stalling (pathfinder);
+    without it, bandwidth-obliviously as the baselines do: fixed_slots on the shortest path."""
+    if not pathfinder:
+        fixed = planner.policy.fixed_slots
+        return planner.setup(job, lay, lambda b, path, f_next: (fixed, fixed), k=1)
+
     def demand(b: int, path: PathInfo, f_next: float) -> tuple[int, int]:
         n = min(planner.slots_no_stall(job, f_next, path), planner.policy.max_slots)
         return planner.policy.max_slots, n
 
     alloc, why = planner.setup(job, lay, demand, k=None)
-    return alloc, (NO_BANDWIDTH if why == NO_SPECTRUM else why)
+    return alloc, (NO_BANDWIDTH if why == NO_SPECTRUM and pathfinder else why)
 
 
 def cost_orders(planner: PlannerView, now_s: float) -> list[list[int]]:
@@ -212,17 +305,22 @@ def cost_orders(planner: PlannerView, now_s: float) -> list[list[int]]:
     return [eff, cheap]
 
 
-def bace_pipe(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
-    """Bandwidth-aware paths and the cheapest layout by the run's electricity cost."""
+def bace_pipe(planner: PlannerView, job: Job, now_s: float, *, pathfinder: bool = True,
+              allocator: bool = True) -> Placed | Refused:
+    """Bandwidth-aware paths and the cheapest layout by the run's electricity cost.
+    Ablations: pathfinder=False (bandwidth-oblivious paths), allocator=False (the fastest
+    layout instead of the cheapest)."""
     orders = cost_orders(planner, now_s) + [planner.nearest_order(a) for a in planner.anchors()]
     lays = planner.layouts(job, orders)
 
     def score(lay: tuple[int, ...], est_ms: float) -> float:
+        if not allocator:
+            return est_ms
         _, usd = planner.run_cost_usd(job, lay, est_ms, now_s, window=BACE_PRICE_WINDOW)
         return usd + 1e-9 * est_ms
 
-    return planner.best_of(job, lays, lambda lay: bace_setup(planner, job, lay), score,
-                           exact=True)
+    return planner.best_of(job, lays, lambda lay: bace_setup(planner, job, lay, pathfinder),
+                           score, exact=True)
 
 
 def joint(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
@@ -315,25 +413,48 @@ def cba_ilp(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
 
 
 PlaceFn = Callable[[PlannerView, Job, float], Placed | Refused]
+QUEUES = ("fifo", "priority")
 
 
 @dataclass(frozen=True)
 class PlacementKind:
-    """A named placement policy."""
+    """A named placement policy, with the queue discipline it runs under (``queue``
+    admission: "fifo" with head-of-line blocking, or bace-pipe's "priority"; the spec's
+    policy.queue overrides it) and whether flagged lightpaths are raised later (upgrade)."""
 
     name: str
     place: PlaceFn
     description: str
+    queue: str = "fifo"
+    upgrade: bool = False
 
 
 PLACEMENTS: dict[str, PlacementKind] = {k.name: k for k in (
     PlacementKind("sp-ff", sp_ff, "shortest path, fixed slots, first fit, nearest DCs"),
+    PlacementKind("sp-ff-best", partial(cba, sizing="fixed"),
+                  "sp-ff at its best: fixed slots on cba's k paths with cba's layout search"),
     PlacementKind("delay-first", delay_first, "fastest GPUs first, most slots per boundary"),
-    PlacementKind("cost-first", cost_first, "cheapest electricity first, fixed slots"),
-    PlacementKind("cba", cba, "communication-bound-aware slot sizing (CBA)"),
+    PlacementKind("delay-first-best", partial(delay_first, bace_layouts=True),
+                  "delay-first at its best: bace-pipe's layouts and priority queue",
+                  queue="priority"),
+    PlacementKind("cost-first", cost_first, "rigid: only the cheapest DCs that hold the "
+                  "job, fixed slots"),
+    PlacementKind("cba", cba, "communication-bound-aware slot sizing (CBA)", upgrade=True),
+    PlacementKind("cba-no-cb", partial(cba, sizing="uniform"),
+                  "cba without the CB test: every boundary its no-stall count"),
+    PlacementKind("cba-k1", partial(cba, k=1), "cba on the shortest path only", upgrade=True),
+    PlacementKind("cba-no-search", partial(cba, search=False),
+                  "cba on sp-ff's single layout (no layout search)", upgrade=True),
     PlacementKind("cba-ilp", cba_ilp, "exact MILP over DCs, paths, slots and blocks"),
-    PlacementKind("bace-pipe", bace_pipe, "bandwidth-aware paths, cheapest run (BACE-Pipe)"),
-    PlacementKind("joint", joint, "cba sizing, time + cost score, best schedule"),
+    PlacementKind("bace-pipe", bace_pipe, "bandwidth-aware paths, cheapest run (BACE-Pipe)",
+                  queue="priority"),
+    PlacementKind("bace-pipe-fifo", bace_pipe, "bace-pipe without prioritisation (FIFO)"),
+    PlacementKind("bace-pipe-no-path", partial(bace_pipe, pathfinder=False),
+                  "bace-pipe without the bandwidth-aware pathfinder", queue="priority"),
+    PlacementKind("bace-pipe-no-cost", partial(bace_pipe, allocator=False),
+                  "bace-pipe without the cost allocator (fastest layout)", queue="priority"),
+    PlacementKind("joint", joint, "cba sizing, time + cost score, best schedule",
+                  queue="priority", upgrade=True),
 )}
 
 

@@ -13,11 +13,11 @@ from testbed.report.page import Figure
 
 # experiment -> panels (key, axis label with unit, scale): the same units as summary.md
 PANELS: dict[str, list[tuple[str, str, float]]] = {
-    "cba": [("mean_iteration_time_s", "mean iteration time, accepted jobs (s)", 1.0),
+    "cba": [("common_iteration_time", "mean iteration time,\njobs every policy ran (s)", 1.0),
             ("common_iteration_time_vs_sp-ff", "iteration time vs sp-ff,\njobs both ran (%)",
              100.0),
             ("blocking_ratio", "blocking ratio (blocked / arrived)", 1.0)],
-    "bace": [("mean_jct_s", "mean JCT (h)", 1 / 3600.0),
+    "bace": [("common_mean_jct_s", "mean JCT, jobs every policy ran (h)", 1 / 3600.0),
              ("total_cost_usd", "electricity cost (k$)", 1e-3)],
 }
 TITLES = {"cba": "CBA vs sp-ff on NSFNET (80 slots, cross-domain jobs): mean ± 95 % CI",

@@ -514,14 +514,15 @@ def reproduction(root: Path) -> list[Section]:
 
 
 CAPTIONS = {
-    "cba": "Left: mean iteration time of the ACCEPTED jobs (s); a policy that blocks more "
-           "keeps fewer, often easier, jobs, so read it with the blocking panel. Middle: "
+    "cba": "Left: mean iteration time over the jobs EVERY policy accepted (s), one job set "
+           "for all lines, so blocked jobs do not drop out of one mean only. Middle: "
            "iteration-time change against sp-ff on the jobs BOTH policies ran (paired, same "
            "seeds): below 0 is faster. Right: blocking ratio. Hollow diamonds are the small "
            "case solved exactly (cba-ilp), a separate experiment not joined to the sweep. "
            "Policies at the same load are nudged sideways so coinciding points stay visible.",
-    "bace": "Mean job completion time (h) and electricity cost (k$) per policy over the load "
-            "sweep, 95 % CI over seeds; lower is better on both.",
+    "bace": "Mean job completion time (h) over the jobs every policy completed, and "
+            "electricity cost (k$) per policy over the load sweep, 95 % CI over seeds; lower "
+            "is better on both.",
 }
 
 

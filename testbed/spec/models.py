@@ -286,8 +286,9 @@ Workload = Annotated[LightpathRequestsWorkload | PPJobsWorkload | AllreduceJobsW
                      Field(discriminator="kind")]
 
 SPECTRUM_POLICIES = ("first_fit", "last_fit", "random_fit", "best_fit")
-PLACEMENT_POLICIES = ("sp-ff", "delay-first", "cost-first", "cba", "cba-ilp", "bace-pipe",
-                      "joint")
+PLACEMENT_POLICIES = ("sp-ff", "sp-ff-best", "delay-first", "delay-first-best", "cost-first",
+                      "cba", "cba-no-cb", "cba-k1", "cba-no-search", "cba-ilp", "bace-pipe",
+                      "bace-pipe-fifo", "bace-pipe-no-path", "bace-pipe-no-cost", "joint")
 ROUTING_POLICIES = ("ecmp", "shortest", "edge-coloring", "greedy", "greedy-ls", "sa", "ilp")
 
 
@@ -295,9 +296,15 @@ class PolicySpec(Frozen):
     """Which policies decide spectrum, placement, admission and the pipeline schedule."""
 
     spectrum: Literal["first_fit", "last_fit", "random_fit", "best_fit"] = "first_fit"
-    placement: Literal["sp-ff", "delay-first", "cost-first", "cba", "cba-ilp", "bace-pipe",
+    placement: Literal["sp-ff", "sp-ff-best", "delay-first", "delay-first-best", "cost-first",
+                       "cba", "cba-no-cb", "cba-k1", "cba-no-search", "cba-ilp", "bace-pipe",
+                       "bace-pipe-fifo", "bace-pipe-no-path", "bace-pipe-no-cost",
                        "joint"] = "sp-ff"
     admission: Literal["block", "queue"] = "block"
+    queue: Literal["auto", "fifo", "priority"] = Field(
+        default="auto", description="pp_jobs, queue admission: the waiting-job discipline; "
+        "auto = the placement policy's own (priority for bace-pipe, delay-first-best, joint; "
+        "else FIFO with head-of-line blocking)")
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
                       "crosspipe-opt", "geopipe"] = "1f1b"
     fixed_slots: Annotated[int, Field(ge=1, le=4096)] = Field(
