@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -207,6 +208,9 @@ def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:
     nd = time_schedule(jobs[0].problem.no_delay(), jobs[0].schedule).iteration_time_ms / 1e3
     assert relative_error(nd, row["emulated_iteration_time_s"]) < 0.15
     assert (tmp_path / "iterations.csv").read_text().count("\n") == 1 + 4
+    # stage 0 bound the rendezvous port itself (port 0) and published it
+    rv = json.loads((tmp_path / "workers" / "job0" / "rendezvous.json").read_text())
+    assert rv["port"] > 0
     assert (tmp_path / "trace.json").stat().st_size > 100
 
 
@@ -358,3 +362,19 @@ def test_host_load_reads_proc_stat() -> None:
     out = h.summary()
     assert out["cores"] >= 1 and 0.0 <= out.get("steal_frac", 0.0) <= 1.0
     assert "load1_max" in out
+
+
+def test_rendezvous_port_published_by_stage_0(tmp_path: Path) -> None:
+    """Stage 0 binds port 0 and publishes the port; a waiting stage names the file when
+    stage 0 never does (issue 17: no port picked, released and bound later)."""
+    from workloads.worker import rendezvous_store
+
+    port_file = tmp_path / "rendezvous.json"
+    master = rendezvous_store("127.0.0.1:0", 0, 2, port_file, timeout_s=5.0)
+    port = json.loads(port_file.read_text())["port"]
+    assert port == master.port > 0
+    client = rendezvous_store("127.0.0.1:0", 1, 2, port_file, timeout_s=5.0)
+    client.set("k", "v")
+    assert master.get("k") == b"v"
+    with pytest.raises(TimeoutError, match="did not publish"):
+        rendezvous_store("127.0.0.1:0", 1, 2, tmp_path / "never.json", timeout_s=0.2)

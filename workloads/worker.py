@@ -28,7 +28,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m workloads.worker", description=__doc__)
     ap.add_argument("--plan", required=True, type=Path, help="job plan JSON")
     ap.add_argument("--rank", required=True, type=int, help="pipeline stage of this worker")
-    ap.add_argument("--master", required=True, help="ADDR:PORT of stage 0's rendezvous")
+    ap.add_argument("--master", required=True,
+                    help="ADDR:PORT of stage 0's rendezvous (PORT 0 with --rendezvous-file: "
+                    "stage 0 binds any free port and publishes it there)")
+    ap.add_argument("--rendezvous-file", type=Path, default=None,
+                    help="where stage 0 writes the port it bound, and the others read it")
     ap.add_argument("--out", required=True, type=Path, help="JSON-lines record file")
     ap.add_argument("--iface", default=None, help="network interface for gloo")
     ap.add_argument("--metrics-fd", type=int, default=None,
@@ -41,6 +45,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="share of an op's time spent in tensor work (rest: short pauses)")
     ap.add_argument("--nice", type=int, default=0, help="raise niceness (leave CPU to links)")
     return ap.parse_args(argv)
+
+
+def rendezvous_store(master: str, rank: int, world_size: int, port_file: Path,
+                     timeout_s: float) -> Any:
+    """The job's TCPStore. Stage 0 binds the port itself (any free one when the given
+    port is 0: never picked by another process and released first, so no EADDRINUSE
+    race) and publishes it in `port_file`; the other stages wait for that file."""
+    import torch.distributed as dist
+
+    host, _, port_text = master.rpartition(":")
+    port = int(port_text)
+    timeout = timedelta(seconds=timeout_s)
+    if rank == 0:
+        store = dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout,
+                              wait_for_workers=False)
+        tmp = port_file.with_name(port_file.name + ".tmp")
+        tmp.write_text(json.dumps({"host": host, "port": int(store.port)}))
+        os.replace(tmp, port_file)
+        return store
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            port = int(json.loads(port_file.read_text())["port"])
+            break
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"stage 0 did not publish its rendezvous port in "
+                                   f"{port_file} within {timeout_s:.0f} s") from None
+            time.sleep(0.05)
+    return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
 
 
 def _emit(fh: TextIO, record: dict[str, Any]) -> None:
@@ -123,8 +157,15 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         own_ip = args.master.rsplit(":", 1)[0]
     if own_ip is not None:
         check_self_reach(own_ip)
-    dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
-                            world_size=plan.stages, timeout=timedelta(seconds=args.timeout_s))
+    timeout = timedelta(seconds=args.timeout_s)
+    if args.rendezvous_file is None:
+        dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
+                                world_size=plan.stages, timeout=timeout)
+    else:
+        store = rendezvous_store(args.master, args.rank, plan.stages, args.rendezvous_file,
+                                 args.timeout_s)
+        dist.init_process_group("gloo", store=store, rank=args.rank, world_size=plan.stages,
+                                timeout=timeout)
     t_ready = time.monotonic()
     _emit(fh, {"type": "start", "job": plan.job, "stage": args.rank, "pid": os.getpid(),
                "import_start_s": T_IMPORT0, "imported_s": t_imported, "ready_s": t_ready,

@@ -68,12 +68,6 @@ class JobRun:
     done: bool = False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def default_duty(workers: int, cores: int | None = None) -> float:
     """Share of op time in tensor work so that `workers` stages fit on the cores."""
     cores = cores or os.cpu_count() or 1
@@ -123,7 +117,9 @@ class Launcher:
         atomic_write_text(plan_path, plan.to_json())
         run = JobRun(plan)
         self.jobs[plan.job] = run
-        master = f"{hosts[0].ip}:{_free_port()}"
+        master = f"{hosts[0].ip}:0"  # stage 0 binds a free port and publishes it
+        port_file = jdir / "rendezvous.json"
+        port_file.unlink(missing_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"]
                                               if env.get("PYTHONPATH") else "")
@@ -136,6 +132,7 @@ class Launcher:
             logp = jdir / f"stage{stage}.log"
             argv = [*host.prefix, self.python, "-m", "workloads.worker",
                     "--plan", str(plan_path), "--rank", str(stage), "--master", master,
+                    "--rendezvous-file", str(port_file),
                     "--out", str(rec), "--metrics-fd", str(lsock.fileno()),
                     "--timeout-s", str(self.timeout_s), "--duty", f"{duty:.4f}",
                     "--nice", str(self.nice)]
