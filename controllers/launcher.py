@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-file", default=None, help="file holding the REST bearer token")
     p.add_argument("--netns", default=None, help="network namespace (path) to listen for "
                    "switches in; the REST API stays in the launcher's own namespace")
+    p.add_argument("--address-file", default=None,
+                   help="write the REST address actually bound here (JSON; --rest HOST:0 "
+                   "binds any free port)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
@@ -84,14 +87,22 @@ def main(argv: list[str] | None = None) -> int:
         env["LIGHTPIPE_CTL_LAYOUT"] = args.layout
     if args.token_file:
         env["LIGHTPIPE_CTL_TOKEN"] = Path(args.token_file).read_text().strip()
+    # The REST listener is bound here, by the process that serves it (port 0: any free
+    # one, published in --address-file), and in the launcher's own namespace.
+    host, _, port = args.rest.rpartition(":")
+    rest = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    rest.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    rest.bind((host or "127.0.0.1", int(port)))
+    rest.listen(64)
+    rest.set_inheritable(True)
+    bound_host, bound_port = rest.getsockname()[:2]
+    env["LIGHTPIPE_CTL_REST"] = f"{bound_host}:{bound_port}"
+    env["LIGHTPIPE_CTL_REST_FD"] = str(rest.detach())
+    if args.address_file:
+        from testbed.atomicio import atomic_write_json
+
+        atomic_write_json(Path(args.address_file), {"host": bound_host, "port": bound_port})
     if args.netns:
-        host, _, port = args.rest.rpartition(":")
-        rest = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        rest.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        rest.bind((host or "127.0.0.1", int(port)))
-        rest.listen(64)
-        rest.set_inheritable(True)
-        env["LIGHTPIPE_CTL_REST_FD"] = str(rest.detach())
         from testbed.emu.netns import enter_netns
 
         enter_netns(args.netns)  # this thread and every thread it starts from now on

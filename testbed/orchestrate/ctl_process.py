@@ -82,6 +82,12 @@ def rest_call(url: str, method: str, path: str, body: Any = None, token: str | N
     return status, (json.loads(raw) if "json" in ctype else raw.decode())
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,10 +107,13 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
     moved elsewhere (as EmuNetwork's does).
     """
     of_port = of_port or free_port()
-    rest_port = rest_port or free_port()
     log_path = Path(log_path or Path(db).with_suffix(".log"))
+    address_file = Path(db).with_suffix(".rest.json")
+    address_file.unlink(missing_ok=True)
+    # REST: the controller binds it (rest_port None -> 0: any free port) and publishes it
     cmd = [sys.executable, "-m", "controllers.launcher", "--spec", str(spec), "--db", str(db),
-           "--of-port", str(of_port), "--rest", f"{rest_host}:{rest_port}"]
+           "--of-port", str(of_port), "--rest", f"{rest_host}:{rest_port or 0}",
+           "--address-file", str(address_file)]
     cmd += ["-v"] * verbose
     if layout:
         cmd += ["--layout", str(layout)]
@@ -126,9 +135,23 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
             stack.enter_context(in_netns(home_netns))
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                 cwd=root, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:  # the address the controller bound (rest_port given or any free one)
+        try:
+            rest_port = int(json.loads(address_file.read_text())["port"])
+            break
+        except (OSError, ValueError, KeyError):
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"controller exited with {proc.returncode}: "
+                               f"{log_path.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            _kill(proc)
+            raise RuntimeError(f"controller did not bind its REST port within "
+                               f"{timeout_s:.0f} s (see {log_path})")
+        time.sleep(0.02)
     cp = ControllerProcess(proc, f"http://{rest_host}:{rest_port}", of_port, token, log_path,
                            home_netns, request_timeout_s=max(10.0, timeout_s))
-    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"controller exited with {proc.returncode}: "
