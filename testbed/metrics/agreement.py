@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,9 +78,7 @@ def agreement_verdict(rows: Sequence[Mapping[str, Any]],
     errs = [(r["relative_error"], r["job"]) for r in rows if r.get("relative_error") is not None]
     out: dict[str, Any] = {"jobs": len(rows), "jobs_measured": len(errs)}
     if errs:
-        vals = sorted(e for e, _ in errs)
-        out["median_relative_error"] = vals[len(vals) // 2] if len(vals) % 2 else \
-            0.5 * (vals[len(vals) // 2 - 1] + vals[len(vals) // 2])
+        out["median_relative_error"] = statistics.median(e for e, _ in errs)
         worst = max(errs)
         out["worst_relative_error"], out["worst_job"] = worst
     reasons = []

@@ -8,7 +8,7 @@ export PATH="$VENV/bin:/usr/sbin:/sbin:$PATH"
 # (/run is tmpfs, /tmp an overlay); SQLite's WAL does not work on a 9p directory.
 export TMPDIR=/tmp LIGHTPIPE_STATE_DIR=/run/lightpipe PYTHONDONTWRITEBYTECODE=1
 export LIGHTPIPE_IN_VM=1 HOME=/tmp LIGHTPIPE_VM_OUT_DIR="$OUT"
-export LIGHTPIPE_VM_CALIBRATION="${LIGHTPIPE_VM_CALIBRATION:-0}" LIGHTPIPE_VM_RING="${LIGHTPIPE_VM_RING:-1}"
+export LIGHTPIPE_VM_CALIBRATION="${LIGHTPIPE_VM_CALIBRATION:-1}" LIGHTPIPE_VM_RING="${LIGHTPIPE_VM_RING:-1}"
 echo "guest kernel: $(uname -r) ($(uname -v))"
 echo "guest cpus: $(nproc), memory: $(awk '/MemTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo)"
 t0=$(date +%s)

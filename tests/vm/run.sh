@@ -11,7 +11,7 @@
 # LIGHTPIPE_VM_CPUS (2), LIGHTPIPE_VM_KVM (auto: try KVM, fall back to TCG; 1; 0),
 # LIGHTPIPE_VM_KERNEL (a vmlinuz; default the newest /boot/vmlinuz-*),
 # LIGHTPIPE_VM_TIMEOUT_S (1200: the guest is stopped after this long),
-# LIGHTPIPE_VM_CALIBRATION=1 (also the sim-vs-emu calibration run: PyTorch workers),
+# LIGHTPIPE_VM_CALIBRATION=0 (leave out the sim-vs-emu calibration run: PyTorch workers),
 # LIGHTPIPE_VM_RING=0 (leave out the two-DC ring with the controller).
 set -euo pipefail
 CMD=""
@@ -85,7 +85,7 @@ rm -f "$OUT/rc" "$OUT/junit.xml"
 PYARGS=""
 for a in "$@"; do PYARGS+=" $(printf '%q' "$a")"; done
 GUEST="cd $(printf '%q' "$REPO") && LIGHTPIPE_VM_CMD=$(printf '%q' "$CMD") \
-LIGHTPIPE_VM_CALIBRATION=$(printf '%q' "${LIGHTPIPE_VM_CALIBRATION:-0}") \
+LIGHTPIPE_VM_CALIBRATION=$(printf '%q' "${LIGHTPIPE_VM_CALIBRATION:-1}") \
 LIGHTPIPE_VM_RING=$(printf '%q' "${LIGHTPIPE_VM_RING:-1}") bash \
 tests/vm/guest.sh $(printf '%q' "$OUT") $(printf '%q' "$VENV") \
 $(printf '%q' "${PYTHONPATH:-$REPO}")$PYARGS"
