@@ -112,3 +112,18 @@ def test_rtt_band_and_record_row() -> None:
     row = path_row(PathRtt("a~b", ("f", "g"), 10.0, (20.5, 21.5, 20.0)))
     assert row["hops"] == 2 and row["median_ms"] == 20.5 and row["max_ms"] == 21.5
     assert row["error_ms"] == 0.5 and row["expected_rtt_ms"] == 20.0
+
+
+def test_the_run_names_the_dc_pair_whose_rtt_fails() -> None:
+    from testbed.orchestrate.run import first_failure
+
+    ping = {"src": "dc-a-h0", "dst": "dc-b-h0", "sent": 20, "received": 20}
+    rtt = {"pair": "dc-a~dc-b", "hops": 2, "median_ms": 41.7, "replies": 20,
+           "expected_rtt_ms": 33.0, "tolerance_ms": 1.0, "ok": False}
+    check = {"pings": [ping], "rtts": [rtt], "probes": [], "rtt_enforced": True}
+    msg = first_failure(check)
+    assert "dc-a~dc-b" in msg and "2 fibre hops" in msg and "41.7" in msg
+    assert first_failure({**check, "rtt_enforced": False}) == "unknown"
+    lossy = {**check, "rtts": [], "lossy": True, "pings": [{**ping, "received": 17}]}
+    assert first_failure(lossy) == "unknown"  # some echoes lost on lossy fibres: fine
+    assert "0/20" in first_failure({**lossy, "pings": [{**ping, "received": 0}]})

@@ -35,7 +35,7 @@ from testbed.emu.calibrate import calibrate_network, disabled_record
 from testbed.emu.netinfo import network_info
 from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
 from testbed.emu.plan import EmuPlan, build_plan
-from testbed.emu.verify import verify
+from testbed.emu.verify import answered, verify
 from testbed.envprobe import netem_available, ovs_kernel_datapath
 from testbed.errors import RuntimeFailure
 from testbed.monitor.run import RunMonitor
@@ -289,7 +289,7 @@ def secret_mode(info: dict[str, Any]) -> int | None:
 def first_failure(check: dict[str, Any]) -> str:
     """The first failed ping or lightpath probe of a verification record, in words."""
     for x in check["pings"]:
-        if x["received"] != x["sent"]:
+        if not answered(x, bool(check.get("lossy"))):
             return f"ping {x['src']} -> {x['dst']}: {x['received']}/{x['sent']} replies"
     for x in check.get("rtts", []):
         if not x["ok"] and check.get("rtt_enforced", True):
