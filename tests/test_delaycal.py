@@ -10,6 +10,7 @@ from testbed.emu.delaycal import (
     PathRtt,
     emulated_delays,
     excess_ms,
+    path_corrections,
     path_row,
     per_hop_ms,
     rtt_ok,
@@ -127,3 +128,74 @@ def test_the_run_names_the_dc_pair_whose_rtt_fails() -> None:
     lossy = {**check, "rtts": [], "lossy": True, "pings": [{**ping, "received": 17}]}
     assert first_failure(lossy) == "unknown"  # some echoes lost on lossy fibres: fine
     assert "0/20" in first_failure({**lossy, "pings": [{**ping, "received": 0}]})
+
+
+def test_per_path_corrections_take_the_dc_ends_off_exactly() -> None:
+    """A cost per path (its DCs' ends) that per-fibre values leave: the per-lightpath
+    correction gives each path the rest, so every path lands on its delay."""
+    proc = {"ab": 0.6, "bc": 0.9, "cd": 0.4, "da": 0.7}
+    before = _measure(RING, DELAY, dict(DELAY), proc, end_ms=1.9)
+    c = solve_corrections(before, DELAY, DELAY)
+    shares = path_corrections(before, DELAY, c, DELAY)
+    for p in before:
+        run_at = sum(DELAY[f] - c[f] - shares[p.pair][f] for f in p.fibres)
+        rtt = 2 * sum(DELAY[f] - c[f] - shares[p.pair][f] + proc[f] for f in p.fibres) + 1.9
+        assert rtt - 2 * p.configured_ms == pytest.approx(0.0, abs=1e-3), p.pair
+        assert all(c[f] + shares[p.pair][f] <= DELAY[f] + 1e-9 for f in p.fibres)
+        assert run_at >= 0
+    # The measured emulated sum of a path (its lightpath's own corrections in) is used.
+    p = PathRtt("a~b", ("ab",), 5.0, (12.0,), vlan=101, emulated_ms=4.0)
+    assert excess_ms(p, {"ab": 5.0}) == pytest.approx(4.0)
+    # No room left on the path: nothing more than the fibres' delays is given back.
+    tight = path_corrections([PathRtt("x~y", ("ab",), 5.0, (30.0,))], DELAY, {"ab": 5.0},
+                             DELAY)
+    assert tight == {"x~y": {"ab": 0.0}}
+    # The shared values overshoot a path: its lightpath runs longer (a negative share).
+    over = path_corrections([PathRtt("x~y", ("ab", "bc"), 8.0, (16.0,))], DELAY,
+                            {"ab": 1.0, "bc": 1.0}, DELAY)
+    assert over == {"x~y": {"ab": -1.0, "bc": -1.0}}
+
+
+def test_forwarder_runs_a_lightpath_shorter_without_blocking_behind_other_frames() -> None:
+    """The forwarder's per-lightpath correction: its frames get their own delay line, so
+    a frame due earlier is not held behind another lightpath's frame due later."""
+    import random as _random
+
+    from testbed.emu.forwarder import VNET_HDR_LEN, Direction, Forwarder
+
+    class Out:
+        def __init__(self) -> None:
+            self.sent: list[tuple[float, bytes]] = []
+            self.now = 0.0
+
+        def send(self, frame: bytes) -> int:
+            self.sent.append((self.now, frame))
+            return len(frame)
+
+    fwd = Forwarder.__new__(Forwarder)  # the data path alone: no sockets
+    fwd.rate_bps, fwd.delay_s, fwd.loss, fwd.down = 1e9, 0.010, 0.0, False
+    fwd.queue_bytes, fwd.rng = 10**6, _random.Random(1)
+    out = Out()
+    d = Direction("a_to_b", out)  # type: ignore[arg-type]
+    fwd.dirs = {1: d}
+    fwd.set_vlan(101, 100.0)
+    fwd.set_vlan(102, 100.0)
+    fwd.set_vlan_correction(102, 2.0)
+    assert d.vlans[102].line is not None and d.vlans[101].correction_s == 0.0
+
+    def frame(vlan: int) -> bytes:
+        eth = b"\x02" * 12 + b"\x81\x00" + vlan.to_bytes(2, "big") + b"\x08\x00"
+        return bytes(VNET_HDR_LEN) + eth + bytes(60)
+
+    fwd._arrive(d, frame(101), 0.0)   # due at ~10 ms
+    fwd._arrive(d, frame(102), 0.0)   # due at ~8 ms: must leave first
+    fwd._arrive(d, frame(7), 0.0)     # no cap: the fibre's delay
+    for t_ms in range(0, 13):
+        out.now = t_ms / 1000
+        fwd._service(out.now)
+    assert [int.from_bytes(f[VNET_HDR_LEN + 14:VNET_HDR_LEN + 16], "big") & 0xFFF
+            for _, f in out.sent] == [102, 101, 7]
+    assert out.sent[0][0] == pytest.approx(0.008, abs=0.0011)
+    assert out.sent[1][0] == pytest.approx(0.010, abs=0.0011)
+    with pytest.raises(ValueError, match="vlan 5"):
+        fwd.set_vlan_correction(5, 1.0)

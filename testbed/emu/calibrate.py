@@ -7,12 +7,15 @@ processing time (switches, veths, link emulators) off its fibres' emulated delay
 Each round pings every path (median of N echoes), stops once every path's median RTT is
 within SETTLE_MS of 2 x its configured one-way delay, else solves the corrections
 (testbed.emu.delaycal) and sets every fibre's emulator to delay - correction at runtime
-(the forwarder's control socket; `tc change` of the netem leaves). The record (rounds,
+(the forwarder's control socket; `tc change` of the netem leaves), and, where the
+emulator can (the forwarder), each lightpath's frames a further per-path correction
+for what the shared per-fibre values leave of that path's processing. The record (rounds,
 corrections, before/after per path) goes into network.json and verification.json.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -23,6 +26,7 @@ from typing import Any
 from testbed.emu.delaycal import (
     SETTLE_MS,
     PathRtt,
+    path_corrections,
     path_row,
     settled,
     solve_corrections,
@@ -42,10 +46,11 @@ class CalibrationConfig:
     """How hard to calibrate: pings per path and round, rounds, bounds."""
 
     pings: int = 20
-    interval_s: float = 0.02
+    interval_s: float = 0.01
     rounds: int = 3           # corrections applied at most this many times
     settle_ms: float = SETTLE_MS
     max_fraction: float = 1.0  # a fibre gives back at most this share of its delay
+    per_path: bool = True      # also a correction per lightpath, where the emulator can
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,7 @@ class PathProbe:
     dst_ip: str
     fibres: tuple[str, ...]
     configured_ms: float
+    vlan: int | None = None
 
 
 def ping_path(probe: PathProbe, count: int, interval_s: float) -> PathRtt:
@@ -64,7 +70,7 @@ def ping_path(probe: PathProbe, count: int, interval_s: float) -> PathRtt:
     icmp_ping(probe.src_ns, probe.dst_ip, count=WARMUP_PINGS, interval_s=interval_s)
     got = icmp_ping(probe.src_ns, probe.dst_ip, count=count, interval_s=interval_s)
     return PathRtt(probe.pair, probe.fibres, probe.configured_ms,
-                   tuple(r for r in got if r is not None))
+                   tuple(r for r in got if r is not None), probe.vlan)
 
 
 def measure(probes: list[PathProbe], cfg: CalibrationConfig) -> list[PathRtt]:
@@ -80,10 +86,14 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
     delay = {k: e.fibre.delay_ms for k, e in emulators.items()}
     rounds: list[dict[str, Any]] = []
     on_path: set[str] = set()
+    per_path: dict[str, dict[str, float]] = {}
     error = None
 
     def take() -> list[PathRtt]:
-        got = measure_paths()
+        # What each path's frames run at now (its lightpath's own correction included).
+        got = [dataclasses.replace(p, emulated_ms=sum(
+            emulators[f].emulated_delay_ms(p.vlan) for f in p.fibres))
+            for p in measure_paths()]
         usable = [p for p in got if len(p.rtts_ms) >= MIN_REPLIES_FRACTION * cfg.pings]
         for p in got:
             if p not in usable:
@@ -108,6 +118,14 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
         corr = solve_corrections(paths, delay, emulated, cfg.max_fraction)
         for k, e in emulators.items():
             e.set_delay_correction(corr[k])
+        if cfg.per_path:
+            shares = path_corrections(paths, delay, corr, emulated, cfg.max_fraction)
+            for p in paths:
+                if p.vlan is None:
+                    continue
+                for f, r in shares[p.pair].items():
+                    if emulators[f].set_vlan_correction(p.vlan, r):
+                        per_path.setdefault(p.pair, {})[f] = r
         paths = take()
     fibres = [{"middle": k, "fibre": f"{e.fibre.u}-{e.fibre.v}", "delay_ms": delay[k],
                "correction_ms": round(e.correction_ms or 0.0, 4),
@@ -117,6 +135,7 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
     done = bool(paths) and settled(paths, cfg.settle_ms)
     record = {"enabled": True, "config": asdict(cfg), "settled": done, "error": error,
               "corrections_applied": len(rounds) - 1, "rounds": rounds, "fibres": fibres,
+              "path_corrections_ms": per_path,
               "before": rounds[0]["paths"], "after": rounds[-1]["paths"],
               "wall_s": round(time.monotonic() - t0, 3)}
     log.info("delay calibration: %d correction round(s) in %.1f s, %s; corrections %s",
@@ -143,7 +162,7 @@ def network_probes(net: LiveNetwork) -> list[PathProbe]:
         fibres = tuple(p.fibre(u, v).middle for u, v in itertools.pairwise(lp.path))
         configured = sum(p.fibre(u, v).delay_ms for u, v in itertools.pairwise(lp.path))
         out.append(PathProbe(f"{lp.dc_a}~{lp.dc_b}", f"/proc/{net.host_pid(ha.name)}/ns/net",
-                             hb.ip.split("/")[0], fibres, configured))
+                             hb.ip.split("/")[0], fibres, configured, lp.vlan))
     return out
 
 

@@ -38,6 +38,10 @@ class PathRtt:
     fibres: tuple[str, ...]        # fibre keys (middle node names) along the path
     configured_ms: float           # one-way: the sum of the fibres' configured delays
     rtts_ms: tuple[float, ...]     # replies received (lost echoes left out)
+    vlan: int | None = None        # the lightpath's VLAN id, where the path is one
+    # One-way: the sum of what the fibres ran this path's frames at while measured (None:
+    # the fibres' emulated delays as given to the solve).
+    emulated_ms: float | None = None
 
     @property
     def median_ms(self) -> float:
@@ -51,6 +55,8 @@ class PathRtt:
 
 def excess_ms(path: PathRtt, emulated_ms: Mapping[str, float]) -> float:
     """Processing time per round trip: median RTT - 2 x the sum of the emulated delays."""
+    if path.emulated_ms is not None:
+        return path.median_ms - 2 * path.emulated_ms
     return path.median_ms - 2 * sum(emulated_ms[f] for f in path.fibres)
 
 
@@ -104,6 +110,31 @@ def solve_corrections(paths: Sequence[PathRtt], delay_ms: Mapping[str, float],
                      method="bvls")
     for f, c in zip(free, res.x, strict=True):
         out[f] = round(float(min(max(c, 0.0), max_fraction * delay_ms[f])), 4)
+    return out
+
+
+def path_corrections(paths: Sequence[PathRtt], delay_ms: Mapping[str, float],
+                     corrections_ms: Mapping[str, float], emulated_ms: Mapping[str, float],
+                     max_fraction: float = 1.0) -> dict[str, dict[str, float]]:
+    """Per path and fibre: what the shared corrections leave of the path's processing,
+    r_p = x_p / 2 - sum(c_f), for an emulator that delays lightpaths apart (the DCs' ends
+    are a cost per path that per-fibre values cannot fit: shared fibres, 1-3 hops).
+
+    r_p > 0 is spread in proportion to the room each fibre has left (max_fraction x d_f
+    - c_f; never more in all), r_p < 0 (the shared values overshoot) evenly: a longer
+    delay has no bound."""
+    out: dict[str, dict[str, float]] = {}
+    for p in paths:
+        r = excess_ms(p, emulated_ms) / 2 - sum(corrections_ms.get(f, 0.0) for f in p.fibres)
+        if r >= 0:
+            room = {f: max(0.0, max_fraction * delay_ms[f] - corrections_ms.get(f, 0.0))
+                    for f in p.fibres}
+            total = sum(room.values())
+            take = min(r, total)
+            out[p.pair] = {f: round(take * room[f] / total, 4) if total else 0.0
+                           for f in p.fibres}
+        else:
+            out[p.pair] = {f: round(r / len(p.fibres), 4) for f in p.fibres}
     return out
 
 

@@ -48,6 +48,9 @@ class LinkEmulator:
         self.state_dir = state_dir
         self.seed = seed
         self.pid: int | None = None
+        # Per lightpath (VLAN id): a further correction for that path's own processing
+        # time (its DCs' ends), where the emulator can delay lightpaths apart.
+        self.vlan_corrections_ms: dict[int, float] = {}
 
     def start(self) -> None:
         raise NotImplementedError
@@ -65,13 +68,20 @@ class LinkEmulator:
     def set_cap(self, vlan: int, rate_mbps: float | None) -> None:
         raise NotImplementedError
 
-    def emulated_delay_ms(self) -> float:
-        """The one-way delay the emulator runs at: configured less the correction."""
-        return max(0.0, self.fibre.delay_ms - (self.correction_ms or 0.0))
+    def emulated_delay_ms(self, vlan: int | None = None) -> float:
+        """The one-way delay the emulator runs at (for a lightpath's frames): configured
+        less the correction (less the lightpath's own)."""
+        extra = self.vlan_corrections_ms.get(vlan, 0.0) if vlan is not None else 0.0
+        return max(0.0, self.fibre.delay_ms - (self.correction_ms or 0.0) - extra)
 
     def set_delay_correction(self, correction_ms: float) -> None:
         """Run at the configured delay less correction_ms (>= 0), from now on."""
         raise NotImplementedError
+
+    def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
+        """Run the lightpath's frames correction_ms (either sign) shorter than the fibre's
+        other traffic; False where this emulator cannot (netem here; no such lightpath)."""
+        return False
 
     def set_queue(self, vlan: int, rate_mbps: float, limit_bytes: int) -> bool:
         """Give a lightpath's cap a queue of limit_bytes; False where the emulator has no
@@ -185,6 +195,14 @@ class ForwarderLink(LinkEmulator):
                                  f"delay {delay} ms: {reply.get('error')}")
         self.correction_ms = max(0.0, correction_ms)
 
+    def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
+        reply = self.request({"cmd": "vlan_delay", "vlan": vlan,
+                              "correction_ms": correction_ms})
+        if not reply.get("ok"):
+            return False
+        self.vlan_corrections_ms[vlan] = correction_ms
+        return True
+
 
 def netem_limit_packets(rate_mbps: float, delay_ms: float) -> int:
     """netem queue in packets: the bandwidth-delay product (both ways) plus a queue."""
@@ -256,7 +274,7 @@ class NetemLink(LinkEmulator):
             self.overhead_ms = netem_overhead_ms()
         return max(d / 2, d - self.overhead_ms)
 
-    def emulated_delay_ms(self) -> float:
+    def emulated_delay_ms(self, vlan: int | None = None) -> float:
         return self.netem_delay_ms()
 
     def set_delay_correction(self, correction_ms: float) -> None:

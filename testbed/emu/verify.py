@@ -94,7 +94,6 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
     rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
     only recorded, as with the delay calibration turned off)."""
     p = net.plan
-    emulated = {k: e.emulated_delay_ms() for k, e in net.emulators.items()}
     lp_of = {frozenset((lp.dc_a, lp.dc_b)): lp for lp in p.lightpaths}
     pings = []
     rtts = []
@@ -110,7 +109,7 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
     for a, b in pairs:
         ha, hb = p.host(first_host(net, a)), p.host(first_host(net, b))
         got = icmp_ping(_ns(net, ha.name), hb.ip.split("/")[0], count=ping_count,
-                        interval_s=0.02)
+                        interval_s=0.01)
         st = PingStats.of(got)
         pings.append({"src": ha.name, "dst": hb.name, **asdict(st)})
         lp = lp_of.get(frozenset((a, b)))
@@ -139,6 +138,7 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
                 out_if = emu.intf_v if u == f.u else emu.intf_u
                 hops.append((f.middle, f"/proc/{emu.ns_pid}/ns/net", ifname, out_if))
             tol = path_tolerance_ms(lp.delay_ms, len(hops))
+            emulated = {m: net.emulators[m].emulated_delay_ms(lp.vlan) for m, *_ in hops}
             res = None
             for _ in range(PROBE_TRIES):  # a busy machine may delay one probe: retry
                 res = lightpath_probe(
