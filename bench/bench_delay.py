@@ -73,7 +73,8 @@ def run(scenario: Any, pings: int, link_mode: str) -> dict[str, Any]:
     return {"scenario": plan.scenario, "link_mode": mode, "datapath": dp, "pings": pings,
             "kernel": os.uname().release, "before": before, "after": after,
             "calibration": {k: record[k] for k in ("settled", "corrections_applied",
-                                                    "fibres", "wall_s")}}
+                                                    "fibres", "path_corrections_ms",
+                                                    "rounds", "wall_s")}}
 
 
 def table(res: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from testbed.emu.delaycal import (
     path_corrections,
     path_row,
     per_hop_ms,
+    pooled,
     rtt_ok,
     settled,
     solve_corrections,
@@ -199,3 +200,12 @@ def test_forwarder_runs_a_lightpath_shorter_without_blocking_behind_other_frames
     assert out.sent[1][0] == pytest.approx(0.010, abs=0.0011)
     with pytest.raises(ValueError, match="vlan 5"):
         fwd.set_vlan_correction(5, 1.0)
+
+
+def test_pooled_averages_each_paths_processing_over_rounds() -> None:
+    r0 = [PathRtt("a~b", ("f",), 5.0, (12.0,), emulated_ms=5.0)]   # x = 2.0
+    r1 = [PathRtt("a~b", ("f",), 5.0, (12.0,), emulated_ms=4.0)]   # x = 4.0
+    (p,) = pooled([r0, r1])
+    assert p.emulated_ms == 4.0 and excess_ms(p, {}) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="emulated_ms"):
+        pooled([[PathRtt("a~b", ("f",), 5.0, (12.0,))]])

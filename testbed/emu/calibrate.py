@@ -28,6 +28,7 @@ from testbed.emu.delaycal import (
     PathRtt,
     path_corrections,
     path_row,
+    pooled,
     settled,
     solve_corrections,
 )
@@ -107,6 +108,7 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
         return usable
 
     paths = take()
+    history = [paths]
     for p in paths:
         on_path.update(p.fibres)
     if not paths:
@@ -115,18 +117,21 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
         if not paths or settled(paths, cfg.settle_ms):
             break
         emulated = {k: e.emulated_delay_ms() for k, e in emulators.items()}
-        corr = solve_corrections(paths, delay, emulated, cfg.max_fraction)
+        # Each path's processing averaged over the rounds so far (noise shrinks).
+        est = pooled([[p for p in r if p.pair in {q.pair for q in paths}] for r in history])
+        corr = solve_corrections(est, delay, emulated, cfg.max_fraction)
         for k, e in emulators.items():
             e.set_delay_correction(corr[k])
         if cfg.per_path:
-            shares = path_corrections(paths, delay, corr, emulated, cfg.max_fraction)
-            for p in paths:
+            shares = path_corrections(est, delay, corr, emulated, cfg.max_fraction)
+            for p in est:
                 if p.vlan is None:
                     continue
                 for f, r in shares[p.pair].items():
                     if emulators[f].set_vlan_correction(p.vlan, r):
                         per_path.setdefault(p.pair, {})[f] = r
         paths = take()
+        history.append(paths)
     fibres = [{"middle": k, "fibre": f"{e.fibre.u}-{e.fibre.v}", "delay_ms": delay[k],
                "correction_ms": round(e.correction_ms or 0.0, 4),
                "emulated_delay_ms": round(e.emulated_delay_ms(), 4),

@@ -113,6 +113,26 @@ def solve_corrections(paths: Sequence[PathRtt], delay_ms: Mapping[str, float],
     return out
 
 
+def pooled(rounds: Sequence[Sequence[PathRtt]]) -> list[PathRtt]:
+    """The latest round's paths with each path's processing time averaged over every
+    round it was measured in (processing does not depend on the corrections; its
+    measurement noise does shrink with rounds): one RTT, 2 x the latest emulated delay +
+    the mean of x_p. Paths need emulated_ms."""
+    seen: dict[str, list[float]] = {}
+    for paths in rounds:
+        for p in paths:
+            if p.emulated_ms is None:
+                raise ValueError(f"path {p.pair}: pooling needs emulated_ms")
+            seen.setdefault(p.pair, []).append(p.median_ms - 2 * p.emulated_ms)
+    out = []
+    for p in rounds[-1]:
+        x = statistics.fmean(seen[p.pair])
+        assert p.emulated_ms is not None
+        out.append(PathRtt(p.pair, p.fibres, p.configured_ms, (2 * p.emulated_ms + x,),
+                           p.vlan, p.emulated_ms))
+    return out
+
+
 def path_corrections(paths: Sequence[PathRtt], delay_ms: Mapping[str, float],
                      corrections_ms: Mapping[str, float], emulated_ms: Mapping[str, float],
                      max_fraction: float = 1.0) -> dict[str, dict[str, float]]:
