@@ -7,9 +7,9 @@
 
 Brings the scenario's network up (static forwarding; link mode and datapath `auto`: the
 user-space forwarder and userspace datapath here, netem and the kernel datapath in the
-VM), pings every DC pair (--pings echoes, first host to first host) with the configured
-delays, runs testbed.emu.calibrate, and pings again. Prints per pair: hops, 2 x configured
-one-way delay, and the median and worst RTT minus it, before and after.
+VM), pings every DC pair (--pings echoes 10 ms apart, first host to first host) with the
+configured delays, runs testbed.emu.calibrate, and pings again. Prints per pair: hops,
+2 x configured one-way delay, and the median and worst RTT minus it, before and after.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+INTERVAL_S = 0.01  # between echoes: as the calibration and the verification ping
 sys.path.insert(0, str(REPO))
 
 LINE = {"name": "hops-line", "topology": {"links": [
@@ -49,7 +50,7 @@ def ping_pairs(net: Any, pings: int) -> list[dict[str, Any]]:
 
     rows = []
     for probe in network_probes(net):
-        p = ping_path(probe, pings, 0.02)
+        p = ping_path(probe, pings, INTERVAL_S)
         got = sorted(p.rtts_ms)
         two_d = 2 * p.configured_ms
         rows.append({"pair": p.pair, "hops": len(p.fibres), "rtt_expected_ms": round(two_d, 3),
