@@ -7,7 +7,7 @@
 
 Brings the scenario's network up (static forwarding; link mode and datapath `auto`: the
 user-space forwarder and userspace datapath here, netem and the kernel datapath in the
-VM), pings every DC pair (--pings echoes 10 ms apart, first host to first host) with the
+VM), pings every DC pair (--pings echoes 20 ms apart, first host to first host) with the
 configured delays, runs testbed.emu.calibrate, and pings again. Prints per pair: hops,
 2 x configured one-way delay, and the median and worst RTT minus it, before and after.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-INTERVAL_S = 0.01  # between echoes: as the calibration and the verification ping
+INTERVAL_S = 0.02  # between echoes: as the calibration and the verification ping
 sys.path.insert(0, str(REPO))
 
 LINE = {"name": "hops-line", "topology": {"links": [

@@ -47,7 +47,7 @@ class CalibrationConfig:
     """How hard to calibrate: pings per path and round, rounds, bounds."""
 
     pings: int = 20
-    interval_s: float = 0.01
+    interval_s: float = 0.02
     rounds: int = 3           # corrections applied at most this many times
     settle_ms: float = SETTLE_MS
     max_fraction: float = 1.0  # a fibre gives back at most this share of its delay

@@ -109,7 +109,7 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
     for a, b in pairs:
         ha, hb = p.host(first_host(net, a)), p.host(first_host(net, b))
         got = icmp_ping(_ns(net, ha.name), hb.ip.split("/")[0], count=ping_count,
-                        interval_s=0.01)
+                        interval_s=0.02)
         st = PingStats.of(got)
         pings.append({"src": ha.name, "dst": hb.name, **asdict(st)})
         lp = lp_of.get(frozenset((a, b)))
