@@ -133,7 +133,8 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
         paths = take()
         history.append(paths)
     fibres = [{"middle": k, "fibre": f"{e.fibre.u}-{e.fibre.v}", "delay_ms": delay[k],
-               "correction_ms": round(e.correction_ms or 0.0, 4),
+               # What is taken off in all (netem's start-up guess where not corrected).
+               "correction_ms": round(delay[k] - e.emulated_delay_ms(), 4),
                "emulated_delay_ms": round(e.emulated_delay_ms(), 4),
                "on_measured_path": k in on_path}
               for k, e in emulators.items()]
