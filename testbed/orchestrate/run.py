@@ -182,10 +182,17 @@ def network_record(net: EmuNetwork, ctl: ControllerProcess | None, mon: RunMonit
 def verify_network(net: EmuNetwork,
                    calibration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Pings, every DC pair's RTT, per-lightpath probes; RuntimeFailure naming the first
-    failure. The RTT band is enforced unless the calibration was turned off."""
-    enforced = calibration is None or bool(calibration.get("enabled"))
-    check = verify(net, rtt_enforced=enforced)
+    failure of reachability or route. A DC pair's RTT outside 2 x delay +- 1 ms is
+    recorded (verification.json `rtts`, summary `rtt_ok` / `rtt_failures`) and logged
+    naming the pair, but does not stop the run: it can be out of reach (a fibre shorter
+    than the path's own processing time) or drift on a busy machine."""
+    check = verify(net, rtt_enforced=False)
     check["calibration"] = calibration or disabled_record()
+    for x in check["rtts"]:
+        if not x["ok"]:
+            say(f"emu: verify: WARNING DC pair {x['pair']} ({x['hops']} fibre hops): RTT "
+                f"median {x['median_ms']} ms, expected {x['expected_rtt_ms']} +- "
+                f"{x['tolerance_ms']} ms", False)
     if not check["ok"]:
         raise RuntimeFailure("network verification failed: " + first_failure(check))
     return check
@@ -322,6 +329,8 @@ def run_summary(net: EmuNetwork, check: dict[str, Any], work: WorkloadResult,
         "lightpaths": len(plan.lightpaths),
         "verified": check["ok"],
         "rtt_ok": check.get("rtt_ok"),
+        "rtt_failures": [f"{x['pair']}: {x['median_ms']} ms vs {x['expected_rtt_ms']}"
+                         for x in check.get("rtts", []) if not x["ok"]],
         "delay_calibrated": bool(check.get("calibration", {}).get("enabled")),
         "probes": len(work.probes),
         "mean_goodput_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None,
