@@ -3,8 +3,9 @@ scapy probe per lightpath.
 
 Every DC pair with a lightpath: the median RTT of RTT_PINGS echoes between the DCs'
 first hosts must be within 2 x the configured one-way delay +- RTT_TOL_MS (1 ms), whatever
-the hop count (the delay calibration, testbed.emu.calibrate, makes it so; with the
-calibration turned off the check is recorded but does not fail the run).
+the hop count (the delay calibration, testbed.emu.calibrate, makes it so). verify()
+fails on it unless rtt_enforced=False; the run path records and warns instead (it can
+be out of reach: a fibre shorter than its path's processing time).
 
 A lightpath probe is a UDP frame sent from a host of one DC to a host of the other; it
 must appear tagged with the lightpath's VLAN id on every fibre of the lightpath's route
@@ -98,7 +99,7 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
     """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}.
 
     rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
-    only recorded, as with the delay calibration turned off)."""
+    only recorded: the run path)."""
     p = net.plan
     lp_of = {frozenset((lp.dc_a, lp.dc_b)): lp for lp in p.lightpaths}
     pings = []

@@ -405,9 +405,9 @@ class EmulationSpec(Frozen):
     delay_calibration: bool = Field(
         default=True, description="after the network is up, ping every DC pair, take each "
         "path's own processing time (switches, link emulators) off its fibres' emulated "
-        "delays, and hold every DC pair's RTT to 2 x configured one-way delay +- 1 ms in "
-        "the verification (false: configured delays as they are; the RTT check is "
-        "recorded but does not fail the run)")
+        "delays, so that every DC pair's RTT is 2 x its configured one-way delay (the "
+        "verification records each pair against +- 1 ms; false: configured delays as "
+        "they are)")
 
 
 class Scenario(Frozen):
