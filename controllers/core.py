@@ -62,15 +62,18 @@ class NetemChannel:
         self.links: dict[str, Any] = {}
 
     def link(self, control: str) -> Any:
+        import json
+        from pathlib import Path
+
+        from testbed.emu.links import NetemLink
+
+        path = Path(control.removeprefix(NetemLink.NETEM_CONTROL))
+        desc = json.loads(path.read_text())
         got = self.links.get(control)
         if got is None:
-            import json
-            from pathlib import Path
-
-            from testbed.emu.links import NetemLink
-
-            path = Path(control.removeprefix(NetemLink.NETEM_CONTROL))
-            got = self.links[control] = NetemLink.from_descriptor(json.loads(path.read_text()))
+            got = self.links[control] = NetemLink.from_descriptor(desc)
+        else:  # the delay calibration may have changed the fibre's delay since
+            got.refresh_correction(desc)
         return got
 
     def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None:

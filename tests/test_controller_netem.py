@@ -60,6 +60,27 @@ def test_netem_descriptor_round_trip_and_caps_from_the_controller(
     assert all(op.args["match"][0]["value"] != 7 for op in sent[0][0] if op.kind == "basic")
 
 
+def test_controller_rebuild_keeps_the_calibrated_delay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delay calibration writes its correction into the descriptor after the
+    controller has read it: the controller's next rebuild (a cap change) uses it."""
+    link = NetemLink(_fibre(), 4242, "lp0001f1-eth0", "lp0001f1-eth1", {101: 10.0}, tmp_path)
+    control = link.write_descriptor()
+    sent: list[list[Any]] = []
+    monkeypatch.setattr(NetemLink, "_apply",
+                        lambda self, ops, clear=False: sent.append(list(ops)))
+    ch = ForwarderChannel()
+    ch.set_cap(control, 7, 25.0)  # the controller now holds the link (delay 0.5 ms)
+    assert {op.args["delay"] for op in sent[-1] if op.kind == "netem"} == {500}
+    link.correction_ms = 0.2  # what set_delay_correction records, less its tc change
+    link._update_descriptor()
+    desc = json.loads(Path(control[6:]).read_text())
+    assert desc["correction_ms"] == 0.2 and desc["caps_mbps"] == {"101": 10.0}
+    ch.set_cap(control, 8, 5.0)
+    assert {op.args["delay"] for op in sent[-1] if op.kind == "netem"} == {300}
+    assert NetemLink.from_descriptor(desc).emulated_delay_ms() == pytest.approx(0.3)
+
+
 def test_netem_requests_reject_unsafe_names(tmp_path: Path) -> None:
     link = NetemLink(_fibre(), 4242, "lp0001f1-eth0", "bad;name", {}, tmp_path)
     with pytest.raises(ValueError, match="unsafe interface name"):

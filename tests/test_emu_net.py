@@ -241,6 +241,7 @@ def test_emu_cli_rejects_too_fast_links(tmp_path: Path) -> None:
 @need_root
 @pytest.mark.slow
 def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
+    from testbed.emu.calibrate import calibrate_network
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
     from testbed.emu.verify import verify
@@ -253,18 +254,69 @@ def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
         "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}})
     plan = build_plan(sc)
     with EmuNetwork(plan, link_mode="userspace") as net:
+        calibrate_network(net)
         good = verify(net)
         assert good["ok"], good
+        assert [r["pair"] for r in good["rtts"]] == ["dc-a~dc-c"] and good["rtt_ok"]
         probe = good["probes"][0]
         assert probe["hops_seen"] == [plan.fibre("A", "B").middle, plan.fibre("B", "C").middle]
         for name, ms in probe["fibre_delay_ms"].items():
-            assert abs(ms - 2.0) < 1.0, (name, ms)
+            assert abs(ms - net.emulators[name].emulated_delay_ms()) < 1.0, (name, ms)
         emu = net.emulators[plan.fibre("B", "C").middle]
         emu.request({"cmd": "set", "delay_ms": 2.0 + 5.0})  # fibre slower than configured
         slow = verify(net)
         assert not slow["ok"] and not any(p["delay_ok"] for p in slow["probes"])
+        assert not slow["rtt_ok"] and slow["rtts"][0]["median_ms"] > 2 * 4.0 + 1.0
+        assert not verify(net, rtt_enforced=False)["ok"]  # the probes still fail it
         emu.request({"cmd": "set", "delay_ms": 2.0, "down": True})  # fibre cut
         cut = verify(net, ping_count=2)
         assert not cut["ok"] and not any(p["delivered"] for p in cut["probes"])
         bc = plan.fibre("B", "C").middle
         assert all(bc not in p["fibre_delay_ms"] for p in cut["probes"])  # never left B-C
+
+
+# A line A-B-C-D with a DC on every node: DC pairs 1, 2 and 3 fibre hops apart.
+LINE = {"name": "hops", "topology": {"links": [{"u": "A", "v": "B", "length_km": 600},
+                                               {"u": "B", "v": "C", "length_km": 400},
+                                               {"u": "C", "v": "D", "length_km": 200}]},
+        "dcs": [{"name": f"dc-{n.lower()}", "node": n, "gpus": 8} for n in "ABCD"],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1, "forwarding": "static"}}
+
+
+@need_root
+@pytest.mark.slow
+def test_calibrated_rtt_holds_at_every_hop_count() -> None:
+    """After the delay calibration every DC pair's median RTT (30 echoes, measured apart
+    from the calibration) is within 2 x its configured one-way delay +- 1 ms, on paths
+    of 1, 2 and 3 fibres (userspace links, userspace datapath)."""
+    from testbed.emu.calibrate import calibrate_network
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.emu.probes import PingStats, icmp_ping
+    from testbed.emu.verify import verify
+
+    plan = build_plan(parse_scenario(LINE))
+    assert sorted(len(lp.path) - 1 for lp in plan.lightpaths) == [1, 1, 1, 2, 2, 3]
+    with EmuNetwork(plan, link_mode="userspace", datapath="user") as net:
+        record = calibrate_network(net)
+        assert record["enabled"] and record["error"] is None, record
+        hosts = {h.dc: h for h in plan.hosts}
+        errors = {}
+        for lp in plan.lightpaths:
+            a, b = hosts[lp.dc_a], hosts[lp.dc_b]
+            st = PingStats.of(icmp_ping(f"/proc/{net.host_pid(a.name)}/ns/net",
+                                        b.ip.split("/")[0], count=30, interval_s=0.02))
+            assert st.received == st.sent and st.median_ms is not None
+            errors[(lp.dc_a, lp.dc_b, len(lp.path) - 1)] = st.median_ms - 2 * lp.delay_ms
+        assert all(abs(e) <= 1.0 for e in errors.values()), (errors, record["fibres"])
+        check = verify(net)
+        assert check["ok"] and len(check["rtts"]) == 6, [
+            r for r in check["rtts"] if not r["ok"]]
+        # The corrections stay within each fibre's delay and are recorded.
+        for f in record["fibres"]:
+            assert 0.0 <= f["correction_ms"] <= f["delay_ms"]
+            assert f["emulated_delay_ms"] == pytest.approx(
+                f["delay_ms"] - f["correction_ms"], abs=1e-3)
+            assert net.emulators[f["middle"]].stats()["delay_ms"] == pytest.approx(
+                f["emulated_delay_ms"], abs=1e-3)

@@ -15,6 +15,8 @@ Control channel (unix socket, JSON lines, one reply line per request):
     {"vlan": 101, "rate_mbps": 100}     add or change a lightpath cap
     {"vlan": 101, "remove": true}       remove it
     {"cmd": "set", "rate_mbps": .., "delay_ms": .., "loss": .., "down": false}
+    {"cmd": "vlan_delay", "vlan": 101, "correction_ms": 0.4}   that lightpath's frames
+                                        run at delay_ms - correction_ms (delay calibration)
     {"cmd": "stats"}                    counters per direction and per VLAN
     {"cmd": "ping"}
 """
@@ -112,6 +114,10 @@ class VlanClass:
     rate_bps: float
     limit_bytes: int
     next_s: float = 0.0
+    correction_s: float = 0.0  # this lightpath runs at the fibre delay less this
+    # Its own delay line when correction_s != 0 (a line stays sorted by due time only
+    # while all its frames have the same delay).
+    line: collections.deque[tuple[float, bytes]] | None = None
     queue: collections.deque[tuple[float, bytes, int, int]] = field(
         default_factory=collections.deque)
     queued_bytes: int = 0
@@ -189,9 +195,24 @@ class Forwarder:
                 now = time.monotonic()
                 for _, frame, wire, segs in cls.queue:
                     self._to_fibre(d, frame, wire, segs, now)
+                if cls.line:  # frames already on the fibre keep their due times
+                    d.delay_line.extend(cls.line)
+                    d.delay_line = collections.deque(sorted(d.delay_line, key=lambda x: x[0]))
 
     # -- data path -------------------------------------------------------------------
-    def _to_fibre(self, d: Direction, frame: bytes, wire: int, segs: int, at_s: float) -> None:
+    def set_vlan_correction(self, vlan: int, correction_ms: float) -> None:
+        """Frames of this lightpath run at the fibre's delay less correction_ms."""
+        classes = [d.vlans.get(vlan) for d in self.dirs.values()]
+        if any(c is None for c in classes):
+            raise ValueError(f"no lightpath cap for vlan {vlan} on this fibre")
+        for c in classes:
+            assert c is not None
+            c.correction_s = float(correction_ms) / 1000.0
+            if c.line is None:
+                c.line = collections.deque()
+
+    def _to_fibre(self, d: Direction, frame: bytes, wire: int, segs: int, at_s: float,
+                  cls: VlanClass | None = None) -> None:
         if self.down:
             d.down_drops += segs
             return
@@ -206,7 +227,10 @@ class Forwarder:
         if self.loss and self.rng.random() < self.loss:
             d.loss_drops += segs
             return
-        d.delay_line.append((done + self.delay_s, frame))
+        if cls is not None and cls.line is not None:
+            cls.line.append((done + max(0.0, self.delay_s - cls.correction_s), frame))
+        else:
+            d.delay_line.append((done + self.delay_s, frame))
         d.tx_segments += segs
 
     def _arrive(self, d: Direction, frame: bytes, now: float) -> None:
@@ -228,7 +252,7 @@ class Forwarder:
         cls.bytes += wire
         cls.packets += 1
         if start <= now and not cls.queue:
-            self._to_fibre(d, frame, wire, segs, now)
+            self._to_fibre(d, frame, wire, segs, now, cls)
         else:
             cls.queue.append((start, frame, wire, segs))
             cls.queued_bytes += wire
@@ -242,22 +266,28 @@ class Forwarder:
                 while q and q[0][0] <= now:
                     at, frame, wire, segs = q.popleft()
                     cls.queued_bytes -= wire
-                    self._to_fibre(d, frame, wire, segs, at)
+                    self._to_fibre(d, frame, wire, segs, at, cls)
                 if q:
                     nxt = min(nxt, q[0][0])
-            line = d.delay_line
-            send = d.out.send
-            while line and line[0][0] <= now:
-                _, frame = line.popleft()
-                try:
-                    send(frame)
-                    d.tx_packets += 1
-                    d.tx_bytes += len(frame) - VNET_HDR_LEN
-                except OSError:
-                    d.send_errors += 1
-            if line:
-                nxt = min(nxt, line[0][0])
+                if cls.line:
+                    nxt = min(nxt, self._send_due(d, cls.line, now))
+            if d.delay_line:
+                nxt = min(nxt, self._send_due(d, d.delay_line, now))
         return nxt
+
+    def _send_due(self, d: Direction, line: collections.deque[tuple[float, bytes]],
+                  now: float) -> float:
+        """Send the line's frames due by now; the due time of its next one (or inf)."""
+        send = d.out.send
+        while line and line[0][0] <= now:
+            _, frame = line.popleft()
+            try:
+                send(frame)
+                d.tx_packets += 1
+                d.tx_bytes += len(frame) - VNET_HDR_LEN
+            except OSError:
+                d.send_errors += 1
+        return line[0][0] if line else float("inf")
 
     def _read(self, fd: int) -> None:
         sock = self.socks[fd]
@@ -306,8 +336,10 @@ class Forwarder:
                 "loss_drops": d.loss_drops, "down_drops": d.down_drops,
                 "send_errors": d.send_errors,
                 "queue_depth_bytes": int(max(0.0, d.fibre_next_s - now) * self.rate_bps / 8),
-                "in_flight_frames": len(d.delay_line),
+                "in_flight_frames": len(d.delay_line) + sum(
+                    len(c.line or ()) for c in d.vlans.values()),
                 "vlans": {str(v): {"rate_mbps": c.rate_bps / 1e6, "bytes": c.bytes,
+                                   "delay_correction_ms": c.correction_s * 1000,
                                    "packets": c.packets, "drops": c.drops,
                                    "queue_depth_bytes": c.queued_bytes}
                           for v, c in d.vlans.items()}}
@@ -336,6 +368,9 @@ class Forwarder:
                 self.queue_bytes = max(1500, int(req["queue_bytes"]))
             if "down" in req:
                 self.down = bool(req["down"])
+            return {"ok": True}
+        if cmd == "vlan_delay":
+            self.set_vlan_correction(int(req["vlan"]), float(req["correction_ms"]))
             return {"ok": True}
         if "vlan" in req:
             vlan = int(req["vlan"])

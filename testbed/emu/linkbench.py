@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from testbed.emu import calibrate as cal
 from testbed.emu import links as linkemu
 from testbed.emu.netns import netns_inode, pids_in_netns
 from testbed.emu.network import HOST_SYSCTLS, choose_link_mode, close_nodes
@@ -30,13 +31,18 @@ class LinkTestbed:
     """with LinkTestbed(rate_mbps=100, delay_ms=20) as lt: lt.iperf(...), lt.ping(...)"""
 
     def __init__(self, rate_mbps: float, delay_ms: float, loss: float = 0.0,
-                 link_mode: str = "userspace", seed: int = 1) -> None:
+                 link_mode: str = "userspace", seed: int = 1,
+                 calibrate: bool = False) -> None:
+        """calibrate: once up, take the path's own processing time off the fibre's
+        emulated delay (testbed.emu.calibrate; the record in self.calibration)."""
         self.mode = choose_link_mode(link_mode)
         self.prefix = new_prefix()
         p = self.prefix
         self.fibre = FibrePlan("a", "b", f"{p}ha", f"{p}hb", f"{p}m", 0.0, delay_ms,
                                rate_mbps, rate_mbps / 1000, "bench", loss)
         self.seed = seed
+        self.calibrate_on_start = calibrate
+        self.calibration: dict[str, Any] | None = None
         self.state: RunState | None = None
         self.nodes: dict[str, Any] = {}
         self.emu: linkemu.LinkEmulator | None = None
@@ -87,6 +93,21 @@ class LinkTestbed:
         if self.emu.pid is not None:
             self.state.add_proc(self.emu.pid, "forwarder", f.middle)
         self.emu.wait_ready()
+        if self.calibrate_on_start:
+            self.calibrate()
+
+    def calibrate(self, cfg: cal.CalibrationConfig | None = None) -> dict[str, Any]:
+        """Take the path's processing time off the fibre's emulated delay (the one path
+        a -> b: host stacks, veths, the middle node); the calibration record."""
+        assert self.emu is not None, "start() first"
+        f = self.fibre
+        cfg = cfg or cal.CalibrationConfig()
+        probe = cal.PathProbe("a~b", f"/proc/{self.pid('a')}/ns/net", IP_B, (f.middle,),
+                              f.delay_ms)
+        self.calibration = cal.calibrate({f.middle: self.emu},
+                                         lambda: cal.measure([probe], cfg), cfg)
+        self.calibration["link_mode"] = self.mode
+        return self.calibration
 
     def stop(self) -> None:
         if self.emu is not None:

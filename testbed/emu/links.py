@@ -35,6 +35,9 @@ class LinkEmulator:
     mode = "none"
     counters = False  # keeps user-space counters that stats() reports
     control: str | None = None  # control socket of a user-space emulator process
+    # Per-pass delay the calibration (testbed.emu.calibrate) takes off the fibre's
+    # configured delay, for the processing time of the path around it (None: not set).
+    correction_ms: float | None = None
 
     def __init__(self, fibre: FibrePlan, ns_pid: int, intf_u: str, intf_v: str,
                  caps_mbps: dict[int, float], state_dir: Path, seed: int = 1) -> None:
@@ -45,6 +48,9 @@ class LinkEmulator:
         self.state_dir = state_dir
         self.seed = seed
         self.pid: int | None = None
+        # Per lightpath (VLAN id): a further correction for that path's own processing
+        # time (its DCs' ends), where the emulator can delay lightpaths apart.
+        self.vlan_corrections_ms: dict[int, float] = {}
 
     def start(self) -> None:
         raise NotImplementedError
@@ -62,6 +68,21 @@ class LinkEmulator:
     def set_cap(self, vlan: int, rate_mbps: float | None) -> None:
         raise NotImplementedError
 
+    def emulated_delay_ms(self, vlan: int | None = None) -> float:
+        """The one-way delay the emulator runs at (for a lightpath's frames): configured
+        less the correction (less the lightpath's own)."""
+        extra = self.vlan_corrections_ms.get(vlan, 0.0) if vlan is not None else 0.0
+        return max(0.0, self.fibre.delay_ms - (self.correction_ms or 0.0) - extra)
+
+    def set_delay_correction(self, correction_ms: float) -> None:
+        """Run at the configured delay less correction_ms (>= 0), from now on."""
+        raise NotImplementedError
+
+    def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
+        """Run the lightpath's frames correction_ms (either sign) shorter than the fibre's
+        other traffic; False where this emulator cannot (netem here; no such lightpath)."""
+        return False
+
     def set_queue(self, vlan: int, rate_mbps: float, limit_bytes: int) -> bool:
         """Give a lightpath's cap a queue of limit_bytes; False where the emulator has no
         per-lightpath queue (netem)."""
@@ -77,7 +98,9 @@ class LinkEmulator:
 
     def describe(self) -> dict[str, object]:
         return {"mode": self.mode, "rate_mbps": self.fibre.rate_mbps,
-                "delay_ms": self.fibre.delay_ms, "loss": self.fibre.loss,
+                "delay_ms": self.fibre.delay_ms,
+                "emulated_delay_ms": round(self.emulated_delay_ms(), 4),
+                "loss": self.fibre.loss,
                 "caps_mbps": {str(k): v for k, v in self.caps_mbps.items()}}
 
 
@@ -164,6 +187,22 @@ class ForwarderLink(LinkEmulator):
     def stats(self) -> dict[str, object]:
         return dict(self.request({"cmd": "stats"}).get("stats", {}))  # type: ignore[call-overload]
 
+    def set_delay_correction(self, correction_ms: float) -> None:
+        delay = max(0.0, self.fibre.delay_ms - max(0.0, correction_ms))
+        reply = self.request({"cmd": "set", "delay_ms": delay})
+        if not reply.get("ok"):
+            raise RuntimeFailure(f"forwarder of fibre {self.fibre.u}-{self.fibre.v} refused "
+                                 f"delay {delay} ms: {reply.get('error')}")
+        self.correction_ms = max(0.0, correction_ms)
+
+    def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
+        reply = self.request({"cmd": "vlan_delay", "vlan": vlan,
+                              "correction_ms": correction_ms})
+        if not reply.get("ok"):
+            return False
+        self.vlan_corrections_ms[vlan] = correction_ms
+        return True
+
 
 def netem_limit_packets(rate_mbps: float, delay_ms: float) -> int:
     """netem queue in packets: the bandwidth-delay product (both ways) plus a queue."""
@@ -225,11 +264,74 @@ class NetemLink(LinkEmulator):
     overhead_ms: float | None = None  # None: measured (netem_overhead_ms)
 
     def netem_delay_ms(self) -> float:
-        """The fibre's delay less this machine's per-pass netem overhead (at most half)."""
+        """The fibre's delay less the calibration's correction where one was set, else
+        less this machine's per-pass netem overhead over lo (at most half): the start-up
+        guess, before the path is measured."""
+        d = self.fibre.delay_ms
+        if self.correction_ms is not None:
+            return max(0.0, d - self.correction_ms)
         if self.overhead_ms is None:
             self.overhead_ms = netem_overhead_ms()
-        d = self.fibre.delay_ms
         return max(d / 2, d - self.overhead_ms)
+
+    def emulated_delay_ms(self, vlan: int | None = None) -> float:
+        return self.netem_delay_ms()
+
+    def set_delay_correction(self, correction_ms: float) -> None:
+        """Change the delay of every netem leaf of both directions in place (tc change:
+        the HTB tree and the lightpath classes that another process, the controller, may
+        have added stay), and record the correction in the descriptor for that process."""
+        from pyroute2 import NetNS
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        self.correction_ms = max(0.0, correction_ms)
+        f = self.fibre
+        args: dict[str, Any] = {"delay": max(0, round(self.netem_delay_ms() * 1000)),
+                                "limit": netem_limit_packets(f.rate_mbps, f.delay_ms)}
+        if f.loss:
+            args["loss"] = f.loss * 100
+        changed = 0
+        try:
+            with NetNS(f"/proc/{self.ns_pid}/ns/net") as ipr:
+                for dev in (self.intf_u, self.intf_v):
+                    found = ipr.link_lookup(ifname=dev)
+                    if not found:
+                        raise RuntimeFailure(f"middle node {f.middle}: no interface {dev}")
+                    for q in ipr.get_qdiscs(index=found[0]):
+                        if q.get_attr("TCA_KIND") != "netem":
+                            continue
+                        try:
+                            ipr.tc("change", "netem", index=found[0], handle=q["handle"],
+                                   parent=q["parent"], **args)
+                        except NetlinkError as exc:
+                            raise RuntimeFailure(f"tc change netem in middle node "
+                                                 f"{f.middle} ({dev}): {exc}") from None
+                        changed += 1
+        except OSError as exc:
+            raise RuntimeFailure(f"middle node {f.middle} (pid {self.ns_pid}): {exc}") from None
+        if not changed:
+            raise RuntimeFailure(f"middle node {f.middle}: no netem qdisc to change")
+        self._update_descriptor()
+
+    def _update_descriptor(self) -> None:
+        """Rewrite the correction in the descriptor file, if one was written (read,
+        change one field, write: its caps may be the controller's)."""
+        import json
+
+        from testbed.atomicio import atomic_write_text
+
+        path = self.state_dir / f"{self.fibre.middle}.netem.json"
+        if not path.exists():
+            return
+        d = json.loads(path.read_text())
+        d["correction_ms"] = self.correction_ms
+        atomic_write_text(path, json.dumps(d))
+
+    def refresh_correction(self, descriptor: dict[str, object]) -> None:
+        """Take the correction of a (re-read) descriptor: the calibration may have
+        changed it after this object was built from it."""
+        c = descriptor.get("correction_ms")
+        self.correction_ms = None if c is None else float(c)  # type: ignore[arg-type]
 
     def tc_ops(self) -> list[TcOp]:
         """The netlink tc requests that set up both directions (pure: tested without root).
@@ -344,7 +446,7 @@ class NetemLink(LinkEmulator):
                 "intf_v": self.intf_v, "caps_mbps": {str(k): v for k, v in
                                                      self.caps_mbps.items()},
                 "state_dir": str(self.state_dir), "seed": self.seed,
-                "overhead_ms": self.overhead_ms}
+                "overhead_ms": self.overhead_ms, "correction_ms": self.correction_ms}
 
     def control_address(self) -> str | None:
         return self.write_descriptor()
@@ -365,6 +467,7 @@ class NetemLink(LinkEmulator):
                    caps, Path(str(d["state_dir"])), seed=int(d["seed"]))  # type: ignore[call-overload]
         if d.get("overhead_ms") is not None:  # as measured by the process that built it
             link.overhead_ms = float(d["overhead_ms"])  # type: ignore[arg-type]
+        link.refresh_correction(d)
         return link
 
     def set_cap(self, vlan: int, rate_mbps: float | None) -> None:

@@ -23,7 +23,8 @@ def network_info(net: LiveNetwork) -> dict[str, Any]:
         emu = net.emulators[f.middle]
         fibres.append({"u": f.u, "v": f.v, "length_km": f.length_km, "mode": emu.mode,
                        "rate_mbps": f.rate_mbps, "real_gbps": f.real_gbps,
-                       "modulation": f.modulation, "delay_ms": f.delay_ms, "loss": f.loss,
+                       "modulation": f.modulation, "delay_ms": f.delay_ms,
+                       "emulated_delay_ms": round(emu.emulated_delay_ms(), 4), "loss": f.loss,
                        "middle": f.middle, "middle_pid": emu.ns_pid,
                        "intf_u": emu.intf_u, "intf_v": emu.intf_v,
                        "forwarder_pid": emu.pid,

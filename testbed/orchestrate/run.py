@@ -6,7 +6,10 @@ typed inputs and outputs:
     build_run_plan      scenario -> RunPlan (emulation plan + forwarding decision)
     bring_network_up    RunPlan -> EmuNetwork (entered by the caller's `with`)
     start_controller    network -> ControllerProcess | None (lightpaths provisioned)
-    verify_network      network -> verification record (raises if the data plane is wrong)
+    calibrate_delays    network -> calibration record (each path's processing time taken
+                        off its fibres' emulated delays; emulation.delay_calibration)
+    verify_network      network -> verification record (raises if the data plane is wrong,
+                        or a DC pair's RTT is off 2 x its configured delay by > 1 ms)
     run_workload        hold | pp_jobs workers (+ fibre events) | probes + request replay
     collect_records     -> summary.json, probes.csv, network.json, verification.json,
                            manifest.json in the staged output directory
@@ -28,10 +31,11 @@ from typing import Any
 
 from testbed.analysis.tables import rows_to_csv
 from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
+from testbed.emu.calibrate import calibrate_network, disabled_record
 from testbed.emu.netinfo import network_info
 from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
 from testbed.emu.plan import EmuPlan, build_plan
-from testbed.emu.verify import verify
+from testbed.emu.verify import answered, verify
 from testbed.envprobe import netem_available, ovs_kernel_datapath
 from testbed.errors import RuntimeFailure
 from testbed.monitor.run import RunMonitor
@@ -96,9 +100,10 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
         with net, contextlib.ExitStack() as ctl_stack:  # controller stops before the net
             ctl = start_controller(rp, net, stage / "controller", ctl_stack)
             mon = start_monitor(rp, net, ctl, stage, out_dir, ctl_stack)
-            info = network_record(net, ctl, mon)
-            say("emu: verify: reachability between the DCs ...", opts.quiet)
-            check = verify_network(net)
+            calibration = calibrate_delays(rp, net, opts.quiet)
+            info = network_record(net, ctl, mon, calibration)
+            say("emu: verify: reachability and RTT between the DCs ...", opts.quiet)
+            check = verify_network(net, calibration)
             work = run_workload(rp, net, ctl, stage, info, out_dir, opts, mon)
             mon.flush()  # the last state scraped before Prometheus stops
         say("emu: teardown: network removed", opts.quiet)
@@ -151,20 +156,43 @@ def start_monitor(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
     return mon
 
 
-def network_record(net: EmuNetwork, ctl: ControllerProcess | None,
-                   mon: RunMonitor) -> dict[str, Any]:
+def calibrate_delays(rp: RunPlan, net: EmuNetwork, quiet: bool) -> dict[str, Any]:
+    """Ping every DC pair; take each path's processing time off its fibres' emulated
+    delays (testbed.emu.calibrate); the record ({"enabled": false} when turned off)."""
+    if not rp.scenario.emulation.delay_calibration:
+        return disabled_record()
+    say(f"emu: calibrate: RTT of {len(net.plan.lightpaths)} DC pair(s) against the "
+        "configured delays ...", quiet)
+    return calibrate_network(net)
+
+
+def network_record(net: EmuNetwork, ctl: ControllerProcess | None, mon: RunMonitor,
+                   calibration: dict[str, Any] | None = None) -> dict[str, Any]:
     """network.json (also written into the run's state directory for `lightpipe exec`)."""
     info = network_info(net)
     info["prometheus"] = mon.describe()
+    if calibration is not None:
+        info["delay_calibration"] = calibration
     if ctl is not None:
         info["controller"] = describe(ctl)
     atomic_write_json(net.state_dir / "network.json", info, mode=secret_mode(info))
     return info
 
 
-def verify_network(net: EmuNetwork) -> dict[str, Any]:
-    """Ping and per-lightpath probes; RuntimeFailure naming the first failure."""
-    check = verify(net)
+def verify_network(net: EmuNetwork,
+                   calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pings, every DC pair's RTT, per-lightpath probes; RuntimeFailure naming the first
+    failure of reachability or route. A DC pair's RTT outside 2 x delay +- 1 ms is
+    recorded (verification.json `rtts`, summary `rtt_ok` / `rtt_failures`) and logged
+    naming the pair, but does not stop the run: it can be out of reach (a fibre shorter
+    than the path's own processing time) or drift on a busy machine."""
+    check = verify(net, rtt_enforced=False)
+    check["calibration"] = calibration or disabled_record()
+    for x in check["rtts"]:
+        if not x["ok"]:
+            say(f"emu: verify: WARNING DC pair {x['pair']} ({x['hops']} fibre hops): RTT "
+                f"median {x['median_ms']} ms, expected {x['expected_rtt_ms']} +- "
+                f"{x['tolerance_ms']} ms", False)
     if not check["ok"]:
         raise RuntimeFailure("network verification failed: " + first_failure(check))
     return check
@@ -268,8 +296,13 @@ def secret_mode(info: dict[str, Any]) -> int | None:
 def first_failure(check: dict[str, Any]) -> str:
     """The first failed ping or lightpath probe of a verification record, in words."""
     for x in check["pings"]:
-        if x["received"] != x["sent"]:
+        if not answered(x, bool(check.get("lossy"))):
             return f"ping {x['src']} -> {x['dst']}: {x['received']}/{x['sent']} replies"
+    for x in check.get("rtts", []):
+        if not x["ok"] and check.get("rtt_enforced", True):
+            return (f"DC pair {x['pair']} ({x['hops']} fibre hops): RTT median "
+                    f"{x['median_ms']} ms over {x['replies']} echoes, expected "
+                    f"{x['expected_rtt_ms']} +- {x['tolerance_ms']} ms")
     for x in check["probes"]:
         if not x["ok"]:
             return (f"lightpath VLAN {x['vlan']} {x['src_host']} -> {x['dst_host']}: "
@@ -295,6 +328,10 @@ def run_summary(net: EmuNetwork, check: dict[str, Any], work: WorkloadResult,
         "fibres": len(plan.fibres),
         "lightpaths": len(plan.lightpaths),
         "verified": check["ok"],
+        "rtt_ok": check.get("rtt_ok"),
+        "rtt_failures": [f"{x['pair']}: {x['median_ms']} ms vs {x['expected_rtt_ms']}"
+                         for x in check.get("rtts", []) if not x["ok"]],
+        "delay_calibrated": bool(check.get("calibration", {}).get("enabled")),
         "probes": len(work.probes),
         "mean_goodput_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None,
         "min_goodput_ratio": min(ratios) if ratios else None,

@@ -409,6 +409,12 @@ class EmulationSpec(Frozen):
     replay_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = Field(
         default=15.0, description="lightpath_requests/events: wall-clock seconds the replayed "
         "sample (and the spec events in it) is scaled to")
+    delay_calibration: bool = Field(
+        default=True, description="after the network is up, ping every DC pair, take each "
+        "path's own processing time (switches, link emulators) off its fibres' emulated "
+        "delays, so that every DC pair's RTT is 2 x its configured one-way delay (the "
+        "verification records each pair against +- 1 ms; false: configured delays as "
+        "they are)")
 
 
 class Scenario(Frozen):

@@ -39,8 +39,8 @@ workload: {kind: lightpath_requests}
 emulation: {hosts_per_dc: 1, bandwidth_divisor: 10000, link_mode: netem, datapath: kernel}
 """
 RATE_MBPS = 10.0  # low: under software emulation (TCG) the guest's CPU is the ceiling
-# RTT may also come out below 2 x delay by the noise of the netem overhead calibration
-# (testbed.emu.links.netem_overhead_ms) on a busy machine: a symmetric 1 ms band.
+# The delay calibration (testbed.emu.calibrate) aims every path's median RTT at 2 x its
+# configured delay; noise can put it on either side: a symmetric 1 ms band.
 RTT_TOL_MS = 1.0
 
 
@@ -72,6 +72,18 @@ def _report(line: str) -> None:
             f.write(line + "\n")
 
 
+def _calibration_line(rec: dict[str, Any]) -> str:
+    """Before/after median error per path and the corrections, for the log."""
+    def errs(rows: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{r['pair']} ({r['hops']} hops) {r['error_ms']:+.2f} (max "
+                         f"{r['max_ms'] - r['expected_rtt_ms']:+.2f})" for r in rows)
+
+    corr = ", ".join(f"{f['fibre']} {f['correction_ms']:.3f}" for f in rec["fibres"])
+    return (f"{rec['corrections_applied']} round(s) in {rec['wall_s']:.1f} s, settled "
+            f"{rec['settled']}; RTT - 2 x delay before: {errs(rec['before'])}; after: "
+            f"{errs(rec['after'])}; corrections (ms/pass): {corr}")
+
+
 @need_kernel
 def test_guest_kernel_features() -> None:
     from testbed.emu.network import choose_datapath, choose_link_mode
@@ -90,11 +102,12 @@ def test_netem_link_rate_delay_loss() -> None:
     from testbed.emu.linkbench import LinkTestbed
 
     delay_ms = 10.0
-    with LinkTestbed(RATE_MBPS, delay_ms, link_mode="netem") as lt:
-        assert lt.mode == "netem"
+    with LinkTestbed(RATE_MBPS, delay_ms, link_mode="netem", calibrate=True) as lt:
+        assert lt.mode == "netem" and lt.calibration is not None
         st = lt.ping(count=30)
         res = lt.iperf(seconds=4.0, warmup_s=1.5)
     ratio = res.goodput_mbps / RATE_MBPS
+    _report(f"netem link calibration: {_calibration_line(lt.calibration)}")
     _report(f"netem link {RATE_MBPS} Mbit/s {delay_ms} ms: RTT median {st.median_ms:.2f} ms "
             f"min {st.min_ms:.2f} p99 {st.p99_ms:.2f} (expected {2 * delay_ms}), goodput "
             f"{res.goodput_mbps:.2f} Mbit/s = {ratio:.3f} of rate")
@@ -178,6 +191,10 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         done.set()
         assert status == 201, lp
         state["lp"] = lp
+        from testbed.emu.calibrate import calibrate_network
+
+        state["calibration"] = calibrate_network(net)
+        _report(f"ring calibration: {_calibration_line(state['calibration'])}")
         yield state
     except Exception:
         log = tmp / "run" / "controller.log"  # on the guest's tmpfs: gone after the VM

@@ -1,0 +1,191 @@
+"""Delay calibration of a live network: ping every DC pair's path and take the path's own
+processing time (switches, veths, link emulators) off its fibres' emulated delays.
+
+    record = calibrate_network(net)          # after the lightpaths are set up
+    record = link_testbed.calibrate()        # one fibre (testbed.emu.linkbench)
+
+Each round pings every path (median of N echoes), stops once every path's median RTT is
+within SETTLE_MS of 2 x its configured one-way delay, else solves the corrections
+(testbed.emu.delaycal) and sets every fibre's emulator to delay - correction at runtime
+(the forwarder's control socket; `tc change` of the netem leaves), and, where the
+emulator can (the forwarder), each lightpath's frames a further per-path correction
+for what the shared per-fibre values leave of that path's processing. The record (rounds,
+corrections, before/after per path) goes into network.json and verification.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from testbed.emu.delaycal import (
+    SETTLE_MS,
+    PathRtt,
+    path_corrections,
+    path_row,
+    pooled,
+    settled,
+    solve_corrections,
+)
+from testbed.emu.links import LinkEmulator
+from testbed.emu.live import LiveNetwork
+from testbed.emu.probes import icmp_ping
+
+log = logging.getLogger(__name__)
+
+MIN_REPLIES_FRACTION = 0.5  # a path with fewer replies is left out of the solve
+WARMUP_PINGS = 3  # flows and caches first: the first echoes of a path are slow
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """How hard to calibrate: pings per path and round, rounds, bounds."""
+
+    pings: int = 20
+    interval_s: float = 0.02
+    rounds: int = 3           # corrections applied at most this many times
+    settle_ms: float = SETTLE_MS
+    max_fraction: float = 1.0  # a fibre gives back at most this share of its delay
+    per_path: bool = True      # also a correction per lightpath, where the emulator can
+
+
+@dataclass(frozen=True)
+class PathProbe:
+    """How to ping one path: from a host namespace to an address, across these fibres."""
+
+    pair: str
+    src_ns: str
+    dst_ip: str
+    fibres: tuple[str, ...]
+    configured_ms: float
+    vlan: int | None = None
+
+
+def ping_path(probe: PathProbe, count: int, interval_s: float) -> PathRtt:
+    """The path's RTTs over count echoes (after a short warm-up)."""
+    icmp_ping(probe.src_ns, probe.dst_ip, count=WARMUP_PINGS, interval_s=interval_s)
+    got = icmp_ping(probe.src_ns, probe.dst_ip, count=count, interval_s=interval_s)
+    return PathRtt(probe.pair, probe.fibres, probe.configured_ms,
+                   tuple(r for r in got if r is not None), probe.vlan)
+
+
+def measure(probes: list[PathProbe], cfg: CalibrationConfig) -> list[PathRtt]:
+    """Every path in turn (one at a time: a ping's timing is not shared with another's)."""
+    return [ping_path(p, cfg.pings, cfg.interval_s) for p in probes]
+
+
+def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
+              list[PathRtt]], cfg: CalibrationConfig | None = None) -> dict[str, Any]:
+    """Measure, correct, re-measure (up to cfg.rounds corrections); the record."""
+    cfg = cfg or CalibrationConfig()
+    t0 = time.monotonic()
+    delay = {k: e.fibre.delay_ms for k, e in emulators.items()}
+    rounds: list[dict[str, Any]] = []
+    on_path: set[str] = set()
+    per_path: dict[str, dict[str, float]] = {}
+    error = None
+
+    measured_any: list[bool] = []
+
+    def take() -> list[PathRtt]:
+        # What each path's frames run at now (its lightpath's own correction included).
+        got = [dataclasses.replace(p, emulated_ms=sum(
+            emulators[f].emulated_delay_ms(p.vlan) for f in p.fibres))
+            for p in measure_paths()]
+        measured_any.append(bool(got))
+        usable = [p for p in got if len(p.rtts_ms) >= MIN_REPLIES_FRACTION * cfg.pings]
+        for p in got:
+            if p not in usable:
+                log.warning("delay calibration: path %s: %d of %d echoes answered; left out",
+                            p.pair, len(p.rtts_ms), cfg.pings)
+        rounds.append({"round": len(rounds),
+                       "emulated_delay_ms": {k: round(e.emulated_delay_ms(), 4)
+                                             for k, e in emulators.items()},
+                       "paths": [path_row(p) for p in usable]})
+        _log_round(rounds[-1])
+        return usable
+
+    paths = take()
+    history = [paths]
+    for p in paths:
+        on_path.update(p.fibres)
+    probed = any(measured_any)
+    if not paths and probed:
+        error = "no DC-pair path answered enough echoes"
+    for _ in range(cfg.rounds):
+        if not paths or settled(paths, cfg.settle_ms):
+            break
+        emulated = {k: e.emulated_delay_ms() for k, e in emulators.items()}
+        # Each path's processing averaged over the rounds so far (noise shrinks).
+        est = pooled([[p for p in r if p.pair in {q.pair for q in paths}] for r in history])
+        corr = solve_corrections(est, delay, emulated, cfg.max_fraction)
+        for k, e in emulators.items():
+            e.set_delay_correction(corr[k])
+        if cfg.per_path:
+            shares = path_corrections(est, delay, corr, emulated, cfg.max_fraction)
+            for p in est:
+                if p.vlan is None:
+                    continue
+                for f, r in shares[p.pair].items():
+                    if emulators[f].set_vlan_correction(p.vlan, r):
+                        per_path.setdefault(p.pair, {})[f] = r
+        paths = take()
+        history.append(paths)
+    fibres = [{"middle": k, "fibre": f"{e.fibre.u}-{e.fibre.v}", "delay_ms": delay[k],
+               # What is taken off in all (netem's start-up guess where not corrected).
+               "correction_ms": round(delay[k] - e.emulated_delay_ms(), 4),
+               "emulated_delay_ms": round(e.emulated_delay_ms(), 4),
+               "on_measured_path": k in on_path}
+              for k, e in emulators.items()]
+    done = settled(paths, cfg.settle_ms) if paths else not probed  # no DC pair: nothing to do
+    record = {"enabled": True, "config": asdict(cfg), "settled": done, "error": error,
+              "corrections_applied": len(rounds) - 1, "rounds": rounds, "fibres": fibres,
+              "path_corrections_ms": per_path,
+              "before": rounds[0]["paths"], "after": rounds[-1]["paths"],
+              "wall_s": round(time.monotonic() - t0, 3)}
+    log.info("delay calibration: %d correction round(s) in %.1f s, %s; corrections %s",
+             record["corrections_applied"], record["wall_s"],
+             "settled" if done else "not settled",
+             {f["fibre"]: f["correction_ms"] for f in fibres if f["correction_ms"]})
+    return record
+
+
+def _log_round(rnd: dict[str, Any]) -> None:
+    for row in rnd["paths"]:
+        log.info("delay calibration round %d: %s (%d hops) RTT median %.2f ms max %.2f "
+                 "(expected %.2f, error %+.2f)", rnd["round"], row["pair"], row["hops"],
+                 row["median_ms"], row["max_ms"], row["expected_rtt_ms"], row["error_ms"])
+
+
+def network_probes(net: LiveNetwork) -> list[PathProbe]:
+    """One probe per DC-pair lightpath of a live EmuNetwork: first host to first host."""
+    p = net.plan
+    out = []
+    for lp in p.lightpaths:
+        ha = next(h for h in p.hosts if h.dc == lp.dc_a)
+        hb = next(h for h in p.hosts if h.dc == lp.dc_b)
+        fibres = tuple(p.fibre(u, v).middle for u, v in itertools.pairwise(lp.path))
+        configured = sum(p.fibre(u, v).delay_ms for u, v in itertools.pairwise(lp.path))
+        out.append(PathProbe(f"{lp.dc_a}~{lp.dc_b}", f"/proc/{net.host_pid(ha.name)}/ns/net",
+                             hb.ip.split("/")[0], fibres, configured, lp.vlan))
+    return out
+
+
+def calibrate_network(net: LiveNetwork, cfg: CalibrationConfig | None = None) -> dict[str, Any]:
+    """Calibrate every fibre of a live EmuNetwork on its DC-pair lightpaths."""
+    cfg = cfg or CalibrationConfig()
+    probes = network_probes(net)
+    record = calibrate(net.emulators, lambda: measure(probes, cfg), cfg)
+    record["link_mode"] = net.link_mode
+    record["datapath"] = net.datapath
+    return record
+
+
+def disabled_record() -> dict[str, Any]:
+    """What the records hold when the scenario turns the calibration off."""
+    return {"enabled": False}

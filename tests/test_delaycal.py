@@ -1,0 +1,211 @@
+"""The pure delay-calibration solve: per-fibre corrections from measured DC-pair RTTs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from testbed.emu.delaycal import (
+    PathRtt,
+    emulated_delays,
+    excess_ms,
+    path_corrections,
+    path_row,
+    per_hop_ms,
+    pooled,
+    rtt_ok,
+    settled,
+    solve_corrections,
+)
+
+
+def _measure(paths: dict[str, tuple[str, ...]], delay_ms: dict[str, float],
+             emulated: dict[str, float], proc_ms: dict[str, float], end_ms: float,
+             rng: random.Random | None = None) -> list[PathRtt]:
+    """RTTs a network would give: 2 x (emulated + per-fibre processing) + DC-end cost."""
+    out = []
+    for pair, fibres in paths.items():
+        base = 2 * sum(emulated[f] + proc_ms[f] for f in fibres) + end_ms
+        rtts = tuple(base + (rng.gauss(0, 0.05) if rng else 0.0) for _ in range(21))
+        out.append(PathRtt(pair, fibres, sum(delay_ms[f] for f in fibres), rtts))
+    return out
+
+
+RING = {"a~b": ("ab",), "a~c": ("ab", "bc"), "a~d": ("ab", "bc", "cd"),
+        "b~d": ("bc", "cd"), "c~d": ("cd",)}
+DELAY = {"ab": 5.0, "bc": 3.0, "cd": 1.5, "da": 4.0}
+
+
+def test_every_path_lands_on_its_configured_delay_after_one_solve() -> None:
+    proc = {"ab": 0.6, "bc": 0.9, "cd": 0.4, "da": 0.7}
+    emulated = dict(DELAY)
+    before = _measure(RING, DELAY, emulated, proc, end_ms=0.8)
+    assert max(p.error_ms for p in before) > 3.0  # grows with the hop count
+    c = solve_corrections(before, DELAY, emulated)
+    after = _measure(RING, DELAY, emulated_delays(DELAY, c), proc, end_ms=0.8)
+    # A cost per path (the DCs' ends) cannot be split exactly over fibres shared by
+    # paths of 1 to 3 hops: least squares leaves up to half of it (0.8 ms here).
+    for p in after:
+        assert abs(p.error_ms) < 0.45, (p.pair, p.error_ms)
+    assert max(abs(p.error_ms) for p in after) < max(abs(p.error_ms) for p in before) / 8
+    exact = _measure(RING, DELAY, emulated_delays(DELAY, solve_corrections(
+        _measure(RING, DELAY, emulated, proc, end_ms=0.0), DELAY, emulated)), proc, 0.0)
+    assert settled(exact, 0.05)
+    # The fibre on no measured path gets the per-hop estimate, within its bound.
+    assert 0 < c["da"] <= DELAY["da"]
+
+
+def test_iterating_from_a_wrong_start_converges_with_noise() -> None:
+    rng = random.Random(3)
+    proc = {"ab": 1.1, "bc": 0.5, "cd": 0.3, "da": 0.2}
+    emulated = {f: d - 0.9 for f, d in DELAY.items()}  # a previous guess (netem's lo)
+    for _ in range(3):
+        paths = _measure(RING, DELAY, emulated, proc, 0.5, rng)
+        emulated = emulated_delays(DELAY, solve_corrections(paths, DELAY, emulated))
+    final = _measure(RING, DELAY, emulated, proc, 0.5, rng)
+    assert all(rtt_ok(p.median_ms, p.configured_ms, 0.3) for p in final)
+
+
+def test_bounds_hold_and_a_short_fibre_gives_all_it_has() -> None:
+    delay = {"x": 0.5, "y": 10.0}
+    paths = [PathRtt("p~q", ("x",), 0.5, (1.0 + 3.0,) * 5)]  # 3 ms excess on 0.5 ms
+    c = solve_corrections(paths, delay, delay)
+    assert c["x"] == pytest.approx(0.5)  # the whole delay, no more
+    assert 0 <= c["y"] <= 10.0
+    half = solve_corrections(paths, delay, delay, max_fraction=0.5)
+    assert half["x"] == pytest.approx(0.25)
+    zero = solve_corrections(paths, {"x": 0.0, "y": 1.0}, {"x": 0.0, "y": 1.0})
+    assert zero["x"] == 0.0
+
+
+def test_a_shared_fibre_gets_one_value_fitting_both_paths() -> None:
+    # Two paths share "s"; their own fibres differ in processing.
+    paths = {"p": ("s", "u"), "q": ("s", "v"), "r": ("u",), "t": ("v",)}
+    delay = {"s": 4.0, "u": 4.0, "v": 4.0}
+    proc = {"s": 1.0, "u": 0.2, "v": 1.5}
+    before = _measure(paths, delay, delay, proc, end_ms=0.0)
+    c = solve_corrections(before, delay, delay)
+    assert c["s"] == pytest.approx(1.0, abs=0.05)
+    assert c["u"] == pytest.approx(0.2, abs=0.05)
+    assert c["v"] == pytest.approx(1.5, abs=0.05)
+
+
+def test_an_emulator_faster_than_configured_is_not_sped_up_further() -> None:
+    delay = {"f": 5.0}
+    paths = [PathRtt("a~b", ("f",), 5.0, (9.0,) * 5)]  # 1 ms below 2 x delay
+    assert excess_ms(paths[0], delay) == pytest.approx(-1.0)
+    assert per_hop_ms(paths, delay) == 0.0
+    assert solve_corrections(paths, delay, delay) == {"f": 0.0}
+
+
+def test_bad_input_names_the_path() -> None:
+    with pytest.raises(ValueError, match=r"a~b.*zz"):
+        solve_corrections([PathRtt("a~b", ("zz",), 1.0, (2.0,))], {"f": 1.0}, {"f": 1.0})
+    with pytest.raises(ValueError, match="no RTT"):
+        solve_corrections([PathRtt("a~b", ("f",), 1.0, ())], {"f": 1.0}, {"f": 1.0})
+    with pytest.raises(ValueError, match="max_fraction"):
+        solve_corrections([], {"f": 1.0}, {"f": 1.0}, max_fraction=2.0)
+
+
+def test_rtt_band_and_record_row() -> None:
+    assert rtt_ok(21.0, 10.0) and rtt_ok(19.0, 10.0)
+    assert not rtt_ok(21.01, 10.0) and not rtt_ok(None, 10.0)
+    row = path_row(PathRtt("a~b", ("f", "g"), 10.0, (20.5, 21.5, 20.0)))
+    assert row["hops"] == 2 and row["median_ms"] == 20.5 and row["max_ms"] == 21.5
+    assert row["error_ms"] == 0.5 and row["expected_rtt_ms"] == 20.0
+
+
+def test_the_run_names_the_dc_pair_whose_rtt_fails() -> None:
+    from testbed.orchestrate.run import first_failure
+
+    ping = {"src": "dc-a-h0", "dst": "dc-b-h0", "sent": 20, "received": 20}
+    rtt = {"pair": "dc-a~dc-b", "hops": 2, "median_ms": 41.7, "replies": 20,
+           "expected_rtt_ms": 33.0, "tolerance_ms": 1.0, "ok": False}
+    check = {"pings": [ping], "rtts": [rtt], "probes": [], "rtt_enforced": True}
+    msg = first_failure(check)
+    assert "dc-a~dc-b" in msg and "2 fibre hops" in msg and "41.7" in msg
+    assert first_failure({**check, "rtt_enforced": False}) == "unknown"
+    lossy = {**check, "rtts": [], "lossy": True, "pings": [{**ping, "received": 17}]}
+    assert first_failure(lossy) == "unknown"  # some echoes lost on lossy fibres: fine
+    assert "0/20" in first_failure({**lossy, "pings": [{**ping, "received": 0}]})
+
+
+def test_per_path_corrections_take_the_dc_ends_off_exactly() -> None:
+    """A cost per path (its DCs' ends) that per-fibre values leave: the per-lightpath
+    correction gives each path the rest, so every path lands on its delay."""
+    proc = {"ab": 0.6, "bc": 0.9, "cd": 0.4, "da": 0.7}
+    before = _measure(RING, DELAY, dict(DELAY), proc, end_ms=1.9)
+    c = solve_corrections(before, DELAY, DELAY)
+    shares = path_corrections(before, DELAY, c, DELAY)
+    for p in before:
+        run_at = sum(DELAY[f] - c[f] - shares[p.pair][f] for f in p.fibres)
+        rtt = 2 * sum(DELAY[f] - c[f] - shares[p.pair][f] + proc[f] for f in p.fibres) + 1.9
+        assert rtt - 2 * p.configured_ms == pytest.approx(0.0, abs=1e-3), p.pair
+        assert all(c[f] + shares[p.pair][f] <= DELAY[f] + 1e-9 for f in p.fibres)
+        assert run_at >= 0
+    # The measured emulated sum of a path (its lightpath's own corrections in) is used.
+    p = PathRtt("a~b", ("ab",), 5.0, (12.0,), vlan=101, emulated_ms=4.0)
+    assert excess_ms(p, {"ab": 5.0}) == pytest.approx(4.0)
+    # No room left on the path: nothing more than the fibres' delays is given back.
+    tight = path_corrections([PathRtt("x~y", ("ab",), 5.0, (30.0,))], DELAY, {"ab": 5.0},
+                             DELAY)
+    assert tight == {"x~y": {"ab": 0.0}}
+    # The shared values overshoot a path: its lightpath runs longer (a negative share).
+    over = path_corrections([PathRtt("x~y", ("ab", "bc"), 8.0, (16.0,))], DELAY,
+                            {"ab": 1.0, "bc": 1.0}, DELAY)
+    assert over == {"x~y": {"ab": -1.0, "bc": -1.0}}
+
+
+def test_forwarder_runs_a_lightpath_shorter_without_blocking_behind_other_frames() -> None:
+    """The forwarder's per-lightpath correction: its frames get their own delay line, so
+    a frame due earlier is not held behind another lightpath's frame due later."""
+    import random as _random
+
+    from testbed.emu.forwarder import VNET_HDR_LEN, Direction, Forwarder
+
+    class Out:
+        def __init__(self) -> None:
+            self.sent: list[tuple[float, bytes]] = []
+            self.now = 0.0
+
+        def send(self, frame: bytes) -> int:
+            self.sent.append((self.now, frame))
+            return len(frame)
+
+    fwd = Forwarder.__new__(Forwarder)  # the data path alone: no sockets
+    fwd.rate_bps, fwd.delay_s, fwd.loss, fwd.down = 1e9, 0.010, 0.0, False
+    fwd.queue_bytes, fwd.rng = 10**6, _random.Random(1)
+    out = Out()
+    d = Direction("a_to_b", out)  # type: ignore[arg-type]
+    fwd.dirs = {1: d}
+    fwd.set_vlan(101, 100.0)
+    fwd.set_vlan(102, 100.0)
+    fwd.set_vlan_correction(102, 2.0)
+    assert d.vlans[102].line is not None and d.vlans[101].correction_s == 0.0
+
+    def frame(vlan: int) -> bytes:
+        eth = b"\x02" * 12 + b"\x81\x00" + vlan.to_bytes(2, "big") + b"\x08\x00"
+        return bytes(VNET_HDR_LEN) + eth + bytes(60)
+
+    fwd._arrive(d, frame(101), 0.0)   # due at ~10 ms
+    fwd._arrive(d, frame(102), 0.0)   # due at ~8 ms: must leave first
+    fwd._arrive(d, frame(7), 0.0)     # no cap: the fibre's delay
+    for t_ms in range(0, 13):
+        out.now = t_ms / 1000
+        fwd._service(out.now)
+    assert [int.from_bytes(f[VNET_HDR_LEN + 14:VNET_HDR_LEN + 16], "big") & 0xFFF
+            for _, f in out.sent] == [102, 101, 7]
+    assert out.sent[0][0] == pytest.approx(0.008, abs=0.0011)
+    assert out.sent[1][0] == pytest.approx(0.010, abs=0.0011)
+    with pytest.raises(ValueError, match="vlan 5"):
+        fwd.set_vlan_correction(5, 1.0)
+
+
+def test_pooled_averages_each_paths_processing_over_rounds() -> None:
+    r0 = [PathRtt("a~b", ("f",), 5.0, (12.0,), emulated_ms=5.0)]   # x = 2.0
+    r1 = [PathRtt("a~b", ("f",), 5.0, (12.0,), emulated_ms=4.0)]   # x = 4.0
+    (p,) = pooled([r0, r1])
+    assert p.emulated_ms == 4.0 and excess_ms(p, {}) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="emulated_ms"):
+        pooled([[PathRtt("a~b", ("f",), 5.0, (12.0,))]])
