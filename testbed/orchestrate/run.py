@@ -190,7 +190,7 @@ def verify_network(net: EmuNetwork,
     check["calibration"] = calibration or disabled_record()
     for x in check["rtts"]:
         if not x["ok"]:
-            say(f"emu: verify: WARNING DC pair {x['pair']} ({x['hops']} fibre hops): RTT "
+            say(f"warning: DC pair {x['pair']} ({x['hops']} fibre hops): RTT "
                 f"median {x['median_ms']} ms, expected {x['expected_rtt_ms']} +- "
                 f"{x['tolerance_ms']} ms", False)
     if not check["ok"]:
