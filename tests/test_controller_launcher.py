@@ -62,3 +62,25 @@ def test_forked_child_exits_on_sigterm_without_closing_the_apps() -> None:
             os.waitpid(pid, 0)
         app.close()
     assert app.thread.join(5) is None and not app.thread.is_alive()
+
+
+def test_sigterm_as_interrupt_forked_child_just_exits() -> None:
+    """A child forked inside a run (pyroute2's NetNS helper) and SIGTERMed exits at once,
+    instead of raising KeyboardInterrupt and running the run's teardown there."""
+    import os
+    import signal
+    import time
+
+    from testbed.emu.network import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        pid = os.fork()
+        if pid == 0:  # child: wait to be terminated
+            try:
+                time.sleep(30)
+            finally:
+                os._exit(3)  # reached only if SIGTERM raised here
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM

@@ -94,7 +94,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield  # signal handlers can only be set from the main thread
         return
 
-    def _raise(_sig: int, _frm: object) -> None:
+    owner = os.getpid()
+
+    def _raise(sig: int, _frm: object) -> None:
+        # A child forked from here inherits the handler: pyroute2's NetNS forks one to
+        # open a netlink socket in a namespace (netem delays, calibration) and SIGTERMs
+        # it. Raising there would run this run's teardown in the child (killing the run
+        # by its PIDs, the parent included): a forked child just exits.
+        if os.getpid() != owner:
+            os._exit(128 + sig)
         raise KeyboardInterrupt("SIGTERM")
 
     old = signal.signal(signal.SIGTERM, _raise)
