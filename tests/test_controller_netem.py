@@ -81,6 +81,44 @@ def test_controller_rebuild_keeps_the_calibrated_delay(
     assert NetemLink.from_descriptor(desc).emulated_delay_ms() == pytest.approx(0.3)
 
 
+def test_lightpath_correction_has_its_own_netem_leaf_and_survives_a_rebuild(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration's per-lightpath step in netem mode: the lightpath's leaf (under
+    its cap class, found by its VLAN id) runs shorter; the fibre's other leaves do not;
+    the controller's next rebuild (another process, from the descriptor) keeps it."""
+    from testbed.emu.links import vlan_class_minor, vlan_leaf_handle
+
+    link = NetemLink(_fibre(), 4242, "lp0001f1-eth0", "lp0001f1-eth1", {101: 10.0}, tmp_path)
+    control = link.write_descriptor()
+    changed: list[tuple[int, int]] = []
+
+    def change(self: NetemLink, pick: Any, args_of: Any) -> int:
+        leaves = [0x20000, vlan_leaf_handle(101)]  # the default class's and VLAN 101's
+        hit = [h for h in leaves if pick(h)]
+        changed.extend((h, args_of(h)["delay"]) for h in hit)
+        return 2 * len(hit)  # both directions
+
+    monkeypatch.setattr(NetemLink, "_change_leaves", change)
+    assert link.set_vlan_correction(101, 0.15)
+    assert changed == [(vlan_leaf_handle(101), 350)]  # 0.5 ms less 0.15
+    assert not link.set_vlan_correction(7, 0.1)  # no class for VLAN 7 on this fibre
+    assert link.vlan_corrections_ms == {101: 0.15}
+    assert link.emulated_delay_ms(101) == pytest.approx(0.35)
+    assert link.emulated_delay_ms() == pytest.approx(0.5)
+    changed.clear()
+    link.set_delay_correction(0.1)  # the fibre's step keeps the lightpath's on top
+    assert dict(changed) == {0x20000: 400, vlan_leaf_handle(101): 250}
+    sent: list[list[Any]] = []
+    monkeypatch.setattr(NetemLink, "_apply",
+                        lambda self, ops, clear=False: sent.append(list(ops)))
+    ForwarderChannel().set_cap(control, 9, 5.0)  # the controller rebuilds both directions
+    leaves = {op.args["parent"]: op.args["delay"] for op in sent[-1] if op.kind == "netem"}
+    assert leaves == {0x10002: 400, 0x10000 | vlan_class_minor(101): 250,
+                      0x10000 | vlan_class_minor(9): 400}
+    classes = {op.args["classid"] for op in sent[-1] if op.kind == "basic"}
+    assert classes == {0x10000 | vlan_class_minor(101), 0x10000 | vlan_class_minor(9)}
+
+
 def test_netem_requests_reject_unsafe_names(tmp_path: Path) -> None:
     link = NetemLink(_fibre(), 4242, "lp0001f1-eth0", "bad;name", {}, tmp_path)
     with pytest.raises(ValueError, match="unsafe interface name"):

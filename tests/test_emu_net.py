@@ -275,6 +275,46 @@ def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
         assert all(bc not in p["fibre_delay_ms"] for p in cut["probes"])  # never left B-C
 
 
+@need_root
+@pytest.mark.slow
+def test_run_path_calibrates_again_when_a_pair_drifts_out_of_the_band() -> None:
+    """The run's verification (testbed.orchestrate.run.verify_network): a DC pair whose
+    RTT has drifted out of 2 x delay +- 1 ms after the calibration (here: its lightpath's
+    frames held 0.6 ms longer on each of its two fibres, behind the calibration's back)
+    is calibrated again and back in the band; without a calibration to redo, `warn`
+    records it and `enforce` fails naming the pair."""
+    from testbed.emu.calibrate import calibrate_network
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.errors import RuntimeFailure
+    from testbed.orchestrate.run import verify_network
+
+    sc = parse_scenario({
+        "name": "drift", "topology": {"links": [{"u": "A", "v": "B", "length_km": 400},
+                                                {"u": "B", "v": "C", "length_km": 400}]},
+        "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-c", "node": "C", "gpus": 8}],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}})
+    plan = build_plan(sc)
+    vlan = plan.lightpaths[0].vlan
+    with EmuNetwork(plan, link_mode="userspace") as net:
+        cal = calibrate_network(net)
+        for u, v in (("A", "B"), ("B", "C")):  # +0.6 ms per fibre: within each fibre's
+            emu = net.emulators[plan.fibre(u, v).middle]  # probe tolerance, +2.4 ms RTT
+            was = emu.vlan_corrections_ms.get(vlan, 0.0)
+            assert emu.request({"cmd": "vlan_delay", "vlan": vlan,
+                                "correction_ms": was - 0.6}).get("ok")
+        warned = verify_network(net, {"enabled": False}, "warn")
+        assert warned["ok"] and not warned["rtt_ok"] and warned["rtt_rechecks"] == []
+        assert warned["rtts"][0]["median_ms"] > warned["rtts"][0]["expected_rtt_ms"] + 1.0
+        with pytest.raises(RuntimeFailure, match="DC pair dc-a~dc-c"):
+            verify_network(net, {"enabled": False}, "enforce")
+        fixed = verify_network(net, cal, "enforce")
+        assert fixed["ok"] and fixed["rtt_ok"] and fixed["rtt_enforced"], fixed["rtts"]
+        assert fixed["rtt_rechecks"][0]["out_of_band"] == ["dc-a~dc-c"]
+        assert fixed["rtt_rechecks"][0]["calibration"]["corrections_applied"] >= 1
+
+
 # A line A-B-C-D with a DC on every node: DC pairs 1, 2 and 3 fibre hops apart.
 LINE = {"name": "hops", "topology": {"links": [{"u": "A", "v": "B", "length_km": 600},
                                                {"u": "B", "v": "C", "length_km": 400},

@@ -8,7 +8,8 @@ Each round pings every path (median of N echoes), stops once every path's median
 within SETTLE_MS of 2 x its configured one-way delay, else solves the corrections
 (testbed.emu.delaycal) and sets every fibre's emulator to delay - correction at runtime
 (the forwarder's control socket; `tc change` of the netem leaves), and, where the
-emulator can (the forwarder), each lightpath's frames a further per-path correction
+emulator can (the forwarder; netem where the lightpath has its cap class), each
+lightpath's frames a further per-path correction
 for what the shared per-fibre values leave of that path's processing. The record (rounds,
 corrections, before/after per path) goes into network.json and verification.json.
 """
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from testbed.emu.batches import run_batched
 from testbed.emu.delaycal import (
     SETTLE_MS,
     PathRtt,
@@ -52,6 +54,7 @@ class CalibrationConfig:
     settle_ms: float = SETTLE_MS
     max_fraction: float = 1.0  # a fibre gives back at most this share of its delay
     per_path: bool = True      # also a correction per lightpath, where the emulator can
+    parallel: int = 1          # paths pinged at a time (only paths sharing no fibre)
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,10 @@ def ping_path(probe: PathProbe, count: int, interval_s: float) -> PathRtt:
 
 
 def measure(probes: list[PathProbe], cfg: CalibrationConfig) -> list[PathRtt]:
-    """Every path in turn (one at a time: a ping's timing is not shared with another's)."""
-    return [ping_path(p, cfg.pings, cfg.interval_s) for p in probes]
+    """Every path (one at a time by default: a ping's timing is not shared with
+    another's; cfg.parallel > 1: paths that share no fibre side by side)."""
+    return run_batched(probes, [frozenset(p.fibres) for p in probes],
+                       lambda p: ping_path(p, cfg.pings, cfg.interval_s), cfg.parallel)
 
 
 def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],

@@ -80,7 +80,7 @@ class LinkEmulator:
 
     def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
         """Run the lightpath's frames correction_ms (either sign) shorter than the fibre's
-        other traffic; False where this emulator cannot (netem here; no such lightpath)."""
+        other traffic; False where this emulator cannot (no such lightpath here)."""
         return False
 
     def set_queue(self, vlan: int, rate_mbps: float, limit_bytes: int) -> bool:
@@ -257,6 +257,21 @@ def bytes_per_s(rate_mbps: float) -> int:
     return max(1, round(rate_mbps * 1e6 / 8))
 
 
+# A lightpath's HTB class (minor) and netem leaf (major) in a netem-mode fibre follow from
+# its VLAN id (2..4094), so that a process that did not build the tree finds them.
+VLAN_CLASS_BASE = 0x1000
+
+
+def vlan_class_minor(vlan: int) -> int:
+    """HTB class minor (1:minor) of a lightpath's cap class."""
+    return VLAN_CLASS_BASE + int(vlan)
+
+
+def vlan_leaf_handle(vlan: int) -> int:
+    """Handle (major:0) of the netem leaf under a lightpath's cap class."""
+    return vlan_class_minor(vlan) << 16
+
+
 class NetemLink(LinkEmulator):
     """Kernel emulation: mirred between the two veths, HTB (fibre + per-VLAN caps), netem."""
 
@@ -275,21 +290,25 @@ class NetemLink(LinkEmulator):
         return max(d / 2, d - self.overhead_ms)
 
     def emulated_delay_ms(self, vlan: int | None = None) -> float:
-        return self.netem_delay_ms()
+        extra = self.vlan_corrections_ms.get(vlan, 0.0) if vlan is not None else 0.0
+        return max(0.0, self.netem_delay_ms() - extra)
 
-    def set_delay_correction(self, correction_ms: float) -> None:
-        """Change the delay of every netem leaf of both directions in place (tc change:
-        the HTB tree and the lightpath classes that another process, the controller, may
-        have added stay), and record the correction in the descriptor for that process."""
-        from pyroute2 import NetNS
-        from pyroute2.netlink.exceptions import NetlinkError
-
-        self.correction_ms = max(0.0, correction_ms)
+    def _netem_args(self, vlan: int | None = None) -> dict[str, Any]:
+        """tc change arguments of a netem leaf (the fibre's, or a lightpath's own)."""
         f = self.fibre
-        args: dict[str, Any] = {"delay": max(0, round(self.netem_delay_ms() * 1000)),
+        args: dict[str, Any] = {"delay": max(0, round(self.emulated_delay_ms(vlan) * 1000)),
                                 "limit": netem_limit_packets(f.rate_mbps, f.delay_ms)}
         if f.loss:
             args["loss"] = f.loss * 100
+        return args
+
+    def _change_leaves(self, pick: Any, args_of: Any) -> int:
+        """tc change every netem leaf of both directions that pick(handle) accepts, with
+        args_of(handle); how many were changed."""
+        from pyroute2 import NetNS
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        f = self.fibre
         changed = 0
         try:
             with NetNS(f"/proc/{self.ns_pid}/ns/net") as ipr:
@@ -298,24 +317,48 @@ class NetemLink(LinkEmulator):
                     if not found:
                         raise RuntimeFailure(f"middle node {f.middle}: no interface {dev}")
                     for q in ipr.get_qdiscs(index=found[0]):
-                        if q.get_attr("TCA_KIND") != "netem":
+                        if q.get_attr("TCA_KIND") != "netem" or not pick(q["handle"]):
                             continue
                         try:
                             ipr.tc("change", "netem", index=found[0], handle=q["handle"],
-                                   parent=q["parent"], **args)
+                                   parent=q["parent"], **args_of(q["handle"]))
                         except NetlinkError as exc:
                             raise RuntimeFailure(f"tc change netem in middle node "
                                                  f"{f.middle} ({dev}): {exc}") from None
                         changed += 1
         except OSError as exc:
             raise RuntimeFailure(f"middle node {f.middle} (pid {self.ns_pid}): {exc}") from None
-        if not changed:
-            raise RuntimeFailure(f"middle node {f.middle}: no netem qdisc to change")
+        return changed
+
+    def set_delay_correction(self, correction_ms: float) -> None:
+        """Change the delay of every netem leaf of both directions in place (tc change:
+        the HTB tree and the lightpath classes that another process, the controller, may
+        have added stay), and record the correction in the descriptor for that process."""
+        self.correction_ms = max(0.0, correction_ms)
+        by_leaf = {vlan_leaf_handle(v): v for v in self.vlan_corrections_ms}
+        if not self._change_leaves(lambda _h: True,
+                                   lambda h: self._netem_args(by_leaf.get(h))):
+            raise RuntimeFailure(f"middle node {self.fibre.middle}: no netem qdisc to change")
         self._update_descriptor()
 
+    def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
+        """Give the lightpath's own netem leaf (under its cap class) correction_ms less
+        delay than the fibre's other traffic; False where the lightpath has no class here."""
+        old = self.vlan_corrections_ms.get(vlan)
+        self.vlan_corrections_ms[vlan] = correction_ms
+        leaf = vlan_leaf_handle(vlan)
+        if not self._change_leaves(lambda h: h == leaf, lambda _h: self._netem_args(vlan)):
+            if old is None:
+                del self.vlan_corrections_ms[vlan]
+            else:
+                self.vlan_corrections_ms[vlan] = old
+            return False
+        self._update_descriptor()
+        return True
+
     def _update_descriptor(self) -> None:
-        """Rewrite the correction in the descriptor file, if one was written (read,
-        change one field, write: its caps may be the controller's)."""
+        """Rewrite the corrections in the descriptor file, if one was written (read,
+        change those fields, write: its caps may be the controller's)."""
         import json
 
         from testbed.atomicio import atomic_write_text
@@ -325,31 +368,36 @@ class NetemLink(LinkEmulator):
             return
         d = json.loads(path.read_text())
         d["correction_ms"] = self.correction_ms
+        d["vlan_corrections_ms"] = {str(k): v for k, v in self.vlan_corrections_ms.items()}
         atomic_write_text(path, json.dumps(d))
 
     def refresh_correction(self, descriptor: dict[str, object]) -> None:
-        """Take the correction of a (re-read) descriptor: the calibration may have
-        changed it after this object was built from it."""
+        """Take the corrections of a (re-read) descriptor: the calibration may have
+        changed them after this object was built from it."""
         c = descriptor.get("correction_ms")
         self.correction_ms = None if c is None else float(c)  # type: ignore[arg-type]
+        per_vlan = descriptor.get("vlan_corrections_ms") or {}
+        self.vlan_corrections_ms = {int(k): float(v)  # type: ignore[union-attr]
+                                    for k, v in per_vlan.items()}  # type: ignore[union-attr]
 
     def tc_ops(self) -> list[TcOp]:
         """The netlink tc requests that set up both directions (pure: tested without root).
 
         Per direction src -> dst: an ingress qdisc on src whose u32 match-all filter
         redirects (mirred) to dst; on dst an HTB tree: 1:1 at the fibre rate, 1:2 (default)
-        and one class per lightpath VLAN at its cap, each with a netem leaf (delay, loss,
-        limit). The VLAN filter is `basic` + `meta(vlan_tag)`: after the ingress redirect
-        the tag is skb metadata, which u32 cannot see.
+        and one class per lightpath VLAN at its cap (minor VLAN_CLASS_BASE + VLAN id), each
+        with a netem leaf (delay less the lightpath's own correction, loss, limit). The
+        VLAN filter is `basic` + `meta(vlan_tag)`: after the ingress redirect the tag is
+        skb metadata, which u32 cannot see.
         """
         f = self.fibre
         ops: list[TcOp] = []
         loss_pct = f.loss * 100
-        delay_us = max(0, round(self.netem_delay_ms() * 1000))
 
-        def netem(dst: str, parent: int, handle: int, rate_mbps: float) -> TcOp:
+        def netem(dst: str, parent: int, handle: int, rate_mbps: float,
+                  vlan: int | None = None) -> TcOp:
             args: dict[str, Any] = {"parent": parent, "handle": handle << 16,
-                                    "delay": delay_us,
+                                    "delay": max(0, round(self.emulated_delay_ms(vlan) * 1000)),
                                     "limit": netem_limit_packets(rate_mbps, f.delay_ms)}
             if loss_pct:
                 args["loss"] = loss_pct
@@ -376,14 +424,14 @@ class NetemLink(LinkEmulator):
                 "parent": 0x10001, "handle": 0x10002, "rate": rate, "ceil": rate,
                 "burst": burst, "cburst": burst}))
             ops.append(netem(dst, 0x10002, 2, f.rate_mbps))
-            for i, (vlan, cap) in enumerate(sorted(self.caps_mbps.items())):
-                cid = 10 + i
+            for vlan, cap in sorted(self.caps_mbps.items()):
+                cid = vlan_class_minor(vlan)
                 crate = bytes_per_s(min(cap, f.rate_mbps))
                 cb = htb_burst_bytes(cap)
                 ops.append(TcOp("add-class", "htb", dst, {
                     "parent": 0x10001, "handle": 0x10000 | cid, "rate": crate, "ceil": crate,
                     "burst": cb, "cburst": cb}))
-                ops.append(netem(dst, 0x10000 | cid, cid, cap))
+                ops.append(netem(dst, 0x10000 | cid, cid, cap, vlan))
                 ops.append(TcOp("add-filter", "basic", dst, {
                     "parent": 0x10000, "prio": 10, "protocol": ETH_P_8021Q,
                     "classid": 0x10000 | cid,
@@ -446,7 +494,8 @@ class NetemLink(LinkEmulator):
                 "intf_v": self.intf_v, "caps_mbps": {str(k): v for k, v in
                                                      self.caps_mbps.items()},
                 "state_dir": str(self.state_dir), "seed": self.seed,
-                "overhead_ms": self.overhead_ms, "correction_ms": self.correction_ms}
+                "overhead_ms": self.overhead_ms, "correction_ms": self.correction_ms,
+                "vlan_corrections_ms": {str(k): v for k, v in self.vlan_corrections_ms.items()}}
 
     def control_address(self) -> str | None:
         return self.write_descriptor()

@@ -6,14 +6,17 @@ process, so no helper process or `ping` binary is needed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import random
 import select
 import socket
 import statistics
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +56,16 @@ def _checksum(data: bytes) -> int:
     return ~s & 0xFFFF
 
 
+_IDENTS = itertools.count(random.randrange(1 << 16))
+_IDENT_LOCK = threading.Lock()
+
+
+def _next_ident() -> int:
+    """An ICMP echo id of its own per ping (pings may run side by side in one namespace)."""
+    with _IDENT_LOCK:
+        return next(_IDENTS) & 0xFFFF
+
+
 def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.05,
               timeout_s: float = 2.0, size: int = 56) -> list[float | None]:
     """RTTs in ms (None for a lost echo) from the namespace at ns_path to dst_ip."""
@@ -61,7 +74,7 @@ def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.
     # Kernel receive stamps, as ping(8) uses: a busy machine's wake-up delay of this
     # process is not part of the network's RTT.
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    ident = os.getpid() & 0xFFFF
+    ident = _next_ident()
     sent: dict[int, float] = {}
     rtts: dict[int, float] = {}
     try:
@@ -86,11 +99,12 @@ def icmp_ping(ns_path: str, dst_ip: str, count: int = 10, interval_s: float = 0.
             r, _, _ = select.select([sock], [], [], wait)
             if not r:
                 continue
-            data, anc, _f, _a = sock.recvmsg(65535, _TS_SPACE)
+            data, anc, _f, addr = sock.recvmsg(65535, _TS_SPACE)
             stamp = kernel_stamp(anc)
             ihl = (data[0] & 0x0F) * 4
             typ, _code, _ck, rid, rseq = struct.unpack_from("!BBHHH", data, ihl)
-            if typ == 0 and rid == ident and rseq in sent and rseq not in rtts:
+            if (typ == 0 and rid == ident and addr[0] == dst_ip and rseq in sent
+                    and rseq not in rtts):
                 rtts[rseq] = (stamp - sent[rseq]) * 1000.0
     finally:
         sock.close()

@@ -20,12 +20,13 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from testbed.emu.batches import run_batched
 from testbed.emu.delaycal import RTT_TOL_MS, rtt_ok
 from testbed.emu.network import EmuNetwork
-from testbed.emu.plan import EmuPlan
+from testbed.emu.plan import EmuPlan, LightpathPlan
 from testbed.emu.probes import PingStats, ProbeResult, icmp_ping, lightpath_probe
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ FIBRE_EARLY_MS = 0.3
 PATH_TOL_PER_SWITCH_MS = 1.5
 PROBE_TRIES = 5
 RTT_PINGS = 20  # echoes per DC pair for the RTT check (its median)
+PROBE_PARALLEL = 8  # lightpath probes at a time (routes that share no fibre)
 
 
 def fibre_tolerance_ms(delay_ms: float) -> float:
@@ -94,29 +96,82 @@ def first_host(net: EmuNetwork, dc: str) -> str:
     return next(h.name for h in net.plan.hosts if h.dc == dc)
 
 
-def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
-           rtt_enforced: bool = True) -> dict[str, Any]:
-    """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}.
+@dataclass(frozen=True)
+class ProbeJob:
+    """One lightpath probe: a lightpath in one direction, from src_dc along path."""
 
-    rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
-    only recorded: the run path)."""
+    lp: LightpathPlan
+    src_dc: str
+    dst_dc: str
+    path: tuple[str, ...]
+
+    def fibres(self) -> frozenset[frozenset[str]]:
+        return frozenset(frozenset(e) for e in itertools.pairwise(self.path))
+
+
+def probe_jobs(plan: EmuPlan) -> list[ProbeJob]:
+    """Both directions of every lightpath, in plan order."""
+    return [job for lp in plan.lightpaths
+            for job in (ProbeJob(lp, lp.dc_a, lp.dc_b, tuple(lp.path)),
+                        ProbeJob(lp, lp.dc_b, lp.dc_a, tuple(reversed(lp.path))))]
+
+
+def run_probe(net: EmuNetwork, job: ProbeJob) -> dict[str, Any]:
+    """Probe one lightpath direction (up to PROBE_TRIES times); its verification row."""
+    p = net.plan
+    lp = job.lp
+    hs, hd = p.host(first_host(net, job.src_dc)), p.host(first_host(net, job.dst_dc))
+    hops = []
+    for u, v in itertools.pairwise(job.path):
+        f = p.fibre(u, v)
+        emu = net.emulators[f.middle]
+        # The side the probe enters the middle node from.
+        ifname = emu.intf_u if u == f.u else emu.intf_v
+        out_if = emu.intf_v if u == f.u else emu.intf_u
+        hops.append((f.middle, f"/proc/{emu.ns_pid}/ns/net", ifname, out_if))
+    tol = path_tolerance_ms(lp.delay_ms, len(hops))
+    emulated = {m: net.emulators[m].emulated_delay_ms(lp.vlan) for m, *_ in hops}
+    res = None
+    in_time = False
+    for _ in range(PROBE_TRIES):  # a busy machine may delay one probe: retry
+        res = lightpath_probe(
+            _ns(net, hs.name), str(net.nodes[hs.node].defaultIntf()), hs.mac,
+            hs.ip.split("/")[0], _ns(net, hd.name),
+            str(net.nodes[hd.node].defaultIntf()), hd.mac, hd.ip.split("/")[0],
+            lp.vlan, hops, lp.delay_ms, timeout_s=1.0 + 4 * lp.delay_ms / 1000)
+        route_ok, in_time = probe_ok(res, p, job.path, emulated)
+        if route_ok and in_time:
+            break
+    assert res is not None
+    return {**asdict(res), "src_host": hs.name, "dst_host": hd.name,
+            "tolerance_ms": round(tol, 3), "delay_ok": in_time, "ok": res.ok and in_time}
+
+
+def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = 1
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Ping every DC pair, first host to first host: (ping rows, RTT rows of the pairs
+    with a lightpath, each checked against 2 x its path's delay +- RTT_TOL_MS).
+    parallel > 1: pairs whose lightpaths share no fibre are pinged side by side."""
     p = net.plan
     lp_of = {frozenset((lp.dc_a, lp.dc_b)): lp for lp in p.lightpaths}
-    pings = []
-    rtts = []
     dcs = list(p.dc_subnets)
     pairs = [(a, b) for i, a in enumerate(dcs) for b in dcs[i + 1:]]
-    for dc in dcs:  # inside each DC: first host to every other host
-        hs = [h for h in p.hosts if h.dc == dc]
-        pairs_in = [(hs[0], h) for h in hs[1:]]
-        for a, b in pairs_in:
-            st = PingStats.of(icmp_ping(_ns(net, a.name), b.ip.split("/")[0], count=2,
-                                        interval_s=0.01))
-            pings.append({"src": a.name, "dst": b.name, **asdict(st)})
-    for a, b in pairs:
+
+    def route(a: str, b: str) -> frozenset[object]:
+        lp = lp_of.get(frozenset((a, b)))
+        return frozenset() if lp is None else frozenset(
+            frozenset(e) for e in itertools.pairwise(lp.path))
+
+    def ping(pair: tuple[str, str]) -> list[float | None]:
+        ha, hb = p.host(first_host(net, pair[0])), p.host(first_host(net, pair[1]))
+        return icmp_ping(_ns(net, ha.name), hb.ip.split("/")[0], count=ping_count,
+                         interval_s=0.02)
+
+    results = run_batched(pairs, [route(a, b) for a, b in pairs], ping, parallel)
+    pings: list[dict[str, Any]] = []
+    rtts: list[dict[str, Any]] = []
+    for (a, b), got in zip(pairs, results, strict=True):
         ha, hb = p.host(first_host(net, a)), p.host(first_host(net, b))
-        got = icmp_ping(_ns(net, ha.name), hb.ip.split("/")[0], count=ping_count,
-                        interval_s=0.02)
         st = PingStats.of(got)
         pings.append({"src": ha.name, "dst": hb.name, **asdict(st)})
         lp = lp_of.get(frozenset((a, b)))
@@ -131,35 +186,31 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS,
                          "median_ms": None if st.median_ms is None else round(st.median_ms, 4),
                          "max_ms": round(max(replies), 4) if replies else None,
                          "ok": rtt_ok(st.median_ms, one_way)})
-    probes = []
-    for lp in p.lightpaths:
-        for src_dc, dst_dc, path in ((lp.dc_a, lp.dc_b, lp.path),
-                                     (lp.dc_b, lp.dc_a, tuple(reversed(lp.path)))):
-            hs, hd = p.host(first_host(net, src_dc)), p.host(first_host(net, dst_dc))
-            hops = []
-            for u, v in itertools.pairwise(path):
-                f = p.fibre(u, v)
-                emu = net.emulators[f.middle]
-                # The side the probe enters the middle node from.
-                ifname = emu.intf_u if u == f.u else emu.intf_v
-                out_if = emu.intf_v if u == f.u else emu.intf_u
-                hops.append((f.middle, f"/proc/{emu.ns_pid}/ns/net", ifname, out_if))
-            tol = path_tolerance_ms(lp.delay_ms, len(hops))
-            emulated = {m: net.emulators[m].emulated_delay_ms(lp.vlan) for m, *_ in hops}
-            res = None
-            for _ in range(PROBE_TRIES):  # a busy machine may delay one probe: retry
-                res = lightpath_probe(
-                    _ns(net, hs.name), str(net.nodes[hs.node].defaultIntf()), hs.mac,
-                    hs.ip.split("/")[0], _ns(net, hd.name),
-                    str(net.nodes[hd.node].defaultIntf()), hd.mac, hd.ip.split("/")[0],
-                    lp.vlan, hops, lp.delay_ms, timeout_s=1.0 + 4 * lp.delay_ms / 1000)
-                route_ok, in_time = probe_ok(res, p, path, emulated)
-                if route_ok and in_time:
-                    break
-            assert res is not None
-            probes.append({**asdict(res), "src_host": hs.name, "dst_host": hd.name,
-                           "tolerance_ms": round(tol, 3), "delay_ok": in_time,
-                           "ok": res.ok and in_time})
+    return pings, rtts
+
+
+def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = True,
+           probe_parallel: int = PROBE_PARALLEL, ping_parallel: int = 1) -> dict[str, Any]:
+    """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}.
+
+    rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
+    only recorded). probe_parallel, ping_parallel: at most this many lightpath probes
+    (DC-pair pings) at a time, only those whose routes share no fibre together; 1: one
+    after the other."""
+    p = net.plan
+    pings = []
+    for dc in p.dc_subnets:  # inside each DC: first host to every other host
+        hs = [h for h in p.hosts if h.dc == dc]
+        pairs_in = [(hs[0], h) for h in hs[1:]]
+        for a, b in pairs_in:
+            st = PingStats.of(icmp_ping(_ns(net, a.name), b.ip.split("/")[0], count=2,
+                                        interval_s=0.01))
+            pings.append({"src": a.name, "dst": b.name, **asdict(st)})
+    between, rtts = dc_pair_rtts(net, ping_count, ping_parallel)
+    pings.extend(between)
+    jobs = probe_jobs(p)
+    probes = run_batched(jobs, [j.fibres() for j in jobs], lambda j: run_probe(net, j),
+                         probe_parallel)
     rtt_fine = all(x["ok"] for x in rtts)
     lossy = any(f.loss > 0 for f in p.fibres)  # then an echo may be lost: any reply will do
     ok = (all(answered(x, lossy) for x in pings) and all(x["ok"] for x in probes)

@@ -35,7 +35,7 @@ from testbed.emu.calibrate import calibrate_network, disabled_record
 from testbed.emu.netinfo import network_info
 from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
 from testbed.emu.plan import EmuPlan, build_plan
-from testbed.emu.verify import answered, verify
+from testbed.emu.verify import answered, dc_pair_rtts, verify
 from testbed.envprobe import netem_available, ovs_kernel_datapath
 from testbed.errors import RuntimeFailure
 from testbed.monitor.run import RunMonitor
@@ -103,7 +103,8 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
             calibration = calibrate_delays(rp, net, opts.quiet)
             info = network_record(net, ctl, mon, calibration)
             say("emu: verify: reachability and RTT between the DCs ...", opts.quiet)
-            check = verify_network(net, calibration)
+            check = verify_network(net, calibration, rp.scenario.emulation.rtt_check,
+                                   opts.quiet)
             work = run_workload(rp, net, ctl, stage, info, out_dir, opts, mon)
             mon.flush()  # the last state scraped before Prometheus stops
         say("emu: teardown: network removed", opts.quiet)
@@ -179,23 +180,61 @@ def network_record(net: EmuNetwork, ctl: ControllerProcess | None, mon: RunMonit
     return info
 
 
-def verify_network(net: EmuNetwork,
-                   calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+RTT_RECHECKS = 2  # calibrations again when DC pairs are out of the RTT band
+
+
+def rtt_enforced(rtt_check: str, net: EmuNetwork) -> bool:
+    """Whether a DC pair out of the RTT band fails the run (emulation.rtt_check)."""
+    if rtt_check == "auto":
+        return net.link_mode == "netem" and net.datapath == "kernel"
+    return rtt_check == "enforce"
+
+
+def verify_network(net: EmuNetwork, calibration: dict[str, Any] | None = None,
+                   rtt_check: str = "warn", quiet: bool = True) -> dict[str, Any]:
     """Pings, every DC pair's RTT, per-lightpath probes; RuntimeFailure naming the first
-    failure of reachability or route. A DC pair's RTT outside 2 x delay +- 1 ms is
-    recorded (verification.json `rtts`, summary `rtt_ok` / `rtt_failures`) and logged
-    naming the pair, but does not stop the run: it can be out of reach (a fibre shorter
-    than the path's own processing time) or drift on a busy machine."""
+    failure of reachability or route.
+
+    A DC pair's RTT outside 2 x delay +- 1 ms after the calibration: the network is
+    calibrated again and the pairs pinged again (up to RTT_RECHECKS times: the
+    processing time of user-space bridges drifts); still outside, it fails the run where
+    rtt_enforced, else it is recorded (verification.json `rtts` and `rtt_rechecks`,
+    summary `rtt_ok` / `rtt_failures`) with a warning naming the pair."""
     check = verify(net, rtt_enforced=False)
     check["calibration"] = calibration or disabled_record()
+    rechecks: list[dict[str, Any]] = []
+    while (not check["rtt_ok"] and check["calibration"].get("enabled")
+           and len(rechecks) < RTT_RECHECKS):
+        out = [x for x in check["rtts"] if not x["ok"]]
+        say(f"warning: {len(out)} DC pair(s) outside the RTT band after calibration ("
+            + ", ".join(f"{x['pair']} {rtt_error(x)}" for x in out)
+            + "): calibrating again", quiet)
+        record = calibrate_network(net)
+        _pings, rtts = dc_pair_rtts(net)
+        rechecks.append({"out_of_band": [x["pair"] for x in out], "calibration": record,
+                         "rtts": rtts})
+        check["rtts"] = rtts
+        check["rtt_ok"] = all(x["ok"] for x in rtts)
+    check["rtt_rechecks"] = rechecks
+    check["rtt_check"] = rtt_check
+    check["rtt_enforced"] = enforce = rtt_enforced(rtt_check, net)
     for x in check["rtts"]:
-        if not x["ok"]:
+        if not x["ok"] and not enforce:
             say(f"warning: DC pair {x['pair']} ({x['hops']} fibre hops): RTT "
                 f"median {x['median_ms']} ms, expected {x['expected_rtt_ms']} +- "
-                f"{x['tolerance_ms']} ms", False)
+                f"{x['tolerance_ms']} ms (emulation.rtt_check: {rtt_check}: recorded, "
+                "not enforced)", False)
+    check["ok"] = check["ok"] and (check["rtt_ok"] or not enforce)
     if not check["ok"]:
         raise RuntimeFailure("network verification failed: " + first_failure(check))
     return check
+
+
+def rtt_error(row: dict[str, Any]) -> str:
+    """A DC pair's RTT median against 2 x its delay, as '+1.38 ms' (or 'no reply')."""
+    if row["median_ms"] is None:
+        return "no reply"
+    return f"{row['median_ms'] - row['expected_rtt_ms']:+.2f} ms"
 
 
 def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, stage: Path,
@@ -329,6 +368,8 @@ def run_summary(net: EmuNetwork, check: dict[str, Any], work: WorkloadResult,
         "lightpaths": len(plan.lightpaths),
         "verified": check["ok"],
         "rtt_ok": check.get("rtt_ok"),
+        "rtt_enforced": check.get("rtt_enforced"),
+        "rtt_recalibrations": len(check.get("rtt_rechecks", [])),
         "rtt_failures": [f"{x['pair']}: {x['median_ms']} ms vs {x['expected_rtt_ms']}"
                          for x in check.get("rtts", []) if not x["ok"]],
         "delay_calibrated": bool(check.get("calibration", {}).get("enabled")),

@@ -1,0 +1,42 @@
+"""Measurements that share no fibre, grouped to run side by side (probes, pings)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import networkx as nx
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def disjoint_batches(fibres: Sequence[frozenset[object]]) -> list[list[int]]:
+    """Indices in batches whose fibre sets are pairwise disjoint: a greedy colouring of
+    the conflict graph (largest degree first); batches ordered by their first index,
+    each in index order."""
+    g = nx.Graph()
+    g.add_nodes_from(range(len(fibres)))
+    g.add_edges_from((i, j) for i, j in itertools.combinations(range(len(fibres)), 2)
+                     if fibres[i] & fibres[j])
+    colour = nx.greedy_color(g, strategy="largest_first")
+    batches: dict[int, list[int]] = {}
+    for i in range(len(fibres)):
+        batches.setdefault(colour[i], []).append(i)
+    return sorted(batches.values(), key=lambda b: b[0])
+
+
+def run_batched(items: Sequence[T], fibres: Sequence[frozenset[object]],
+                fn: Callable[[T], R], parallel: int) -> list[R]:
+    """fn over items, those that share no fibre side by side (at most `parallel` threads;
+    1: one after the other); results in item order."""
+    if parallel <= 1:
+        return [fn(x) for x in items]
+    out: dict[int, R] = {}
+    for batch in disjoint_batches(fibres):
+        with ThreadPoolExecutor(max_workers=min(parallel, len(batch))) as ex:
+            for i, r in zip(batch, ex.map(lambda i: fn(items[i]), batch), strict=True):
+                out[i] = r
+    return [out[i] for i in range(len(items))]
