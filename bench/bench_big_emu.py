@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.emu.calibrate import CalibrationConfig, calibrate_network  # noqa: E402
-from testbed.emu.census import take  # noqa: E402
-from testbed.emu.network import EmuNetwork  # noqa: E402
-from testbed.emu.plan import build_plan  # noqa: E402
-from testbed.emu.verify import PROBE_PARALLEL, verify  # noqa: E402
-from testbed.spec import parse_scenario  # noqa: E402
+from testbed.emu.calibrate import CalibrationConfig, calibrate_network
+from testbed.emu.census import take
+from testbed.emu.network import EmuNetwork
+from testbed.emu.plan import build_plan
+from testbed.emu.verify import PROBE_PARALLEL, verify
+from testbed.spec import parse_scenario
 
 
 def nsfnet_dcs(n: int, hosts: int) -> object:
