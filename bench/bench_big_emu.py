@@ -20,11 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testbed.emu.batches import SIDE_BY_SIDE
 from testbed.emu.calibrate import CalibrationConfig, calibrate_network
 from testbed.emu.census import take
 from testbed.emu.network import EmuNetwork
 from testbed.emu.plan import build_plan
-from testbed.emu.verify import PROBE_PARALLEL, verify
+from testbed.emu.verify import verify
 from testbed.spec import parse_scenario
 
 
@@ -47,7 +48,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_big_emu needs root (namespaces, Open vSwitch)", file=sys.stderr)
         return 2
-    parallel = 1 if args.serial else PROBE_PARALLEL
+    parallel = 1 if args.serial else SIDE_BY_SIDE
     plan = build_plan(nsfnet_dcs(args.dcs, args.hosts))  # type: ignore[arg-type]
     before = take()
     print(f"== NSFNET, {args.dcs} DCs x {args.hosts} hosts: {len(plan.hosts)} hosts, "

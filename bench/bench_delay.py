@@ -45,12 +45,12 @@ def load(name: str) -> Any:
     return load_scenario(path)
 
 
-def ping_pairs(net: Any, pings: int) -> list[dict[str, Any]]:
-    from testbed.emu.calibrate import network_probes, ping_path
+def ping_pairs(net: Any, pings: int, parallel: int = 1) -> list[dict[str, Any]]:
+    from testbed.emu.calibrate import CalibrationConfig, measure, network_probes
 
     rows = []
-    for probe in network_probes(net):
-        p = ping_path(probe, pings, INTERVAL_S)
+    cfg = CalibrationConfig(pings=pings, interval_s=INTERVAL_S, parallel=parallel)
+    for p in measure(network_probes(net), cfg):
         got = sorted(p.rtts_ms)
         two_d = 2 * p.configured_ms
         rows.append({"pair": p.pair, "hops": len(p.fibres), "rtt_expected_ms": round(two_d, 3),
@@ -60,18 +60,19 @@ def ping_pairs(net: Any, pings: int) -> list[dict[str, Any]]:
     return rows
 
 
-def run(scenario: Any, pings: int, link_mode: str) -> dict[str, Any]:
-    from testbed.emu.calibrate import calibrate_network
+def run(scenario: Any, pings: int, link_mode: str, parallel: int = 1) -> dict[str, Any]:
+    from testbed.emu.calibrate import CalibrationConfig, calibrate_network
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
 
     plan = build_plan(scenario)
     with EmuNetwork(plan, link_mode=link_mode, datapath="auto") as net:
-        before = ping_pairs(net, pings)
-        record = calibrate_network(net)
-        after = ping_pairs(net, pings)
+        before = ping_pairs(net, pings, parallel)
+        record = calibrate_network(net, CalibrationConfig(parallel=parallel))
+        after = ping_pairs(net, pings, parallel)
         mode, dp = net.link_mode, net.datapath
     return {"scenario": plan.scenario, "link_mode": mode, "datapath": dp, "pings": pings,
+            "parallel": parallel,
             "kernel": os.uname().release, "before": before, "after": after,
             "calibration": {k: record[k] for k in ("settled", "corrections_applied",
                                                     "fibres", "path_corrections_ms",
@@ -81,7 +82,7 @@ def run(scenario: Any, pings: int, link_mode: str) -> dict[str, Any]:
 def table(res: dict[str, Any]) -> str:
     lines = [f"== {res['scenario']}: {res['link_mode']} links, {res['datapath']} datapath, "
              f"kernel {res['kernel']}; {res['pings']} pings per pair; RTT minus 2 x configured "
-             f"one-way delay (ms) ==",
+             f"one-way delay (ms); {res['parallel']} path(s) at a time ==",
              f"{'pair':<12} {'hops':>4} {'2xdelay':>8} {'before med':>10} {'worst':>7} "
              f"{'after med':>10} {'worst':>7}"]
     after = {r["pair"]: r for r in res["after"]}
@@ -116,13 +117,16 @@ def main() -> int:
                     help="a bundled scenario name, a YAML file, or 'line'")
     ap.add_argument("--pings", type=int, default=30)
     ap.add_argument("--link-mode", default="auto", choices=["auto", "userspace", "netem"])
+    ap.add_argument("--parallel", type=int, default=8,
+                    help="paths pinged side by side (only paths that share no fibre; "
+                    "the run path's default, testbed.emu.batches.SIDE_BY_SIDE)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench_delay needs root (namespaces)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING)
-    res = run(load(args.scenario), args.pings, args.link_mode)
+    res = run(load(args.scenario), args.pings, args.link_mode, args.parallel)
     print(table(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from testbed.emu.batches import run_batched
+from testbed.emu.batches import SIDE_BY_SIDE, run_batched
 from testbed.emu.delaycal import RTT_TOL_MS, rtt_ok
 from testbed.emu.network import EmuNetwork
 from testbed.emu.plan import EmuPlan, LightpathPlan
@@ -42,7 +42,6 @@ FIBRE_EARLY_MS = 0.3
 PATH_TOL_PER_SWITCH_MS = 1.5
 PROBE_TRIES = 5
 RTT_PINGS = 20  # echoes per DC pair for the RTT check (its median)
-PROBE_PARALLEL = 8  # lightpath probes at a time (routes that share no fibre)
 
 
 def fibre_tolerance_ms(delay_ms: float) -> float:
@@ -147,7 +146,7 @@ def run_probe(net: EmuNetwork, job: ProbeJob) -> dict[str, Any]:
             "tolerance_ms": round(tol, 3), "delay_ok": in_time, "ok": res.ok and in_time}
 
 
-def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = 1
+def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = SIDE_BY_SIDE
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Ping every DC pair, first host to first host: (ping rows, RTT rows of the pairs
     with a lightpath, each checked against 2 x its path's delay +- RTT_TOL_MS).
@@ -190,7 +189,8 @@ def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = 1
 
 
 def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = True,
-           probe_parallel: int = PROBE_PARALLEL, ping_parallel: int = 1) -> dict[str, Any]:
+           probe_parallel: int = SIDE_BY_SIDE, ping_parallel: int = SIDE_BY_SIDE
+           ) -> dict[str, Any]:
     """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}.
 
     rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
