@@ -132,6 +132,8 @@ def session(address: str, num_cpus: int) -> Iterator[RayRunner]:
     runner, disconnect at the end (a local instance is stopped). Not reachable: InputError."""
     address = check_address(address)
     ray = import_ray(address)
+    if address not in ("auto", "local"):
+        _probe(address)
     if ray.is_initialized():
         raise RuntimeFailure("ray is already initialised in this process; use RayRunner()")
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
@@ -142,11 +144,10 @@ def session(address: str, num_cpus: int) -> Iterator[RayRunner]:
             try:
                 ray.init(num_cpus=num_cpus, **common)
             except Exception as exc:
+                _shutdown(ray)
                 raise RuntimeFailure(f"cannot start a local Ray instance: "
                                      f"{_first_line(exc)}") from None
     else:
-        if address != "auto":
-            _probe(address)
         try:
             ray.init(address=address, **common)
         except Exception as exc:  # ConnectionError, RpcError, a version mismatch, ...
