@@ -43,7 +43,6 @@ AUTH_HINT = ("if the cluster uses token authentication, export RAY_AUTH_MODE=tok
 MAX_RETRIES = 1
 
 
-
 def check_address(text: str) -> str:
     """'auto', 'local' or 'HOST:PORT' (port 1..65535), else an InputError naming the flag."""
     address = text.strip()
@@ -152,9 +151,12 @@ def session(address: str, num_cpus: int) -> Iterator[RayRunner]:
             ray.init(address=address, **common)
         except Exception as exc:  # ConnectionError, RpcError, a version mismatch, ...
             _shutdown(ray)
-            hint = "" if os.environ.get("RAY_AUTH_MODE") else f" ({AUTH_HINT})"
-            raise InputError("--ray-address", f"no Ray cluster at {address} answered: "
-                             f"{_first_line(exc)}{hint}") from None
+            # (auto finds the token itself)
+            hint = "" if address == "auto" or os.environ.get("RAY_AUTH_MODE") \
+                else f" ({AUTH_HINT})"
+            where = "on this machine (auto)" if address == "auto" else f"at {address}"
+            raise InputError("--ray-address", f"no Ray cluster {where} let this process "
+                             f"join: {_first_line(exc)}{hint}") from None
     try:
         yield RayRunner()
     finally:
