@@ -36,6 +36,6 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
 fi
-log "installing lightpipe[dev] (torch==2.13.0 pinned)"
+log "installing lightpipe[dev] (torch==2.13.0 pinned; ray for sweeps on Ray)"
 "$VENV/bin/pip" install -q -e '.[dev]'
 log "done: $VENV/bin/lightpipe"

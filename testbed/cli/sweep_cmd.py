@@ -1,9 +1,12 @@
-"""`lightpipe sweep SPEC --set path=v1,v2 --seeds N --out DIR`: a parameter grid in parallel."""
+"""`lightpipe sweep SPEC --set path=v1,v2 --seeds N --out DIR`: a parameter grid in parallel
+(local processes, or Ray tasks with --ray-address)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import time
 
 from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
 
@@ -20,7 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1, help="seeds per point (workload.seed, "
                         "workload.seed+1, ...)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes (default: 2)")
+                        help="worker processes (default: 2); with --ray-address local, the "
+                        "CPUs of the Ray instance started for the sweep")
+    parser.add_argument("--ray-address", metavar="auto|HOST:PORT|local",
+                        help="run the points as Ray tasks: auto (the cluster on this "
+                        "machine), HOST:PORT (a head's GCS address, as `ray start --head` "
+                        "prints it) or local (start a Ray instance for this sweep); "
+                        "needs pip install 'lightpipe[ray]'")
     parser.add_argument("--metric", default="blocking_ratio", help="metric to plot")
     parser.add_argument("--records", action="store_true",
                         help="also keep each point's run directory (points/NNNN/)")
@@ -36,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
     from testbed.errors import InputError
     from testbed.experiments import sweep
-    from testbed.progress import progress
+    from testbed.progress import progress, say
     from testbed.records import write_manifest
     from testbed.spec import load_scenario
 
@@ -44,6 +53,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--seeds", f"must be 1..1000, got {args.seeds}")
     if args.jobs < 1:
         raise InputError("--jobs", f"must be >= 1, got {args.jobs}")
+    if args.ray_address is not None:
+        from testbed.experiments import sweep_ray
+
+        # before any work: a bad address or a missing extra is one line, exit 2
+        sweep_ray.import_ray(sweep_ray.check_address(args.ray_address))
     base = load_scenario(args.spec)
     from testbed.cli.common import check_out
 
@@ -56,11 +70,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     failure: sweep.SweepFailure | None = None
     agg: list[dict] = []
-    with staged_dir(out) as stage:
+    executor: dict = {"kind": "processes", "jobs": args.jobs}
+    t0 = time.monotonic()
+    # Joined before anything is written: an unreachable cluster leaves no output behind.
+    with _ray_session(args) as runner, staged_dir(out) as stage:
+        if runner is not None:
+            executor = runner.describe() | {"address": args.ray_address}
+            say(f"ray: {executor['nodes']} node(s), {executor['cpus']} CPUs, ready after "
+                f"{time.monotonic() - t0:.1f} s", args.quiet)
         records = stage / "points" if args.records else None
         with progress(len(points), "sweep points", args.quiet) as bar:
             try:
-                rows = sweep.run_sweep(points, args.jobs, records, on_done=bar.advance)
+                rows = sweep.run_sweep(points, args.jobs, records, on_done=bar.advance,
+                                       runner=runner)
             except sweep.SweepFailure as exc:  # keep the finished points, then fail
                 failure, rows = exc, exc.rows
         atomic_write_text(stage / "sweep.csv", rows_to_csv(rows, cell=sweep.cell_text))
@@ -88,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_json(stage / "sweep.json", {"set": {k: v for k, v in sets},
                                                  "seeds": args.seeds, "points": len(points),
                                                  "metric": args.metric})
-        write_manifest(stage, base, "sim", sweep={k: v for k, v in sets}, seeds=args.seeds)
+        write_manifest(stage, base, "sim", sweep={k: v for k, v in sets}, seeds=args.seeds,
+                       executor=executor)
     if failure is not None:
         emit(f"sweep: {len(rows)} of {len(points)} runs finished, kept in {out}/sweep.csv; "
              f"failures in {out}/failed_points.txt")
@@ -97,10 +120,23 @@ def run(args: argparse.Namespace) -> int:
 
     write_readme(out, f"LightPipe sweep of {base.name}")
     report = maybe_report(out, args.report)
-    emit(f"sweep: {len(points)} runs of {base.name} (sim backend), records in "
+    where = f", Ray tasks at {args.ray_address}" if args.ray_address else ""
+    emit(f"sweep: {len(points)} runs of {base.name} (sim backend{where}), records in "
          f"{args.out.rstrip('/')}/ (sweep.csv, sweep_mean.csv, {', '.join(plots)})")
     for a in agg:
         label = ", ".join(f"{k}={a[k]}" for k in keys) or "base"
         emit(f"  {label}: {args.metric} {a[args.metric]:.6g}")
     report_line(args.out.rstrip("/"), report)
     return 0
+
+
+def _ray_session(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """The Ray runner for --ray-address (connected, disconnected at the end), else None."""
+    if args.ray_address is None:
+        return contextlib.nullcontext(None)
+    from testbed.experiments import sweep_ray
+    from testbed.progress import say
+
+    say("ray: starting a local instance ..." if args.ray_address == "local"
+        else f"ray: joining {args.ray_address} ...", args.quiet)
+    return sweep_ray.session(args.ray_address, args.jobs)

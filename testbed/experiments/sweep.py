@@ -1,4 +1,5 @@
-"""Parameter sweeps: a grid of `--set dotted.path=v1,v2` values x seeds, run in processes."""
+"""Parameter sweeps: a grid of `--set dotted.path=v1,v2` values x seeds, run in processes
+(or as Ray tasks: testbed/experiments/sweep_ray.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import logging
 import math
 import multiprocessing
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -22,6 +23,12 @@ log = logging.getLogger(__name__)
 # Summary fields that describe the setting rather than the outcome (left out of rows).
 SKIPPED = {"scenario", "backend", "workload", "topology", "seed", "policy", "grid", "slots",
            "k_paths", "load_erlang", "blocking_ci95"}
+
+
+# A point as sent to a worker: (index, labels, scenario dict, records directory or None),
+# and what comes back: (row, None, 0) or (None, "point N {labels}: error", exit code).
+Task = tuple[int, dict[str, Any], dict[str, Any], str | None]
+Result = tuple[dict[str, Any] | None, str | None, int]
 
 
 def split_values(text: str) -> list[str]:
@@ -119,7 +126,7 @@ def _copy(data: Any) -> Any:
     return data
 
 
-def run_point(args: tuple[int, dict[str, Any], dict[str, Any], str | None]) -> dict[str, Any]:
+def run_point(args: Task) -> dict[str, Any]:
     """Run one grid point (in a worker process) and return its row."""
     index, labels, data, records = args
     scenario = parse_scenario(data)
@@ -149,8 +156,7 @@ def run_point(args: tuple[int, dict[str, Any], dict[str, Any], str | None]) -> d
     return row
 
 
-def _run_point_caught(args: tuple[int, dict[str, Any], dict[str, Any], str | None]
-                      ) -> tuple[dict[str, Any] | None, str | None, int]:
+def run_point_caught(args: Task) -> Result:
     """run_point that never raises: (row, None, 0) or (None, "point N ...: error", exit code)."""
     try:
         return run_point(args), None, 0
@@ -159,34 +165,45 @@ def _run_point_caught(args: tuple[int, dict[str, Any], dict[str, Any], str | Non
         return None, f"point {args[0]} {args[1]}: {type(exc).__name__}: {exc}", code
 
 
-def run_sweep(points: list[tuple[dict[str, Any], dict[str, Any]]], jobs: int,
-              records: Path | None = None, on_done: Any = None) -> list[dict[str, Any]]:
-    """Run every point with `jobs` worker processes; rows in point order."""
-    tasks = [(i, labels, data, str(records) if records else None)
-             for i, (labels, data) in enumerate(points)]
-    rows: list[dict[str, Any]] = []
-    failures: list[tuple[str, int]] = []
+class PointRunner(Protocol):
+    """Runs sweep tasks elsewhere (Ray: sweep_ray.RayRunner): (index, result) pairs, in
+    the order the points finish."""
 
-    def take(result: tuple[dict[str, Any] | None, str | None, int]) -> None:
-        row, error, code = result
-        if row is not None:
-            rows.append(row)
-        else:
-            failures.append((str(error), code))
+    def results(self, tasks: list[Task]) -> Iterator[tuple[int, Result]]: ...
+
+
+def run_sweep(points: list[tuple[dict[str, Any], dict[str, Any]]], jobs: int,
+              records: Path | None = None, on_done: Any = None,
+              runner: PointRunner | None = None) -> list[dict[str, Any]]:
+    """Run every point with `jobs` worker processes (or with `runner`); rows in point
+    order. on_done() is called once per finished point, failed or not."""
+    tasks: list[Task] = [(i, labels, data, str(records) if records else None)
+                         for i, (labels, data) in enumerate(points)]
+    done: list[tuple[int, Result]] = []
+    results: Iterator[tuple[int, Result]]
+    if runner is not None:
+        results = runner.results(tasks)
+    elif jobs <= 1 or len(tasks) <= 1:
+        results = ((t[0], run_point_caught(t)) for t in tasks)
+    else:
+        results = _pool_results(tasks, jobs)
+    for index, result in results:
+        done.append((index, result))
         if on_done:
             on_done()
-
-    if jobs <= 1 or len(tasks) <= 1:
-        for t in tasks:
-            take(_run_point_caught(t))
-    else:
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(processes=min(jobs, len(tasks))) as pool:
-            for result in pool.imap(_run_point_caught, tasks):
-                take(result)
+    done.sort(key=lambda d: d[0])
+    rows = [r for _, (r, _e, _c) in done if r is not None]
+    failures = [(str(e), c) for _, (r, e, c) in done if r is None]
     if failures:
         raise SweepFailure(rows, failures)
     return rows
+
+
+def _pool_results(tasks: list[Task], jobs: int) -> Iterator[tuple[int, Result]]:
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(processes=min(jobs, len(tasks))) as pool:
+        yield from zip((t[0] for t in tasks), pool.imap(run_point_caught, tasks),
+                       strict=True)
 
 
 class SweepFailure(LightPipeError):

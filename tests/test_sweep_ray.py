@@ -1,0 +1,188 @@
+"""Sweeps on Ray: the same rows as local processes, failures named, bad addresses refused.
+
+One local Ray instance (2 CPUs, no dashboard) serves the module; the CLI joins it from a
+subprocess by its GCS address, as it would join a cluster.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.cli.main import main
+from testbed.experiments import sweep, sweep_ray
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+# A small grid of the quickstart: 2 loads x 2 seeds, 2000 requests a point.
+GRID = ["--set", "workload.load_erlang=10,20", "--set", "workload.requests=2000",
+        "--seeds", "2"]
+TIMING = {"wall_s", "requests_per_s"}  # measured, not computed: differ run to run
+CLI = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [*extra.pop("PYTHONPATH_FIRST", "").split(os.pathsep), str(ROOT),
+         env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return env | extra
+
+
+@pytest.fixture(scope="module")
+def ray_gcs() -> Iterator[str]:
+    """A local Ray instance for the module; yields its GCS address (HOST:PORT)."""
+    ray = pytest.importorskip("ray")
+    saved = dict(os.environ)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        os.environ.clear()  # ray.init sets RAY_AUTH_MODE=token for this process
+        os.environ.update(saved)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as fh:
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(fh)]
+
+
+@pytest.mark.slow
+def test_ray_sweep_gives_the_local_rows_and_records(ray_gcs: str, tmp_path: Path) -> None:
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    assert main(["sweep", str(QUICKSTART), *GRID, "--jobs", "2", "--records", "--quiet",
+                 "--out", str(local)]) == 0
+    proc = subprocess.run([sys.executable, "-c", CLI, "sweep", str(QUICKSTART), *GRID,
+                           "--ray-address", ray_gcs, "--records", "--out", str(on_ray)],
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # the progress line counts the points (a bar on a terminal)
+    assert "sweep points (4 steps)" in proc.stderr and "2 CPUs" in proc.stderr
+    rows = _rows(on_ray / "sweep.csv")
+    assert len(rows) == 4 and [r["point"] for r in rows] == ["0", "1", "2", "3"]
+    assert rows == _rows(local / "sweep.csv")
+    assert (on_ray / "sweep_mean.csv").read_text() == (local / "sweep_mean.csv").read_text()
+    executor = json.loads((on_ray / "manifest.json").read_text())["executor"]
+    assert executor["kind"] == "ray" and executor["address"] == ray_gcs
+    # each point's run directory came back from its task, byte for byte as run locally
+    for i in range(4):
+        point = f"points/{i:04d}/requests.csv"
+        assert (on_ray / point).read_bytes() == (local / point).read_bytes()
+
+
+@pytest.mark.slow
+def test_failing_point_on_ray_is_named_and_others_kept(ray_gcs: str) -> None:
+    good = yaml.safe_load(QUICKSTART.read_text())
+    good["workload"]["requests"] = 1000
+    bad = dict(good, name="")  # fails validation inside the Ray task: an InputError
+    points = [({"case": "good"}, good), ({"case": "bad"}, bad),
+              ({"case": "good2"}, dict(good, name="other"))]
+    finished: list[int] = []
+    with pytest.raises(sweep.SweepFailure) as info:
+        sweep.run_sweep(points, 2, runner=sweep_ray.RayRunner(),
+                        on_done=lambda: finished.append(1))
+    err = info.value
+    assert "point 1" in str(err) and "'bad'" in str(err) and "name" in str(err)
+    assert err.exit_code == 2 and len(err.failures) == 1
+    assert [r["point"] for r in err.rows] == [0, 2]
+    assert len(finished) == 3  # the progress callback counts failed points too
+
+
+def test_task_on_a_node_with_other_code_fails_named() -> None:
+    row, error, code, files = sweep_ray.run_task((7, {"x": 1}, {}, None), "0" * 64)
+    assert row is None and code == 1 and files == {}
+    assert error is not None and error.startswith("point 7 {'x': 1}: node ")
+    assert "other LightPipe code" in error
+
+
+@pytest.mark.parametrize("text", ["", "host", "host:0", "host:70000", "host:x",
+                                  "ray://host:10001", "a b:1"])
+def test_bad_address_forms_exit_2(text: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sw"
+    assert main(["sweep", str(QUICKSTART), "--ray-address", text, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--ray-address" in err[0] and "HOST:PORT" in err[0]
+    assert not out.exists()
+    for ok in ("auto", "local", "10.0.0.1:6379", "[::1]:6379", "head.example:6379"):
+        assert sweep_ray.check_address(ok) == ok
+
+
+def _http_server() -> tuple[socket.socket, int]:
+    """A listener that answers any connection as an HTTP/1.1 server would (not gRPC)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["closed", "http"])
+def test_unreachable_address_is_one_line_exit_2_nothing_written(
+        kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ray")
+    if kind == "closed":  # bound, not listening: connection refused, and no one else's port
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port, expect = sock.getsockname()[1], "connection refused"
+    else:
+        sock, port = _http_server()
+        expect = "does not answer as a Ray GCS port"
+    out = tmp_path / "sw"
+    try:
+        code = main(["sweep", str(QUICKSTART), "--ray-address", f"127.0.0.1:{port}",
+                     "--quiet", "--out", str(out)])
+    finally:
+        sock.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and expect in err[0] and f"127.0.0.1:{port}" in err[0], err
+    assert list(tmp_path.iterdir()) == []  # no output, no staging directory
+
+
+def test_without_ray_one_line_exit_2(tmp_path: Path) -> None:
+    """The CLI in a Python where `import ray` fails as when it is not installed."""
+    blocker = tmp_path / "site"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    out = tmp_path / "sw"
+    proc = subprocess.run([sys.executable, "-c", CLI, "sweep", str(QUICKSTART),
+                           "--ray-address", "local", "--out", str(out)],
+                          env=_env(PYTHONPATH_FIRST=str(blocker)), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "lightpipe: error: --ray-address: ray is not installed: pip install 'lightpipe[ray]'"]
+    assert not out.exists()
+
+
+def test_importing_lightpipe_does_not_import_ray() -> None:
+    code = ("import sys, testbed.cli.main, testbed.cli.sweep_cmd, testbed.experiments.sweep, "
+            "testbed.experiments.sweep_ray; print('ray' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
