@@ -184,7 +184,8 @@ def run_status(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def complete_text(path: Path) -> str:
     """A record file's text up to its last complete line (a torn last line is dropped)."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        text = fh.read()
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     return text
@@ -198,7 +199,7 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, str]]:
         text = complete_text(Path(path))
     except FileNotFoundError:
         return []
-    return list(csv.DictReader(io.StringIO(text)))
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def describe_unfinished(path: str | os.PathLike[str]) -> str | None:
