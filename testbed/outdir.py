@@ -2,7 +2,7 @@
 and the staging leftovers of killed runs (what `lightpipe clean` removes).
 
 Next to an output directory NAME in its parent live only hidden siblings:
-  .NAME.lock                 the writer's lock (fcntl.flock, holds its PID); the kernel
+  .NAME.lightpipe-lock       the writer's lock (fcntl.flock, holds its PID); the kernel
                              drops the lock when the writer dies, however it dies
   .NAME.PID.XXXX.partial     a directory being built (staged) by process PID
   .NAME.old-PID              a replaced run on its way out (fallback swap only)
@@ -18,12 +18,13 @@ import fcntl
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 SIBLING_RE = re.compile(r"^\.(?P<name>.+?)\.(?:(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]+\.partial"
-                        r"|old-(?P<oldpid>\d+)|lock)$")
+                        r"|old-(?P<oldpid>\d+)|lightpipe-lock)$")
 
 # The lock this process holds per output directory: flock locks belong to an open file,
 # so a second open() + flock() of the same lock in this process would refuse itself.
@@ -31,7 +32,7 @@ _held: dict[str, list[int]] = {}
 
 
 def lock_path(target: Path) -> Path:
-    return target.parent / f".{target.name}.lock"
+    return target.parent / f".{target.name}.lightpipe-lock"
 
 
 def pid_alive(pid: int) -> bool:
@@ -97,6 +98,7 @@ def out_lock(target: Path) -> Iterator[None]:
         return
     path = lock_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tries = 0
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -104,6 +106,10 @@ def out_lock(target: Path) -> Iterator[None]:
         except BlockingIOError:
             pid = _read_pid(fd)
             os.close(fd)
+            tries += 1
+            if tries < 4:  # a lock_owner() probe holds it for microseconds: ask again
+                time.sleep(0.02)
+                continue
             raise busy_error(target, pid) from None
         # Its last holder may have unlinked the file between our open() and flock():
         # then a third process can lock a new file of the same name. Lock the one on disk.
@@ -237,7 +243,7 @@ def leftovers_in(parent: Path) -> list[Leftover]:
         target = Path(parent, m["name"]).absolute()
         pid_s = m["pid"] or m["oldpid"]
         pid = int(pid_s) if pid_s else None
-        kind = "lock" if e.name.endswith(".lock") else "old" if m["oldpid"] else "partial"
+        kind = "lock" if e.name.endswith(".lightpipe-lock") else "old" if m["oldpid"] else "partial"
         if kind != "lock" and not e.is_dir(follow_symlinks=False):
             continue
         if lock_owner(target) is not None:
