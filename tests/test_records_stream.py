@@ -39,6 +39,16 @@ def many_jobs(tmp_path: Path, jobs: int = 40_000) -> Path:
     return path
 
 
+def long_sim(tmp_path: Path, requests: int = 50_000_000) -> Path:
+    """quickstart with so many requests (generated lazily, memory flat) that a sim runs
+    for minutes: it is killed long before it ends."""
+    spec = yaml.safe_load((SCENARIOS / "quickstart.yaml").read_text())
+    spec["workload"]["requests"] = requests
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def lines_of(path: Path) -> int:
     try:
         with path.open("rb") as fh:
@@ -143,12 +153,8 @@ def test_sim_killed_at_random_points_leaves_valid_partial_records(tmp_path: Path
 
 
 def test_lightpath_sim_killed_keeps_its_requests(tmp_path: Path) -> None:
-    spec = yaml.safe_load((SCENARIOS / "quickstart.yaml").read_text())
-    spec["workload"]["requests"] = 3_000_000
-    path = tmp_path / "big.yaml"
-    path.write_text(yaml.safe_dump(spec))
     out = tmp_path / "r"
-    proc = start_sim(path, out)
+    proc = start_sim(long_sim(tmp_path), out)
     wait_for(proc, lambda: lines_of(out / "requests.csv") > 20_000, "streamed requests")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -219,7 +225,7 @@ def test_bad_input_mid_run_leaves_the_previous_run(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ one writer per --out
 def test_second_run_on_one_out_is_refused_naming_the_first(tmp_path: Path) -> None:
-    spec = many_jobs(tmp_path)
+    spec = long_sim(tmp_path)
     out = tmp_path / "r"
     first = start_sim(spec, out)
     try:
@@ -236,7 +242,7 @@ def test_second_run_on_one_out_is_refused_naming_the_first(tmp_path: Path) -> No
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".r.lightpipe-lock", "many.yaml", "r"]
+        ".r.lightpipe-lock", "long.yaml", "r"]
     assert manifest_of(out)["pid"] == first.pid  # type: ignore[index]
 
 
@@ -339,7 +345,7 @@ def test_clean_removes_stale_staging_and_dry_run_lists_the_same(tmp_path: Path) 
     stale = sorted(x.path.name for x in find_leftovers([tmp_path]))
     assert len(stale) == 5 and sum(f".r.{pid}." in s for s in stale for pid in kills) == 3
     # a live run's staging is not stale
-    live = start_sim(spec, tmp_path / "res" / "live")
+    live = start_sim(long_sim(tmp_path), tmp_path / "res" / "live")
     try:
         wait_for(live, lambda: (manifest_of(tmp_path / "res" / "live") or {}).get(
             "status") == "running", "the live run")
