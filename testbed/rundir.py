@@ -212,8 +212,10 @@ def describe_unfinished(path: str | os.PathLike[str]) -> str | None:
            "killed": f"did not finish: its process (pid {st['pid']}) ended without "
                      "finishing (killed?)",
            "failed": f"failed: {st['error']}"}.get(st["status"], st["status"])
-    parts = []
-    for f in sorted(p.glob("*.csv")):
-        parts.append(f"{f.name} {len(read_records(f))} rows")
+    parts = [f"{f.name} {len(read_records(f))} rows" for f in sorted(p.glob("*.csv"))]
+    workers = sorted(p.glob("workers/*/*.jsonl"))  # emulated workers' iteration records
+    if workers:
+        lines = sum(complete_text(f).count("\n") for f in workers)
+        parts.append(f"workers/*/*.jsonl {lines} lines")
     kept = f"; partial records: {', '.join(parts)}" if parts else "; no records"
     return f"the run in {path} {how}{kept}"
