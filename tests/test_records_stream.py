@@ -30,7 +30,7 @@ JOBS_COLUMNS = ["job_id", "model", "stages", "gpus_per_stage", "microbatches", "
                 "cost_usd", "blocked", "reason"]
 
 
-def many_jobs(tmp_path: Path, jobs: int = 40_000) -> Path:
+def many_jobs(tmp_path: Path, jobs: int = 15_000) -> Path:
     """pp-jobs with enough jobs that a sim runs for a few seconds."""
     spec = yaml.safe_load((SCENARIOS / "pp-jobs.yaml").read_text())
     spec["workload"]["jobs"] = jobs
@@ -327,7 +327,7 @@ def named(stdout: str) -> list[str]:
 
 
 def test_clean_removes_stale_staging_and_dry_run_lists_the_same(tmp_path: Path) -> None:
-    spec = many_jobs(tmp_path)
+    spec = long_sim(tmp_path)
     out = tmp_path / "res" / "r"
     res = subprocess.run([*LIGHTPIPE, "sim", str(many_jobs(tmp_path, 200)), "--out", str(out),
                           "-q"], cwd=REPO, env=ENV, capture_output=True, text=True)
