@@ -246,6 +246,22 @@ def test_second_run_on_one_out_is_refused_naming_the_first(tmp_path: Path) -> No
     assert manifest_of(out)["pid"] == first.pid  # type: ignore[index]
 
 
+def test_simultaneous_runs_never_leave_two_directories(tmp_path: Path) -> None:
+    """Three `sim --force` started together on one --out, twice: each either wins or is
+    refused in one line naming a live PID; one directory remains, finished, nothing else."""
+    spec = many_jobs(tmp_path, 2000)
+    out = tmp_path / "r"
+    for _ in range(2):
+        procs = [start_sim(spec, out, "--force") for _ in range(3)]
+        results = [(p.wait(), p.stderr.read() if p.stderr else "") for p in procs]
+        assert any(rc == 0 for rc, _ in results), results
+        for rc, err in results:
+            assert rc == 0 or (rc == 2 and err.count("\n") == 1 and "live run (pid" in err), err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["many.yaml", "r"]
+        assert run_status(out)["status"] == "finished"
+        assert len(read_records(out / "jobs.csv")) == 2000
+
+
 def test_lock_is_taken_even_when_the_check_raced(tmp_path: Path) -> None:
     """Both runs passed check_out: the lock itself refuses the second (exit 2 path)."""
     from testbed.errors import InputError
