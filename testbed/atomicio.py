@@ -83,11 +83,12 @@ def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     One writer per `out` (testbed.outdir.out_lock); the swap never leaves `out` missing
     where the kernel can exchange two directories (outdir.install_dir).
     """
-    from testbed.outdir import install_dir, out_lock
+    from testbed.outdir import install_dir, out_lock, remove_stale_siblings
 
     target = Path(out).resolve()
     with out_lock(target):
         check_out_target(target)
+        remove_stale_siblings(target)  # what killed writers of `out` left beside it
         stage = make_stage(target)
         try:
             yield stage

@@ -60,7 +60,7 @@ def lock_owner(target: Path) -> int | None:
     """The PID of the live process writing `target` (it holds the lock), else None."""
     target = Path(target).absolute()
     if str(target) in _held:
-        return os.getpid()
+        return os.getpid()  # (this process: its own staging is not stale to it)
     try:
         fd = os.open(lock_path(target), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -246,12 +246,24 @@ def leftovers_in(parent: Path) -> list[Leftover]:
         kind = "lock" if e.name.endswith(".lightpipe-lock") else "old" if m["oldpid"] else "partial"
         if kind != "lock" and not e.is_dir(follow_symlinks=False):
             continue
-        if lock_owner(target) is not None:
+        if lock_owner(target) not in (None, os.getpid()):
             continue
-        if pid is not None and pid != os.getpid() and pid_alive(pid) and kind != "lock":
-            continue  # named after a live process (e.g. a version without the lock)
+        if pid is not None and kind != "lock" and pid_alive(pid):
+            continue  # named after a live process (this one, or a version without the lock)
         out.append(Leftover(Path(e.path), kind, target, pid))
     return out
+
+
+def remove_stale_siblings(target: Path) -> list[Leftover]:
+    """Remove the stale staging leftovers of `target` itself (called by its next writer,
+    holding the lock, so that kills never pile them up); a replaced run whose `target`
+    is gone is left for `lightpipe clean` to restore. Returns what was removed."""
+    target = Path(target).absolute()
+    gone = [x for x in leftovers_in(target.parent)
+            if x.target == target and x.kind != "lock" and not x.orphaned_run]
+    for x in gone:
+        remove_leftover(x)
+    return gone
 
 
 def find_leftovers(roots: list[Path], depth: int = 3) -> list[Leftover]:

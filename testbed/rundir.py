@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import logging
 import os
 import shutil
 import time
@@ -27,10 +28,11 @@ from typing import IO, Any
 
 from testbed.atomicio import atomic_write_json, check_out_target, make_stage
 from testbed.errors import InputError
-from testbed.outdir import install_dir, lock_owner, out_lock, put_back
+from testbed.outdir import install_dir, lock_owner, out_lock, put_back, remove_stale_siblings
 from testbed.records import manifest
 from testbed.spec import Scenario
 
+log = logging.getLogger(__name__)
 FSYNC_S = 0.5
 STATUSES = ("running", "finished", "failed")
 
@@ -127,6 +129,8 @@ def run_dir(out: str | os.PathLike[str], scenario: Scenario, backend: str,
     target = Path(out).resolve()
     with out_lock(target):
         check_out_target(target)
+        for x in remove_stale_siblings(target):  # what killed writers of `out` left
+            log.info("removed %s (left by a killed run, pid %s)", x.path, x.pid)
         stage = make_stage(target)
         try:
             rd = RunDir(stage, scenario, backend, **extra)

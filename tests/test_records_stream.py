@@ -349,17 +349,19 @@ def test_clean_removes_stale_staging_and_dry_run_lists_the_same(tmp_path: Path) 
                           "-q"], cwd=REPO, env=ENV, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     kills = []
-    for _ in range(3):  # each kill of a --force run leaves the replaced run beside it
+    for _ in range(3):  # each kill of a --force run leaves the replaced run beside it ...
         proc = start_sim(spec, out, "--force")
         wait_for(proc, lambda proc=proc: (manifest_of(out) or {}).get("pid") == proc.pid,
                  "the new run in place")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills.append(proc.pid)
+        hidden = [p.name for p in (tmp_path / "res").iterdir() if p.name.endswith(".partial")]
+        assert len(hidden) == 1 and f".r.{proc.pid}." in hidden[0]  # ... the next removes it
     (tmp_path / "res" / ".r.old-999999999").mkdir()  # an old-style leftover
     (tmp_path / "res" / ".r.lightpipe-lock").write_text("999999999\n")
     stale = sorted(x.path.name for x in find_leftovers([tmp_path]))
-    assert len(stale) == 5 and sum(f".r.{pid}." in s for s in stale for pid in kills) == 3
+    assert len(stale) == 3 and sum(f".r.{kills[-1]}." in s for s in stale) == 1
     # a live run's staging is not stale
     live = start_sim(long_sim(tmp_path), tmp_path / "res" / "live")
     try:
