@@ -41,10 +41,10 @@ class RecordStream:
     """An append-only CSV record file: header first, then one line per record."""
 
     def __init__(self, path: Path, columns: Sequence[str], flush_s: float = 0.0,
-                 fsync_s: float = FSYNC_S) -> None:
+                 fsync_s: float = FSYNC_S, buffer_bytes: int = 1 << 16) -> None:
         self.path = Path(path)
         self.fh: IO[str] = open(self.path, "w", encoding="utf-8", newline="",
-                                buffering=1 << 16)
+                                buffering=buffer_bytes)
         self.writer = csv.writer(self.fh, lineterminator="\n")
         self.flush_s, self.fsync_s = flush_s, fsync_s
         self.rows = 0
@@ -94,9 +94,11 @@ class RunDir:
         self.streams: list[RecordStream] = []
         self.status = "running"
 
-    def stream(self, name: str, columns: Sequence[str], flush_s: float = 0.0) -> RecordStream:
+    def stream(self, name: str, columns: Sequence[str], flush_s: float = 0.0,
+               buffer_bytes: int = 1 << 16) -> RecordStream:
         """Open the record file `name` in the run directory for appending records."""
-        s = RecordStream(self.path / name, columns, flush_s=flush_s)
+        s = RecordStream(self.path / name, columns, flush_s=flush_s,
+                         buffer_bytes=buffer_bytes)
         self.streams.append(s)
         return s
 

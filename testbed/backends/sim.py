@@ -42,7 +42,8 @@ class SimBackend:
         from testbed.sim.engine import REQUESTS_COLUMNS, simulate_lightpaths
 
         with run_dir(out_dir, scenario, self.name) as rd:
-            stream = rd.stream("requests.csv", REQUESTS_COLUMNS, flush_s=FSYNC_S)
+            stream = rd.stream("requests.csv", REQUESTS_COLUMNS, flush_s=FSYNC_S,
+                               buffer_bytes=1 << 20)
             summary = simulate_lightpaths(scenario, stream, quiet=quiet)
             atomic_write_json(rd.path / "summary.json", summary)
             rd.finish(records=["summary.json", "requests.csv"])

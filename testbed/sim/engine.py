@@ -125,7 +125,8 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
     if isinstance(requests_csv, RecordStream):
         out = requests_csv
     elif requests_csv is not None:
-        out = RecordStream(Path(requests_csv), REQUESTS_COLUMNS, flush_s=FLUSH_S)
+        out = RecordStream(Path(requests_csv), REQUESTS_COLUMNS, flush_s=FLUSH_S,
+                           buffer_bytes=1 << 20)
     try:
         with progress(total, "simulating requests", quiet) as bar:
             stats = _loop(net, router, stream, total, sorted(scenario.events,
@@ -145,7 +146,7 @@ def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total
     first_fit = router.policy == "first_fit"
     last_fit = router.policy == "last_fit"
     table = router.table
-    write = out.write_line if out is not None else None
+    write = out.fh.write if out is not None else None  # (RecordStream.write_line, unwrapped)
     push, pop = heapq.heappush, heapq.heappop
     heap: list[tuple[float, int, list[Any]]] = []  # (departure_s, id, live entry)
     inf = math.inf
