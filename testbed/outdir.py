@@ -274,7 +274,7 @@ def find_leftovers(roots: list[Path], depth: int = 3) -> list[Leftover]:
 
     def walk(d: Path, left: int) -> None:
         real = d.resolve()
-        if real in seen:
+        if real in seen or str(real) in ("/proc", "/sys", "/dev"):
             return
         seen.add(real)
         out.extend(leftovers_in(d))

@@ -152,7 +152,8 @@ def run_dir(out: str | os.PathLike[str], scenario: Scenario, backend: str,
             rd.close_streams()
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else (
                 f"{type(exc).__name__}: {exc}"[:500])
-            rd.write_manifest("failed", error=why)
+            with contextlib.suppress(OSError):  # (the run's own error matters more)
+                rd.write_manifest("failed", error=why)
             if previous is not None:
                 shutil.rmtree(previous, ignore_errors=True)
             raise
