@@ -63,29 +63,38 @@ def check_out_target(target: Path) -> None:
                          "run (no manifest.json); not replaced")
 
 
+def make_stage(target: Path) -> Path:
+    """A new hidden sibling `.NAME.PID.XXXX.partial` of target, with ordinary permissions."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial",
+                                  dir=target.parent))
+    # mkdtemp makes the directory private (0700); a run directory is ordinary output.
+    stage.chmod(0o777 & ~_umask())
+    return stage
+
+
 @contextlib.contextmanager
 def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a staging directory that replaces `out` only if the block succeeds.
 
-    Files are written into a hidden sibling directory; on success the old `out`
-    (if any) is swapped out and removed, so readers never see a half-written run.
-    On failure the staging directory is removed and `out` is left as it was.
+    Files are written into a hidden sibling directory; on success it is swapped in for
+    the old `out` (if any, which is then removed), so readers never see a half-written
+    directory. On failure the staging directory is removed and `out` is left as it was.
+    One writer per `out` (testbed.outdir.out_lock); the swap never leaves `out` missing
+    where the kernel can exchange two directories (outdir.install_dir).
     """
+    from testbed.outdir import install_dir, out_lock, remove_stale_siblings
+
     target = Path(out).resolve()
-    check_out_target(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-    # mkdtemp makes the directory private (0700); a run directory is ordinary output.
-    stage.chmod(0o777 & ~_umask())
-    try:
-        yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
-        os.replace(target, old)
-    os.replace(stage, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with out_lock(target):
+        check_out_target(target)
+        remove_stale_siblings(target)  # what killed writers of `out` left beside it
+        stage = make_stage(target)
+        try:
+            yield stage
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        old = install_dir(stage, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)

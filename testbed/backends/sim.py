@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from testbed.atomicio import atomic_write_json, staged_dir
+from testbed.atomicio import atomic_write_json
 from testbed.jobs.sim import run_jobs
-from testbed.records import write_manifest
+from testbed.rundir import FSYNC_S, run_dir
 from testbed.spec import Scenario
 
 
@@ -20,32 +20,31 @@ class SimBackend:
         return True, ""
 
     def run(self, scenario: Scenario, out_dir: Path, quiet: bool = False) -> dict[str, Any]:
-        """Simulate; write manifest.json, summary.json and the records into out_dir atomically."""
+        """Simulate into out_dir: there from the start and marked running, records
+        streamed as they come, summary.json and the finished manifest at the end
+        (testbed.rundir)."""
         wl = scenario.workload
         if wl.kind == "pp_jobs":
-            with staged_dir(out_dir) as stage:
-                summary: dict[str, Any] = run_jobs(scenario, stage, quiet)
-                if not (stage / "summary.json").exists():
-                    atomic_write_json(stage / "summary.json", summary)
-                if not (stage / "manifest.json").exists():
-                    write_manifest(stage, scenario, self.name)
+            with run_dir(out_dir, scenario, self.name) as rd:
+                summary: dict[str, Any] = run_jobs(scenario, rd.path, quiet, rundir=rd)
             return summary
 
         if wl.kind == "allreduce_jobs":  # routing policies on the DC fabric (issue 12)
             from testbed.sim.allreduce import simulate_allreduce
 
-            with staged_dir(out_dir) as stage:
+            with run_dir(out_dir, scenario, self.name) as rd:
                 summary = {"backend": "sim", "scenario": scenario.name,
                            "workload": "allreduce_jobs", "allreduce": simulate_allreduce(scenario)}
-                atomic_write_json(stage / "summary.json", summary)
-                write_manifest(stage, scenario, self.name, records=["summary.json"])
+                atomic_write_json(rd.path / "summary.json", summary)
+                rd.finish(records=["summary.json"])
             return summary
 
-        from testbed.sim.engine import simulate_lightpaths
+        from testbed.sim.engine import REQUESTS_COLUMNS, simulate_lightpaths
 
-        with staged_dir(out_dir) as stage:
-            summary = simulate_lightpaths(scenario, stage / "requests.csv", quiet=quiet)
-            atomic_write_json(stage / "summary.json", summary)
-            write_manifest(stage, scenario, self.name,
-                           records=["summary.json", "requests.csv"])
+        with run_dir(out_dir, scenario, self.name) as rd:
+            stream = rd.stream("requests.csv", REQUESTS_COLUMNS, flush_s=FSYNC_S,
+                               buffer_bytes=1 << 20)
+            summary = simulate_lightpaths(scenario, stream, quiet=quiet)
+            atomic_write_json(rd.path / "summary.json", summary)
+            rd.finish(records=["summary.json", "requests.csv"])
         return summary

@@ -38,10 +38,15 @@ def check_out(out: str, force: bool = False) -> None:
     import os
 
     from testbed.errors import InputError
+    from testbed.outdir import busy_error, lock_owner
 
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise InputError("--out", f"{out} exists and is not a directory")
+    for d in (p, p / "sim", p / "emu"):  # a live writer is refused, --force or not
+        pid = lock_owner(d.resolve())
+        if pid is not None:
+            raise busy_error(Path(out), pid)
     runs = [d for d in (p, p / "sim", p / "emu") if (d / "manifest.json").is_file()]
     if runs:  # a run, or both backends' runs under sim/ and emu/
         what = "; ".join(describe_run(d) for d in runs)
@@ -78,6 +83,11 @@ def describe_run(path: Path) -> str:
     started = m.get("started_unix_s")
     if isinstance(started, (int, float)) and not isinstance(started, bool):
         parts.append("started " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)))
+    from testbed.rundir import run_status
+
+    status = run_status(path)["status"]
+    if status != "finished":
+        parts.append(f"{status}, not finished")
     return ", ".join(parts)
 
 

@@ -58,17 +58,22 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     shown = args.out.rstrip("/")
     summaries: dict[str, dict] = {}
-    for name in names:
-        backend = get_backend(name)
-        ok, reason = backend.available()
-        if not ok:
-            raise RuntimeFailure(f"backend {name} unavailable: {reason}")
-        target = out / name if len(names) > 1 else out
-        summary = backend.run(scenario, target, quiet=args.quiet)
-        summaries[name] = summary
-        write_readme(target, f"LightPipe {name} run of {scenario.name}")
-        print_run(name, target, f"{shown}/{name}" if len(names) > 1 else shown, summary,
-                  scenario, maybe_report(target, args.report and len(names) == 1))
+    import contextlib
+
+    from testbed.outdir import out_lock
+
+    with out_lock(out.resolve()) if len(names) > 1 else contextlib.nullcontext():
+        for name in names:  # (both: one writer of DIR/sim and DIR/emu from start to end)
+            backend = get_backend(name)
+            ok, reason = backend.available()
+            if not ok:
+                raise RuntimeFailure(f"backend {name} unavailable: {reason}")
+            target = out / name if len(names) > 1 else out
+            summary = backend.run(scenario, target, quiet=args.quiet)
+            summaries[name] = summary
+            write_readme(target, f"LightPipe {name} run of {scenario.name}")
+            print_run(name, target, f"{shown}/{name}" if len(names) > 1 else shown, summary,
+                      scenario, maybe_report(target, args.report and len(names) == 1))
     agreement = summaries.get("emu", {}).get("agreement")
     if agreement and not isinstance(agreement, dict):  # (a dict is in the emu summary)
         _tabulate_agreement(agreement, summaries["emu"].get("agreement_verdict"),

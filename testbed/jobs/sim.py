@@ -8,7 +8,7 @@ import logging
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from testbed.jobs.policies import Planner
 from testbed.jobs.timing import Timer
 from testbed.progress import progress
 from testbed.records import write_manifest
+from testbed.rundir import RunDir
 from testbed.spec.check import check_scenario
 from testbed.spec.models import PPJobsWorkload, Scenario
 from testbed.traces import JobRequest, generate_jobs
@@ -53,8 +54,12 @@ def resolve_jobs(workload: PPJobsWorkload, requests: Sequence[JobRequest]) -> li
 
 def simulate(scenario: Scenario, quiet: bool = True,
              requests: Sequence[JobRequest] | None = None,
-             timer: Timer | None = None) -> tuple[list[JobState], dict[str, Any]]:
-    """Run the scenario's jobs through its policy; return (job states, summary)."""
+             timer: Timer | None = None,
+             on_done: Callable[[JobState], None] | None = None
+             ) -> tuple[list[JobState], dict[str, Any]]:
+    """Run the scenario's jobs through its policy; return (job states, summary).
+    `on_done(state)` is called once per job as soon as it ends (finished, blocked or
+    interrupted), in the order they end."""
     wl = scenario.workload
     if not isinstance(wl, PPJobsWorkload):
         raise InputError("workload.kind", "expected a pp_jobs workload")
@@ -65,9 +70,19 @@ def simulate(scenario: Scenario, quiet: bool = True,
     cluster = Cluster.from_scenario(scenario)
     planner = Planner(cluster, scenario.policy, timer or Timer(), random.Random(wl.seed),
                       wl.max_stages_per_dc)
-    sim = JobSimulator(cluster, planner, scenario.policy.admission, scenario.events)
+    reported = 0
+
+    def report_done(s: JobSimulator) -> None:
+        nonlocal reported
+        while on_done is not None and reported < len(s.done):
+            on_done(s.done[reported])
+            reported += 1
+
+    sim = JobSimulator(cluster, planner, scenario.policy.admission, scenario.events,
+                       on_change=report_done if on_done is not None else None)
     with progress(len(jobs), f"jobs ({scenario.policy.placement})", quiet) as bar:
         states = sim.run(jobs, [r.arrival_s for r in reqs], tick=bar.advance)
+    report_done(sim)
     states.sort(key=lambda s: s.job.req.job_id)
     summary = summarize(states, sim, planner)
     wall = time.perf_counter() - t0
@@ -130,23 +145,28 @@ def _fmt(v: float | None, nd: int = 6) -> str:
     return "" if v is None else f"{v:.{nd}g}"
 
 
+def job_row(s: JobState) -> list[Any]:
+    """The jobs.csv row of an ended job."""
+    r = s.job.req
+    placed = not s.blocked
+    return [r.job_id, r.model, r.stages, r.gpus_per_stage, r.microbatches, r.iterations,
+            _fmt(s.arrival_s, 10), _fmt(s.start_s, 10), _fmt(s.end_s, 10),
+            "|".join(s.placement), "|".join(s.routes), s.schedule,
+            _fmt(s.run_s / s.iterations_done if s.iterations_done > 0 else
+                 (s.iteration_ms / 1000.0 if placed else None)),
+            _fmt(s.bubble_ratio if placed else None, 4),
+            _fmt((s.start_s - s.arrival_s) if s.start_s is not None else None),
+            _fmt((s.end_s - s.arrival_s) if placed and s.reason == "" and
+                 s.end_s is not None else None),
+            _fmt(s.energy_kwh), _fmt(s.cost_usd), int(s.blocked), s.reason]
+
+
 def jobs_csv(states: Sequence[JobState]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(JOBS_COLUMNS)
     for s in states:
-        r = s.job.req
-        placed = not s.blocked
-        w.writerow([r.job_id, r.model, r.stages, r.gpus_per_stage, r.microbatches, r.iterations,
-                    _fmt(s.arrival_s, 10), _fmt(s.start_s, 10), _fmt(s.end_s, 10),
-                    "|".join(s.placement), "|".join(s.routes), s.schedule,
-                    _fmt(s.run_s / s.iterations_done if s.iterations_done > 0 else
-                         (s.iteration_ms / 1000.0 if placed else None)),
-                    _fmt(s.bubble_ratio if placed else None, 4),
-                    _fmt((s.start_s - s.arrival_s) if s.start_s is not None else None),
-                    _fmt((s.end_s - s.arrival_s) if placed and s.reason == "" and
-                         s.end_s is not None else None),
-                    _fmt(s.energy_kwh), _fmt(s.cost_usd), int(s.blocked), s.reason])
+        w.writerow(job_row(s))
     return buf.getvalue()
 
 
@@ -163,21 +183,50 @@ def lightpaths_csv(states: Sequence[JobState]) -> str:
     rows = [(s.job.req.job_id, b, lp, up, down) for s in states
             for b, lp, up, down in s.lightpath_log]
     for job_id, b, lp, up, down in sorted(rows, key=lambda r: (r[3], r[0], r[1])):
-        w.writerow([job_id, b, "-".join(lp.nodes), lp.first_slot, lp.n_slots, lp.modulation,
-                    f"{lp.capacity_gbps:g}", _fmt(up, 10), _fmt(down, 10)])
+        w.writerow(_lightpath_row(job_id, b, lp, up, down))
     return buf.getvalue()
 
 
-def run_jobs(scenario: Scenario, out_dir: Path, quiet: bool = False) -> dict[str, Any]:
+def _lightpath_row(job_id: int, b: int, lp: Any, up: float, down: float | None) -> list[Any]:
+    return [job_id, b, "-".join(lp.nodes), lp.first_slot, lp.n_slots, lp.modulation,
+            f"{lp.capacity_gbps:g}", _fmt(up, 10), _fmt(down, 10)]
+
+
+def lightpath_rows(s: JobState) -> list[list[Any]]:
+    """The lightpaths.csv rows of an ended job (in set-up order)."""
+    return [_lightpath_row(s.job.req.job_id, b, lp, up, down)
+            for b, lp, up, down in s.lightpath_log]
+
+
+def run_jobs(scenario: Scenario, out_dir: Path, quiet: bool = False,
+             rundir: RunDir | None = None) -> dict[str, Any]:
     """Simulate a pp_jobs scenario; write jobs.csv, lightpaths.csv, summary.json and
-    manifest.json."""
-    states, summary = simulate(scenario, quiet=quiet)
+    manifest.json. With `rundir` (a run directory at out_dir) each job's rows are
+    appended to jobs.csv and lightpaths.csv as soon as it ends; at the end both files
+    are rewritten whole, sorted (jobs by id, lightpaths by set-up time), and the run is
+    marked finished."""
     out_dir = Path(out_dir)
+    on_done = None
+    if rundir is not None:
+        jobs_out = rundir.stream("jobs.csv", JOBS_COLUMNS)
+        lps_out = rundir.stream("lightpaths.csv", LIGHTPATHS_COLUMNS)
+
+        def on_done(s: JobState) -> None:
+            for row in lightpath_rows(s):
+                lps_out.write(row)
+            jobs_out.write(job_row(s))  # after its lightpaths: a job row means all there
+
+    states, summary = simulate(scenario, quiet=quiet, on_done=on_done)
+    if rundir is not None:
+        rundir.close_streams()
     atomic_write_text(out_dir / "jobs.csv", jobs_csv(states))
     atomic_write_text(out_dir / "lightpaths.csv", lightpaths_csv(states))
     atomic_write_json(out_dir / "summary.json", summary)
-    write_manifest(out_dir, scenario, "sim",
-                   records=["summary.json", "jobs.csv", "lightpaths.csv"])
+    records = ["summary.json", "jobs.csv", "lightpaths.csv"]
+    if rundir is not None:
+        rundir.finish(records=records)
+    else:
+        write_manifest(out_dir, scenario, "sim", records=records)
     return summary
 
 

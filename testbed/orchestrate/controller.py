@@ -156,9 +156,12 @@ def run_replay(ctl: ControllerProcess, net: LiveNetwork, scenario: Scenario, out
         agreement,
         reference,
         replay,
+        request_line,
         requests_csv,
         sample_requests,
     )
+    from testbed.rundir import RecordStream
+    from testbed.sim.engine import REQUESTS_COLUMNS
 
     emu = scenario.emulation
     released = release_all(ctl)
@@ -166,9 +169,18 @@ def run_replay(ctl: ControllerProcess, net: LiveNetwork, scenario: Scenario, out
     sim_summary, sim_rows = reference(scenario, sample, out_dir / "sim-reference")
     log.info("replaying %d requests through the controller in ~%g s", len(sample),
              emu.replay_s)
-    res = replay(scenario, sample, lambda m, p, b: ctl.request(m, p, b),
-                 replay_s=emu.replay_s, set_link=link_switch(net))
-    atomic_write_text(out_dir / "requests.csv", requests_csv(res.rows))
+    stream = RecordStream(out_dir / "requests.csv", REQUESTS_COLUMNS)  # rows as they come
+
+    def on_row(row: dict[str, Any]) -> None:
+        stream.write_line(request_line(row))
+        stream.tick()
+
+    try:
+        res = replay(scenario, sample, lambda m, p, b: ctl.request(m, p, b),
+                     replay_s=emu.replay_s, set_link=link_switch(net), on_row=on_row)
+    finally:
+        stream.close()
+    atomic_write_text(out_dir / "requests.csv", requests_csv(res.rows))  # the same, whole
     out = dict(res.summary)
     out["workload"] = "lightpath_requests"
     out["policy"] = scenario.policy.spectrum

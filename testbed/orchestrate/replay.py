@@ -101,9 +101,11 @@ def replay(scenario: Scenario, sample: Sequence[Request], client: Client, *,
            replay_s: float, set_link: LinkSwitch | None = None,
            clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep,
-           settle_timeout_s: float = 5.0) -> ReplayResult:
+           settle_timeout_s: float = 5.0,
+           on_row: Callable[[dict[str, Any]], None] | None = None) -> ReplayResult:
     """Play the sample (and the spec's fibre events before its last arrival) through the
-    controller on a clock scaled to ~replay_s seconds."""
+    controller on a clock scaled to ~replay_s seconds. `on_row(row)` is called with each
+    request's row as soon as the controller answered it (requests.csv, streamed)."""
     ends = endpoint_names(scenario)
     last_t = max((r[1] for r in sample), default=0.0)
     scale = replay_s / last_t if last_t > 0 else 0.0
@@ -139,6 +141,8 @@ def replay(scenario: Scenario, sample: Sequence[Request], client: Client, *,
             stats["restored"] += len(rec.get("restored", []))
             continue
         rows.append(_arrive(item, client, ends, live, heap, reasons, stats))
+        if on_row is not None:
+            on_row(rows[-1])
         if kind == ARRIVE and item[0] == sample[-1][0]:
             break  # the simulator stops at the last arrival
     wall = clock() - t0
@@ -284,10 +288,12 @@ def agreement(emu_rows: Sequence[dict[str, Any]], sim_rows: Sequence[dict[str, s
 
 def requests_csv(rows: Sequence[dict[str, Any]]) -> str:
     """requests.csv text in the simulator's exact column order and number formats."""
-    lines = [",".join(REQUESTS_COLUMNS)]
-    for r in rows:
-        lines.append(",".join(str(r[c]) for c in REQUESTS_COLUMNS))
-    return "\n".join(lines) + "\n"
+    return ",".join(REQUESTS_COLUMNS) + "\n" + "".join(request_line(r) for r in rows)
+
+
+def request_line(row: dict[str, Any]) -> str:
+    """One requests.csv line (with its newline) of a replayed request."""
+    return ",".join(str(row[c]) for c in REQUESTS_COLUMNS) + "\n"
 
 
 class EventReplayer:

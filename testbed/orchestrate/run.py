@@ -12,7 +12,9 @@ typed inputs and outputs:
                         or a DC pair's RTT is off 2 x its configured delay by > 1 ms)
     run_workload        hold | pp_jobs workers (+ fibre events) | probes + request replay
     collect_records     -> summary.json, probes.csv, network.json, verification.json,
-                           manifest.json in the staged output directory
+                           manifest.json ("finished") in the run directory, which is
+                           there from the start, marked running (testbed.rundir); worker
+                           records (workers/JOB/stageN.jsonl) are appended as they come
 Teardown is the `with` blocks: the controller stops before the network, the network
 before the records are written (its teardown time is part of the summary).
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.analysis.tables import rows_to_csv
-from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
+from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.emu.calibrate import calibrate_network, disabled_record
 from testbed.emu.netinfo import network_info
 from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
@@ -50,7 +52,7 @@ from testbed.orchestrate.ctl_process import ControllerProcess
 from testbed.orchestrate.glue import controller_address
 from testbed.orchestrate.probes import PROBE_FIELDS, PROBE_SECONDS, measure_lightpaths
 from testbed.progress import say
-from testbed.records import write_manifest
+from testbed.rundir import RunDir, run_dir
 from testbed.spec import Scenario
 
 log = logging.getLogger(__name__)
@@ -93,7 +95,8 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
     t0 = time.monotonic()
     rp = build_run_plan(scenario)  # InputError before anything is created
     out_dir = Path(out_dir)
-    with staged_dir(out_dir) as stage, sigterm_as_interrupt():
+    with run_dir(out_dir, scenario, BACKEND) as rd, sigterm_as_interrupt():
+        stage = out_dir = rd.path  # the run's directory from the start (testbed.rundir)
         net = bring_network_up(rp, opts.link_mode)
         say(f"emu: build: {len(rp.plan.lightpaths)} lightpaths, hosts and switches ...",
             opts.quiet)
@@ -108,7 +111,7 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
             work = run_workload(rp, net, ctl, stage, info, out_dir, opts, mon)
             mon.flush()  # the last state scraped before Prometheus stops
         say("emu: teardown: network removed", opts.quiet)
-        return collect_records(rp, net, ctl, stage, info, check, work, time.monotonic() - t0)
+        return collect_records(rp, net, ctl, rd, info, check, work, time.monotonic() - t0)
 
 
 def build_run_plan(scenario: Scenario) -> RunPlan:
@@ -301,9 +304,10 @@ def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork,
 
 
 def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
-                    stage: Path, info: dict[str, Any], check: dict[str, Any],
+                    rd: RunDir, info: dict[str, Any], check: dict[str, Any],
                     work: WorkloadResult, wall_s: float) -> dict[str, Any]:
-    """Write the run records into the staged directory; return the summary."""
+    """Write the run records into the run directory, mark it finished; the summary."""
+    stage = rd.path
     atomic_write_json(stage / "network.json", info, mode=secret_mode(info))
     atomic_write_text(stage / "probes.csv", rows_to_csv(work.probes, PROBE_FIELDS))
     atomic_write_json(stage / "verification.json", check)
@@ -315,14 +319,12 @@ def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
     summary["prometheus"] = info["prometheus"]
     summary.update(work.summary)
     atomic_write_json(stage / "summary.json", summary)
-    write_manifest(stage, rp.scenario, BACKEND, link_mode=net.link_mode,
-                   datapath=net.datapath, **net.plan.scale.as_record(),
-                   kernel_features={"netem": netem_available(),
-                                    "ovs_kernel_datapath": ovs_kernel_datapath()},
-                   forwarding=summary["forwarding"], controller=summary["controller"],
-                   records=["summary.json", "probes.csv", "network.json",
-                            "verification.json"]
-                   + (["requests.csv"] if (stage / "requests.csv").exists() else []))
+    rd.finish(link_mode=net.link_mode, datapath=net.datapath, **net.plan.scale.as_record(),
+              kernel_features={"netem": netem_available(),
+                               "ovs_kernel_datapath": ovs_kernel_datapath()},
+              forwarding=summary["forwarding"], controller=summary["controller"],
+              records=["summary.json", "probes.csv", "network.json", "verification.json"]
+              + (["requests.csv"] if (stage / "requests.csv").exists() else []))
     return summary
 
 

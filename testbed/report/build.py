@@ -36,11 +36,24 @@ def detect_kind(run_dir: Path) -> str:
                      "(no manifest.json, summary.json or sweep.json)")
 
 
+def check_finished(path: Path, kind: str) -> None:
+    """InputError (one line: its status and partial records) for a run that did not
+    finish: a report of a partial run would pass for a whole one."""
+    from testbed.rundir import describe_unfinished
+
+    for d in ((path / "sim", path / "emu") if kind == "both" else (path,)):
+        why = describe_unfinished(d)
+        if why is not None:
+            raise InputError("DIR", f"{why}; no report for an unfinished run (its records "
+                             "are CSV files with a header: read them directly)")
+
+
 def build_report(run_dir: str | Path) -> Path:
     """Write run_dir/report.html (self-contained) and return its path."""
     given = str(run_dir)
     path = Path(run_dir)
     kind = detect_kind(path)
+    check_finished(path, kind)
     secs: list[Section]
     if kind == "sweep":
         secs = sections.sweep(path)

@@ -79,8 +79,10 @@ def prometheus_figures(run_dir: Path) -> list[Figure]:
         return []
     man = read_json(run_dir / "manifest.json") or {}
     summ = read_json(run_dir / "summary.json") or {}
+    # (the manifest is written when the run starts, and again with ended_unix_s at its end)
     start = float(man.get("started_unix_s") or 0.0)
-    end = start + float(summ.get("wall_s") or 0.0) if start else 0.0
+    end = float(man.get("ended_unix_s") or 0.0) or (
+        start + float(summ.get("wall_s") or 0.0) if start else 0.0)
     with tempfile.TemporaryDirectory(prefix="lightpipe-report-") as tmp:
         try:
             srv = _serve(tsdb, Path(tmp))

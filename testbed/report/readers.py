@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -17,11 +18,14 @@ def read_json(path: Path) -> Any:
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows; a torn last line (a run killed while writing it) is ignored."""
+    from testbed.rundir import complete_text
+
     try:
-        with path.open(newline="") as fh:
-            return list(csv.DictReader(fh))
+        text = complete_text(path)
     except OSError:
         return []
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def num(value: Any) -> float:

@@ -17,12 +17,13 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from testbed.errors import InputError
 from testbed.optical.network import NO_PATH, NO_REACH, NO_SPECTRUM, OpticalNetwork, PathInfo
 from testbed.optical.spectrum import choose_start, shift_plan
 from testbed.progress import progress
+from testbed.rundir import RecordStream
 from testbed.sim.requests import Request, count_trace_rows, poisson_requests, read_request_trace
 from testbed.sim.stats import batch_means_ci95, batch_sizes
 from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 REQUESTS_COLUMNS = ("id", "src", "dst", "bitrate", "path", "modulation", "first_slot",
                     "slots", "accepted", "reason", "arrival_s", "holding_s")
 DEFAULT_BATCHES = 20
+FLUSH_S = 0.5  # requests.csv reaches the OS at least this often (the loop runs ~1e5/s)
 
 # A candidate: (spectra, n_slots, shifts, path, "a-b-c", modulation)
 _Cand = tuple[tuple[int, ...], int, tuple[int, ...], PathInfo, str, str]
@@ -107,9 +109,11 @@ def request_stream(scenario: Scenario, net: OpticalNetwork) -> tuple[Iterator[Re
     return poisson_requests(wl, _endpoints(scenario, net), random.Random(wl.seed)), wl.requests
 
 
-def simulate_lightpaths(scenario: Scenario, requests_csv: Path | None = None,
+def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | None = None,
                         quiet: bool = True, batches: int = DEFAULT_BATCHES) -> dict[str, Any]:
-    """Run the scenario's lightpath traffic; stream requests.csv; return the summary dict."""
+    """Run the scenario's lightpath traffic; stream requests.csv (a path, or an open
+    RecordStream of a run directory, handed to the OS every half second); return the
+    summary dict."""
     wall0 = time.perf_counter()
     net = OpticalNetwork.from_scenario(scenario)
     stream, total = request_stream(scenario, net)
@@ -117,30 +121,32 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | None = None,
     assert isinstance(wl, LightpathRequestsWorkload)
     policy = scenario.policy.spectrum
     router = _Router(net, policy, random.Random(f"{wl.seed}:spectrum"))
-    fh: IO[str] | None = None
-    if requests_csv is not None:
-        fh = open(requests_csv, "w", encoding="utf-8", newline="", buffering=1 << 20)
-        fh.write(",".join(REQUESTS_COLUMNS) + "\n")
+    out: RecordStream | None = None
+    if isinstance(requests_csv, RecordStream):
+        out = requests_csv
+    elif requests_csv is not None:
+        out = RecordStream(Path(requests_csv), REQUESTS_COLUMNS, flush_s=FLUSH_S,
+                           buffer_bytes=1 << 20)
     try:
         with progress(total, "simulating requests", quiet) as bar:
             stats = _loop(net, router, stream, total, sorted(scenario.events,
-                          key=lambda e: e.at_s), fh, bar, batches)
+                          key=lambda e: e.at_s), out, bar, batches)
     finally:
-        if fh is not None:
-            fh.close()
+        if out is not None and out is not requests_csv:
+            out.close()
     wall = time.perf_counter() - wall0
     return _summary(scenario, net, stats, wall)
 
 
 def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total: int,
-          events: list[EventSpec], fh: IO[str] | None, bar: Any, n_batches: int
+          events: list[EventSpec], out: RecordStream | None, bar: Any, n_batches: int
           ) -> dict[str, Any]:
     occ, busy, blocked_m = net.slot_masks()
     full = net.full
     first_fit = router.policy == "first_fit"
     last_fit = router.policy == "last_fit"
     table = router.table
-    write = fh.write if fh is not None else None
+    write = out.fh.write if out is not None else None  # (RecordStream.write_line, unwrapped)
     push, pop = heapq.heappush, heapq.heappop
     heap: list[tuple[float, int, list[Any]]] = []  # (departure_s, id, live entry)
     inf = math.inf
@@ -249,6 +255,8 @@ def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total
         if tick == 4096:
             bar.advance(tick)
             tick = 0
+            if out is not None:
+                out.tick()  # complete lines reach the file every FLUSH_S
     bar.advance(tick)
     if n_req != total:  # a trace whose row count changed under us; keep what ran
         log.warning("expected %d requests, simulated %d", total, n_req)
