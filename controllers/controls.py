@@ -98,7 +98,8 @@ class RunControls:
         return desc
 
     def _recorded(self, pid: int, name: str) -> bool:
-        """Whether pid is the run's live process `name` (state.json, same start time)."""
+        """Whether pid is the run's live fibre node `name` (state.json: role, name and
+        start time as recorded)."""
         from testbed.emu.state import RunState, proc_start_ticks
 
         assert self.state_dir is not None
@@ -106,8 +107,8 @@ class RunControls:
             st = RunState.load(self.state_dir)
         except (OSError, ValueError, TypeError, KeyError):
             return False
-        return any(p.pid == pid and p.name == name and proc_start_ticks(pid) == p.start_ticks
-                   for p in st.procs)
+        return any(p.pid == pid and p.name == name and p.role == "middle-shell"
+                   and proc_start_ticks(pid) == p.start_ticks for p in st.procs)
 
 
 def check_layout_controls(layout: Any, controls: RunControls) -> None:

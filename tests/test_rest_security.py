@@ -235,7 +235,7 @@ def test_controls_checked_against_the_run_state(tmp_path: Path) -> None:
             for control in refused:
                 status, reply = _put_layout(api, _layout_with(control))
                 assert status == 422, (control, reply)
-            st.add_proc(os.getpid(), "node-shell", "lp00abf1")  # now the run's node
+            st.add_proc(os.getpid(), "middle-shell", "lp00abf1")  # now the run's node
             for control in (f"netem:{good}", f"{d}/lp00abf2.sock"):
                 status, reply = _put_layout(api, _layout_with(control))
                 assert status == 200, (control, reply)
