@@ -28,7 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from controllers.apiguard import LOCAL_NAMES, Guard
+from controllers.apiguard import HEADER_TIMEOUT_S, LOCAL_NAMES, Guard, HeaderTimeoutH11
 from controllers.core import ControllerCore, RequestError
 from controllers.jobs import JobService
 from controllers.layout import Layout
@@ -444,7 +444,8 @@ class RestApi:
     def __init__(self, core: ControllerCore, host: str = "127.0.0.1", port: int = 8080,
                  token: str | None = None, jobs: JobService | None = None,
                  on_layout: Callable[[Layout], None] | None = None,
-                 sock: socket.socket | None = None) -> None:
+                 sock: socket.socket | None = None,
+                 header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
         if not token:
             raise ValueError("the REST API needs a bearer token")
         self.core = core
@@ -455,11 +456,13 @@ class RestApi:
         self.app = create_app(core, self.jobs, token, on_layout or core.set_layout,
                               time.time())
         guarded = Guard(self.app, token, allowed_hosts(self.host))
+        protocol = type("HeaderTimeoutH11", (HeaderTimeoutH11,),
+                        {"header_timeout_s": header_timeout_s})
         config = uvicorn.Config(
-            guarded, http="h11", ws="none", lifespan="off", loop="asyncio", log_config=None,
-            access_log=False, backlog=LISTEN_BACKLOG, timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S,
-            timeout_graceful_shutdown=2, h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-            server_header=False)
+            guarded, http=protocol, ws="none", lifespan="off", loop="asyncio",
+            log_config=None, access_log=False, backlog=LISTEN_BACKLOG,
+            timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S, timeout_graceful_shutdown=2,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES, server_header=False)
         self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 

@@ -11,7 +11,9 @@ documented 4xx, never a 500:
     a body that does not arrive within BODY_TIMEOUT_S                        408
     invalid UTF-8/JSON, nesting deeper than MAX_JSON_DEPTH, an integer longer than
     MAX_INT_DIGITS digits, NaN/Infinity, or not a JSON object                 400
-The body, once checked, is handed on unchanged.
+The body, once checked, is handed on unchanged. `HeaderTimeoutH11` (the server's HTTP
+protocol) closes a connection whose request headers do not arrive within
+HEADER_TIMEOUT_S (uvicorn's own time-out covers idle keep-alive connections only).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -33,6 +37,7 @@ MAX_BODY_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
 MAX_INT_DIGITS = 24  # a dpid is < 2**64 (20 digits)
 BODY_TIMEOUT_S = 10.0
+HEADER_TIMEOUT_S = 10.0
 OPEN_PATHS = frozenset({("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/metrics")})
 MUTATING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
@@ -212,3 +217,43 @@ async def _reply(send: Send, status: int, message: str) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+class HeaderTimeoutH11(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection that is waiting for request headers
+    for longer than HEADER_TIMEOUT_S (a slow client holds a socket, not forever)."""
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def _waiting_for_headers(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._expire)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _expire(self) -> None:
+        self._header_timer = None
+        if self._waiting_for_headers():
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._waiting_for_headers():
+            self._arm()
+        else:
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)

@@ -180,6 +180,33 @@ def test_slow_client_does_not_block_others(api: Any) -> None:
             s.close()
 
 
+def test_stalled_headers_are_cut_off(tmp_path: Path) -> None:
+    """A client that never finishes its headers is disconnected after the header
+    time-out (here 0.5 s); uvicorn alone would keep it forever."""
+    from controllers.api import RestApi
+    from controllers.core import ControllerCore
+    from controllers.store import Store
+
+    sc = small_scenario()
+    core = ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc))
+    api = RestApi(core, port=0, token=TOKEN, header_timeout_s=0.5)
+    api.serve()
+    try:
+        s = socket.create_connection((api.host, api.port))
+        s.settimeout(20)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert s.recv(100) == b""  # closed by the server, without an answer
+        s.close()
+        # a client that sends a whole request in time is answered (and kept alive)
+        s = socket.create_connection((api.host, api.port))
+        s.settimeout(20)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 200")
+        s.close()
+    finally:
+        api.close()
+
+
 # ---- layout controls: only the run's own --------------------------------------------------
 def _run_state(tmp_path: Path, prefix: str = "lp00ab") -> tuple[Path, RunState]:
     d = tmp_path / prefix
