@@ -104,11 +104,28 @@ def parse_body(data: bytes) -> dict[str, Any]:
 
 def host_name(value: str) -> str:
     """The host part of a Host header ('[::1]:8080' -> '::1'), lower case."""
+    return host_port(value)[0]
+
+
+def host_port(value: str) -> tuple[str, int]:
+    """(host, port) of a Host header or an origin's netloc; port 80 if not given, -1 if
+    malformed."""
     try:
-        got = urlsplit("//" + value).hostname
+        parts = urlsplit("//" + value)
+        return (parts.hostname or "").lower(), parts.port or 80
     except ValueError:
-        got = None
-    return (got or "").lower()
+        return "", -1
+
+
+def _origin(value: str) -> tuple[str, int]:
+    """(host, port) of an Origin header; only http origins can be this server's."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "", -1
+    if parts.scheme != "http":
+        return "", -1
+    return host_port(parts.netloc)
 
 
 class Guard:
@@ -151,7 +168,7 @@ class Guard:
         if method in MUTATING:
             origin = headers.get(b"origin")
             if origin is not None and origin != b"null" and (
-                    host_name(urlsplit(origin.decode("latin-1")).netloc) != name):
+                    _origin(origin.decode("latin-1")) != host_port(host.decode("latin-1"))):
                 raise Refused(403, "cross-origin request refused")
             if origin == b"null" or headers.get(b"sec-fetch-site") == b"cross-site":
                 raise Refused(403, "cross-site request refused")

@@ -98,7 +98,8 @@ def test_json_only_415_and_nothing_created(api: Any) -> None:
 
 
 def test_foreign_origin_403_on_mutations(api: Any) -> None:
-    for origin in ("http://evil.example", "null", "http://127.0.0.1.evil.example"):
+    for origin in ("http://evil.example", "null", "http://127.0.0.1.evil.example",
+                   "http://127.0.0.1:1", f"https://127.0.0.1:{api.port}"):
         status, _ = raw(api, "POST", "/failures", json.dumps({"link": ["A", "B"]}).encode(),
                         auth({"Origin": origin}))
         assert status == 403
