@@ -304,11 +304,12 @@ def create_app(core: ControllerCore, jobs: JobService, token: str,
         return {"fibres": core.spectrum()}
 
     @app.get("/lightpaths", summary="live lightpaths", response_model=LightpathList,
-             dependencies=guarded)
+             response_model_exclude_unset=True, dependencies=guarded)
     def list_lightpaths() -> dict[str, Any]:
         return {"lightpaths": core.lightpaths()}
 
     @app.post("/lightpaths", status_code=201, response_model=LightpathView,
+              response_model_exclude_unset=True,
               dependencies=guarded, summary="set up a lightpath (route, slots, modulation, "
               "capacity, VLAN id in the reply); 409 when blocked")
     def create_lightpath(req: LightpathRequest) -> dict[str, Any]:
@@ -317,12 +318,14 @@ def create_app(core: ControllerCore, jobs: JobService, token: str,
                             dst_host=req.dst_host, vid=req.vid)
 
     @app.get("/lightpaths/{id}", summary="one lightpath", response_model=LightpathView,
+             response_model_exclude_unset=True,
              dependencies=guarded)
     def get_lightpath(id: LpId) -> dict[str, Any]:
         return core.lightpath(id)
 
     @app.delete("/lightpaths/{id}", summary="tear a lightpath down",
-                response_model=LightpathView, dependencies=guarded)
+                response_model=LightpathView, response_model_exclude_unset=True,
+                dependencies=guarded)
     def delete_lightpath(id: LpId) -> dict[str, Any]:
         return core.delete(id)
 

@@ -38,7 +38,9 @@ def test_lightpath_lifecycle(api: RestApi) -> None:
     assert status == 201
     for key in ("nodes", "slots", "modulation", "capacity_gbps", "vid"):
         assert key in lp
-    assert call(api, "GET", f"/lightpaths/{lp['id']}")[1]["vid"] == lp["vid"]
+    got = call(api, "GET", f"/lightpaths/{lp['id']}")[1]
+    assert got == {k: v for k, v in lp.items() if k != "setup_s"}  # same keys, no nulls added
+    assert call(api, "GET", "/lightpaths")[1]["lightpaths"] == [got]
     status, spec = call(api, "GET", "/spectrum")
     used = {(f["u"], f["v"]): f["used"] for f in spec["fibres"]}
     assert used[("A", "B")] == lp["slots"]
