@@ -1,25 +1,34 @@
-"""Northbound REST API (JSON over HTTP, threaded server, optional bearer token, OpenAPI).
+"""Northbound REST API: FastAPI on uvicorn, in its own thread inside the controller process.
 
-Runs in its own threads inside the controller process and calls `ControllerCore`.
-Every error is a JSON `{"error": "..."}` with a 4xx status; handler exceptions never
-reach the server loop.
+Each route stands next to its handler with typed request and response models; FastAPI
+derives GET /openapi.json from them, so the document cannot drift from the code. In
+front of the app, `controllers.apiguard.Guard` enforces Host/Origin, the bearer token
+(always set: every path but /health, /openapi.json and /metrics needs it), JSON-only
+bounded bodies. Every error is a JSON `{"error": "..."}` (plus `reason` where the
+controller has one) with a 4xx status; handlers run in uvicorn's worker threads and call
+`ControllerCore` (which takes its own lock).
 """
 
 from __future__ import annotations
 
 import hmac
-import json
+import ipaddress
 import logging
-import re
 import socket
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import uvicorn
+from fastapi import FastAPI, Path, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
+from controllers.apiguard import HEADER_TIMEOUT_S, LOCAL_NAMES, Guard, HeaderTimeoutH11
 from controllers.core import ControllerCore, RequestError
 from controllers.jobs import JobService
 from controllers.layout import Layout
@@ -27,8 +36,17 @@ from testbed.spec.models import SPECTRUM_POLICIES
 
 log = logging.getLogger("lightpipe.controller.api")
 
-MAX_BODY_BYTES = 1 << 20
-API_VERSION = "1"
+API_VERSION = "2"
+LISTEN_BACKLOG = 2048
+KEEP_ALIVE_TIMEOUT_S = 5
+MAX_HEADER_BYTES = 16 * 1024
+MAX_ID = 999_999_999
+
+
+BEARER = HTTPBearer(auto_error=False, description="the token in the controller's token "
+                    "file (--token-file, or DB.token)")
+LpId = Annotated[int, Path(ge=0, le=MAX_ID, description="lightpath id")]
+JobId = Annotated[int, Path(ge=0, le=MAX_ID, description="job id")]
 
 
 class _Body(BaseModel):
@@ -44,8 +62,9 @@ class LightpathRequest(_Body):
     slots: Annotated[int, Field(ge=1, le=4096)] | None = None
     policy: Literal["first_fit", "last_fit", "random_fit", "best_fit"] | None = Field(
         default=None, description="spectrum policy (default: the scenario's)")
-    src_host: str | None = Field(default=None, description="carry only this host pair")
-    dst_host: str | None = None
+    src_host: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None, description="carry only this host pair")
+    dst_host: Annotated[str, Field(max_length=64)] | None = None
     vid: Annotated[int, Field(ge=2, le=4094)] | None = Field(
         default=None, description="ask for this VLAN id (default: the lowest free one)")
 
@@ -53,7 +72,8 @@ class LightpathRequest(_Body):
 class FibreEvent(_Body):
     """POST /failures (cut) or POST /repairs: a fibre by its two end nodes."""
 
-    link: Annotated[list[str], Field(min_length=2, max_length=2)]
+    link: Annotated[list[Annotated[str, Field(max_length=64)]],
+                    Field(min_length=2, max_length=2)]
 
 
 class JobRequest(_Body):
@@ -63,9 +83,10 @@ class JobRequest(_Body):
     stages: Annotated[int, Field(ge=1, le=1024)] = 4
     gpus_per_stage: Annotated[int, Field(ge=1, le=65_536)] = 8
     microbatches: Annotated[int, Field(ge=1, le=100_000)] = 8
-    iterations: Annotated[int, Field(ge=1)] = 100
-    policy: str | None = Field(default=None, description="placement policy "
-                               "(default: the scenario's policy.placement)")
+    iterations: Annotated[int, Field(ge=1, le=10**9)] = 100
+    policy: Annotated[str, Field(max_length=64)] | None = Field(
+        default=None, description="placement policy (default: the scenario's "
+        "policy.placement)")
     schedule: Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "crosspipe-greedy",
                       "crosspipe-opt", "geopipe"] | None = Field(
         default=None, description="pipeline schedule (default: the scenario's)")
@@ -90,354 +111,384 @@ class RoutingPolicyRequest(_Body):
     policy: Annotated[str, Field(min_length=1, max_length=32)]
 
 
-def _error_text(exc: ValidationError) -> str:
+# ---- replies (documented in /openapi.json; extra keys pass through) -----------------------
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorReply(BaseModel):
+    """Every 4xx: what was wrong, and for a blocked request the reason code."""
+
+    error: str
+    reason: str | None = None
+
+
+class Health(_Reply):
+    status: Literal["ok"]
+    lightpaths: int
+    layout: bool
+    switches: list[int]
+    synced: list[int]
+    uptime_s: float
+
+
+class LightpathView(_Reply):
+    """A lightpath: route, spectrum, modulation, capacity, VLAN id."""
+
+    id: int
+    vid: int
+    src_dc: str
+    dst_dc: str
+    src_host: str | None = None
+    dst_host: str | None = None
+    bitrate_gbps: float | None = None
+    slots_req: int | None = None
+    policy: str
+    nodes: list[str]
+    first_slot: int
+    n_slots: int
+    modulation: str
+    capacity_gbps: float
+    job_id: int | None = None
+    restored: int = 0
+    fibres: list[list[str]]
+    slots: list[int]
+    length_km: float | None = None
+    latency_ms: float | None = None
+    setup_s: float | None = Field(default=None, description="set-up time (POST only)")
+
+
+class LightpathList(_Reply):
+    lightpaths: list[LightpathView]
+
+
+class FibreSpectrum(_Reply):
+    u: str
+    v: str
+    slots: int
+    used: list[int]
+    occupancy: str
+    failed: bool
+
+
+class Spectrum(_Reply):
+    fibres: list[FibreSpectrum]
+
+
+class Topology(_Reply):
+    name: str
+    nodes: list[str]
+    fibres: list[dict[str, Any]]
+    dcs: list[dict[str, Any]]
+    slots: int
+    k_paths: int
+    hosts: list[dict[str, Any]]
+
+
+class RestorationReply(_Reply):
+    fibre: list[str]
+    restored: list[int]
+    lost: list[int]
+    restoration_s: float
+
+
+class RepairReply(_Reply):
+    fibre: list[str]
+    failed: Literal[False]
+
+
+class JobList(_Reply):
+    jobs: list[dict[str, Any]]
+
+
+class LayoutReply(_Reply):
+    switches: int
+    hosts: int
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorReply, "description": why} for code, why in (
+        (400, "bad request (malformed JSON, bad value, Host missing)"),
+        (401, "missing or wrong bearer token"),
+        (403, "cross-site request"),
+        (404, "no such resource"),
+        (405, "method not allowed"),
+        (408, "body not received in time"),
+        (409, "blocked or conflicting (see `reason`)"),
+        (413, "body too large"),
+        (415, "body is not application/json"),
+        (421, "Host is not this server"),
+        (422, "the body does not fit the schema, or the state refuses it"),
+        (503, "the controller cannot complete the request now"))}
+
+
+def _error_text(exc: RequestValidationError) -> str:
     e = exc.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"]) or "body"
-    return f"{loc}: {e['msg']}"
+    loc = [str(x) for x in e.get("loc", ())]
+    if loc and loc[0] == "body":
+        loc = loc[1:]
+    return f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}"
+
+
+def create_app(core: ControllerCore, jobs: JobService, token: str,
+               on_layout: Callable[[Layout], None], started_s: float) -> FastAPI:
+    """The FastAPI app: routes, models, error shape (without the Guard)."""
+    app = FastAPI(
+        title="LightPipe SDN controller", version=API_VERSION, docs_url=None, redoc_url=None,
+        openapi_url="/openapi.json", responses=ERRORS,
+        description="Lightpaths with routing and spectrum assignment (policies: "
+        f"{', '.join(SPECTRUM_POLICIES)}), restoration, pipeline jobs, flow routing. "
+        "Every path except /health, /openapi.json and /metrics needs "
+        "`Authorization: Bearer <token>`; bodies are JSON objects.")
+    expected = token
+
+    def auth(cred: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]) -> None:
+        if cred is None or not hmac.compare_digest(cred.credentials.encode(),
+                                                   expected.encode()):
+            raise RequestError(401, "missing or wrong bearer token")
+
+    guarded = [Security(auth)]
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_req: Request, exc: RequestError) -> JSONResponse:
+        body: dict[str, Any] = {"error": exc.message}
+        if exc.reason:
+            body["reason"] = exc.reason
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
+        if any(e.get("loc", ("",))[0] == "path" for e in exc.errors()):
+            return JSONResponse({"error": f"no such resource {req.url.path!r}"}, 404)
+        return JSONResponse({"error": _error_text(exc)}, 422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(req: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            msg = f"no such resource {req.url.path!r} (see GET /openapi.json)"
+        elif exc.status_code == 405:
+            msg = f"{req.method} not allowed on {req.url.path}"
+        else:
+            msg = str(exc.detail)
+        return JSONResponse({"error": msg}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal(req: Request, exc: Exception) -> JSONResponse:
+        log.exception("REST %s %s failed", req.method, req.url.path)
+        return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+
+    # ---- open -------------------------------------------------------------------------
+    @app.get("/health", summary="liveness and counts", response_model=Health)
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "lightpaths": len(core.rows), "layout": core.layout is not None,
+                "switches": sorted(getattr(core, "connected", set())),
+                "synced": sorted(getattr(core, "synced", set())),
+                "uptime_s": round(time.time() - started_s, 3)}
+
+    @app.get("/metrics", summary="Prometheus metrics (text exposition format)",
+             response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(core.metrics.exposition(),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # ---- optical state and lightpaths -----------------------------------------------------
+    @app.get("/topology", summary="nodes, fibres (with failed state), DCs, hosts",
+             response_model=Topology, dependencies=guarded)
+    def topology() -> dict[str, Any]:
+        return core.topology()
+
+    @app.get("/spectrum", summary="slot occupancy per fibre", response_model=Spectrum,
+             dependencies=guarded)
+    def spectrum() -> dict[str, Any]:
+        return {"fibres": core.spectrum()}
+
+    @app.get("/lightpaths", summary="live lightpaths", response_model=LightpathList,
+             response_model_exclude_unset=True, dependencies=guarded)
+    def list_lightpaths() -> dict[str, Any]:
+        return {"lightpaths": core.lightpaths()}
+
+    @app.post("/lightpaths", status_code=201, response_model=LightpathView,
+              response_model_exclude_unset=True,
+              dependencies=guarded, summary="set up a lightpath (route, slots, modulation, "
+              "capacity, VLAN id in the reply); 409 when blocked")
+    def create_lightpath(req: LightpathRequest) -> dict[str, Any]:
+        return core.request(req.src_dc, req.dst_dc, bitrate_gbps=req.bitrate_gbps,
+                            slots=req.slots, policy=req.policy, src_host=req.src_host,
+                            dst_host=req.dst_host, vid=req.vid)
+
+    @app.get("/lightpaths/{id}", summary="one lightpath", response_model=LightpathView,
+             response_model_exclude_unset=True,
+             dependencies=guarded)
+    def get_lightpath(id: LpId) -> dict[str, Any]:
+        return core.lightpath(id)
+
+    @app.delete("/lightpaths/{id}", summary="tear a lightpath down",
+                response_model=LightpathView, response_model_exclude_unset=True,
+                dependencies=guarded)
+    def delete_lightpath(id: LpId) -> dict[str, Any]:
+        return core.delete(id)
+
+    @app.post("/failures", summary="cut a fibre: re-route its lightpaths or drop them",
+              response_model=RestorationReply, dependencies=guarded)
+    def cut(ev: FibreEvent) -> dict[str, Any]:
+        return core.fail_fibre(*ev.link).to_dict()
+
+    @app.post("/repairs", summary="repair a fibre", response_model=RepairReply,
+              dependencies=guarded)
+    def repair(ev: FibreEvent) -> dict[str, Any]:
+        core.repair_fibre(*ev.link)
+        return {"fibre": ev.link, "failed": False}
+
+    # ---- pipeline jobs ----------------------------------------------------------------
+    @app.get("/jobs", summary="placed pipeline jobs", response_model=JobList,
+             dependencies=guarded)
+    def list_jobs() -> dict[str, Any]:
+        return {"jobs": jobs.list()}
+
+    @app.post("/jobs", status_code=201, response_model=dict[str, Any], dependencies=guarded,
+              summary="place a pipeline job and set up its lightpaths")
+    def create_job(req: JobRequest) -> dict[str, Any]:
+        return jobs.place(req)
+
+    @app.get("/jobs/{id}", summary="one placed job (its lightpaths as they are now)",
+             response_model=dict[str, Any], dependencies=guarded)
+    def get_job(id: JobId) -> dict[str, Any]:
+        return jobs.get(id)
+
+    @app.delete("/jobs/{id}", summary="remove a job (frees GPUs and lightpaths)",
+                response_model=dict[str, Any], dependencies=guarded)
+    def delete_job(id: JobId) -> dict[str, Any]:
+        return jobs.remove(id)
+
+    # ---- flow routing in the DC fabrics -------------------------------------------------
+    @app.get("/routing", response_model=dict[str, Any], dependencies=guarded,
+             summary="flow routing: policy, jobs, per-flow paths and rates, failed fabric "
+             "links, last re-route; `wan`: which lightpath each cross-DC job flow takes")
+    def get_routing() -> dict[str, Any]:
+        return core.routing_view()
+
+    @app.put("/routing", response_model=dict[str, Any], dependencies=guarded,
+             summary="choose the flow routing policy (re-routes every flow)")
+    def put_routing(req: RoutingPolicyRequest) -> dict[str, Any]:
+        return core.routing_call("set_policy", req.policy)
+
+    @app.post("/routing/jobs", status_code=201, response_model=dict[str, Any],
+              dependencies=guarded, summary="register a ring all-reduce job (its flows "
+              "are routed and installed)")
+    def create_routing_job(req: RoutingJobRequest) -> dict[str, Any]:
+        return core.routing_call("register", req.members, req.buffer_bytes)
+
+    @app.delete("/routing/jobs/{id}", response_model=dict[str, Any],
+                dependencies=guarded, summary="unregister a job (re-routes the rest)")
+    def delete_routing_job(id: JobId) -> dict[str, Any]:
+        return core.routing_call("unregister", id)
+
+    # ---- data-plane layout ------------------------------------------------------------
+    @app.get("/layout", summary="the data-plane layout", response_model=Layout,
+             dependencies=guarded)
+    def get_layout() -> dict[str, Any]:
+        ix = core.layout
+        if ix is None:
+            raise RequestError(404, "no layout yet (PUT /layout or --layout FILE)")
+        return ix.layout.model_dump()
+
+    @app.put("/layout", summary="set the data-plane layout and program the switches "
+             "(every link control must be one of the run's own)",
+             response_model=LayoutReply, dependencies=guarded)
+    def put_layout(layout: Layout) -> dict[str, Any]:
+        try:
+            on_layout(layout)
+        except ValueError as exc:
+            raise RequestError(422, str(exc)) from None
+        return {"switches": len(layout.switches), "hosts": len(layout.hosts)}
+
+    return app
+
+
+def allowed_hosts(host: str) -> frozenset[str] | None:
+    """Host names a request may address when bound to `host` (None: any, wildcard)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return LOCAL_NAMES | {host.lower()}
+    if ip.is_unspecified:
+        return None
+    return LOCAL_NAMES | {str(ip)}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is loopback only (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket bound by this process (port 0: any free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class RestApi:
-    """Route table + server; `serve()` starts it in a daemon thread."""
+    """The app behind its Guard, served by uvicorn; `serve()` starts it in a daemon thread."""
 
     def __init__(self, core: ControllerCore, host: str = "127.0.0.1", port: int = 8080,
                  token: str | None = None, jobs: JobService | None = None,
                  on_layout: Callable[[Layout], None] | None = None,
-                 sock: socket.socket | None = None) -> None:
+                 sock: socket.socket | None = None,
+                 header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
+        if not token:
+            raise ValueError("the REST API needs a bearer token")
         self.core = core
         self.token = token
         self.jobs = jobs if jobs is not None else JobService(core)
-        self.on_layout = on_layout or core.set_layout
-        self.started_s = time.time()
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            server_version = "lightpipe-controller"
-
-            def log_message(self, fmt: str, *args: Any) -> None:
-                log.debug("%s " + fmt, self.address_string(), *args)
-
-            def do_GET(self) -> None:
-                api.handle(self, "GET")
-
-            def do_POST(self) -> None:
-                api.handle(self, "POST")
-
-            def do_PUT(self) -> None:
-                api.handle(self, "PUT")
-
-            def do_DELETE(self) -> None:
-                api.handle(self, "DELETE")
-
-        if sock is None:
-            self.server = ThreadingHTTPServer((host, port), Handler)
-        else:  # a socket bound and listening already (e.g. in another network namespace)
-            self.server = ThreadingHTTPServer(sock.getsockname()[:2], Handler,
-                                              bind_and_activate=False)
-            self.server.socket.close()
-            self.server.socket = sock
-            self.server.server_address = sock.getsockname()[:2]
-        self.server.daemon_threads = True
+        self.sock = sock if sock is not None else bind_listener(host, port)
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.app = create_app(core, self.jobs, token, on_layout or core.set_layout,
+                              time.time())
+        guarded = Guard(self.app, token, allowed_hosts(self.host))
+        protocol = type("HeaderTimeoutH11", (HeaderTimeoutH11,),
+                        {"header_timeout_s": header_timeout_s})
+        config = uvicorn.Config(
+            guarded, http=protocol, ws="none", lifespan="off", loop="asyncio",
+            log_config=None, access_log=False, backlog=LISTEN_BACKLOG,
+            timeout_keep_alive=KEEP_ALIVE_TIMEOUT_S, timeout_graceful_shutdown=2,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES, server_header=False)
+        self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
-    def serve(self) -> None:
-        self.thread = threading.Thread(target=self.server.serve_forever, name="rest-api",
-                                       daemon=True)
+    def serve(self, timeout_s: float = 10.0) -> None:
+        """Start serving in a daemon thread; return once uvicorn listens."""
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="rest-api", daemon=True)
         self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started and self.thread.is_alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"REST API did not start within {timeout_s:.0f} s")
+            time.sleep(0.01)
+        if not self.server.started:
+            raise RuntimeError("REST API server thread ended at start-up")
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    # ---- dispatch ------------------------------------------------------------------
-    ROUTES: ClassVar[list[tuple[str, re.Pattern[str], str]]] = [
-        ("GET", re.compile(r"^/health$"), "health"),
-        ("GET", re.compile(r"^/openapi\.json$"), "openapi"),
-        ("GET", re.compile(r"^/metrics$"), "metrics"),
-        ("GET", re.compile(r"^/topology$"), "topology"),
-        ("GET", re.compile(r"^/spectrum$"), "spectrum"),
-        ("GET", re.compile(r"^/lightpaths$"), "list_lightpaths"),
-        ("POST", re.compile(r"^/lightpaths$"), "create_lightpath"),
-        ("GET", re.compile(r"^/lightpaths/(\d{1,9})$"), "get_lightpath"),
-        ("DELETE", re.compile(r"^/lightpaths/(\d{1,9})$"), "delete_lightpath"),
-        ("POST", re.compile(r"^/failures$"), "cut"),
-        ("POST", re.compile(r"^/repairs$"), "repair"),
-        ("GET", re.compile(r"^/jobs$"), "list_jobs"),
-        ("POST", re.compile(r"^/jobs$"), "create_job"),
-        ("GET", re.compile(r"^/jobs/(\d{1,9})$"), "get_job"),
-        ("DELETE", re.compile(r"^/jobs/(\d{1,9})$"), "delete_job"),
-        ("GET", re.compile(r"^/routing$"), "get_routing"),
-        ("PUT", re.compile(r"^/routing$"), "put_routing"),
-        ("POST", re.compile(r"^/routing/jobs$"), "create_routing_job"),
-        ("DELETE", re.compile(r"^/routing/jobs/(\d{1,9})$"), "delete_routing_job"),
-        ("GET", re.compile(r"^/layout$"), "get_layout"),
-        ("PUT", re.compile(r"^/layout$"), "put_layout"),
-    ]
-    OPEN: ClassVar[set[str]] = {"health", "openapi", "metrics"}
-
-    def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
-        try:
-            status, body = self._dispatch(h, method)
-        except RequestError as exc:
-            status, body = exc.status, {"error": exc.message}
-            if exc.reason:
-                body["reason"] = exc.reason
-        except Exception as exc:  # never let a request kill the server thread
-            log.exception("REST %s %s failed", method, h.path)
-            status, body = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
-        if isinstance(body, bytes):
-            payload, ctype = body, "text/plain; version=0.0.4; charset=utf-8"
-        else:
-            payload, ctype = json.dumps(body).encode(), "application/json"
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", ctype)
-            h.send_header("Content-Length", str(len(payload)))
-            h.end_headers()
-            h.wfile.write(payload)
-        except OSError:  # client went away
-            pass
-
-    def _dispatch(self, h: BaseHTTPRequestHandler, method: str) -> tuple[int, Any]:
-        path = h.path.split("?", 1)[0]
-        allowed = []
-        for m, rx, name in self.ROUTES:
-            match = rx.match(path)
-            if not match:
-                continue
-            allowed.append(m)
-            if m != method:
-                continue
-            if name not in self.OPEN:
-                self._auth(h)
-            raw = self._body(h) if method in ("POST", "PUT") else None
-            if method not in ("POST", "PUT"):
-                self._drain(h)
-            return getattr(self, "_" + name)(raw, *match.groups())
-        self._drain(h)
-        if allowed:
-            raise RequestError(405, f"{method} not allowed on {path} "
-                               f"(allowed: {', '.join(allowed)})")
-        raise RequestError(404, f"no such resource {path!r} (see GET /openapi.json)")
-
-    def _auth(self, h: BaseHTTPRequestHandler) -> None:
-        if not self.token:
-            return
-        got = h.headers.get("Authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
-            self._drain(h)
-            raise RequestError(401, "missing or wrong bearer token")
-
-    @staticmethod
-    def _drain(h: BaseHTTPRequestHandler) -> None:
-        n = h.headers.get("Content-Length")
-        if n and n.isdigit() and 0 < int(n) <= MAX_BODY_BYTES:
-            h.rfile.read(int(n))
-        elif n:
-            h.close_connection = True
-
-    @staticmethod
-    def _body(h: BaseHTTPRequestHandler) -> Any:
-        n = h.headers.get("Content-Length")
-        if n is None or not n.isdigit():
-            h.close_connection = True
-            raise RequestError(411, "a JSON body with Content-Length is required")
-        if int(n) > MAX_BODY_BYTES:
-            h.close_connection = True
-            raise RequestError(413, f"body larger than {MAX_BODY_BYTES} bytes")
-        data = h.rfile.read(int(n))
-        try:
-            return json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise RequestError(400, f"body is not valid JSON: {exc}") from None
-
-    @staticmethod
-    def _parse(model: type[BaseModel], raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            raise RequestError(400, "body must be a JSON object")
-        try:
-            return model.model_validate(raw)
-        except ValidationError as exc:
-            raise RequestError(422, _error_text(exc)) from None
-
-    # ---- handlers --------------------------------------------------------------------
-    def _health(self, _raw: Any) -> tuple[int, Any]:
-        c = self.core
-        return 200, {"status": "ok", "lightpaths": len(c.rows), "layout": c.layout is not None,
-                     "switches": sorted(getattr(c, "connected", set())),
-                     "synced": sorted(getattr(c, "synced", set())),
-                     "uptime_s": round(time.time() - self.started_s, 3)}
-
-    def _openapi(self, _raw: Any) -> tuple[int, Any]:
-        return 200, openapi_document()
-
-    def _metrics(self, _raw: Any) -> tuple[int, Any]:
-        return 200, self.core.metrics.exposition()
-
-    def _topology(self, _raw: Any) -> tuple[int, Any]:
-        return 200, self.core.topology()
-
-    def _spectrum(self, _raw: Any) -> tuple[int, Any]:
-        return 200, {"fibres": self.core.spectrum()}
-
-    def _list_lightpaths(self, _raw: Any) -> tuple[int, Any]:
-        return 200, {"lightpaths": self.core.lightpaths()}
-
-    def _create_lightpath(self, raw: Any) -> tuple[int, Any]:
-        req = self._parse(LightpathRequest, raw)
-        return 201, self.core.request(req.src_dc, req.dst_dc, bitrate_gbps=req.bitrate_gbps,
-                                      slots=req.slots, policy=req.policy,
-                                      src_host=req.src_host, dst_host=req.dst_host,
-                                      vid=req.vid)
-
-    def _get_lightpath(self, _raw: Any, lp_id: str) -> tuple[int, Any]:
-        return 200, self.core.lightpath(int(lp_id))
-
-    def _delete_lightpath(self, _raw: Any, lp_id: str) -> tuple[int, Any]:
-        return 200, self.core.delete(int(lp_id))
-
-    def _cut(self, raw: Any) -> tuple[int, Any]:
-        ev = self._parse(FibreEvent, raw)
-        return 200, self.core.fail_fibre(*ev.link).to_dict()
-
-    def _repair(self, raw: Any) -> tuple[int, Any]:
-        ev = self._parse(FibreEvent, raw)
-        self.core.repair_fibre(*ev.link)
-        return 200, {"fibre": ev.link, "failed": False}
-
-    def _list_jobs(self, _raw: Any) -> tuple[int, Any]:
-        return 200, {"jobs": self.jobs.list()}
-
-    def _create_job(self, raw: Any) -> tuple[int, Any]:
-        req = self._parse(JobRequest, raw)
-        return 201, self.jobs.place(req)
-
-    def _get_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
-        return 200, self.jobs.get(int(job_id))
-
-    def _delete_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
-        return 200, self.jobs.remove(int(job_id))
-
-    def _get_routing(self, _raw: Any) -> tuple[int, Any]:
-        return 200, self.core.routing_view()
-
-    def _put_routing(self, raw: Any) -> tuple[int, Any]:
-        req = self._parse(RoutingPolicyRequest, raw)
-        return 200, self.core.routing_call("set_policy", req.policy)
-
-    def _create_routing_job(self, raw: Any) -> tuple[int, Any]:
-        req = self._parse(RoutingJobRequest, raw)
-        return 201, self.core.routing_call("register", req.members, req.buffer_bytes)
-
-    def _delete_routing_job(self, _raw: Any, job_id: str) -> tuple[int, Any]:
-        return 200, self.core.routing_call("unregister", int(job_id))
-
-    def _get_layout(self, _raw: Any) -> tuple[int, Any]:
-        ix = self.core.layout
-        if ix is None:
-            raise RequestError(404, "no layout yet (PUT /layout or --layout FILE)")
-        return 200, ix.layout.model_dump()
-
-    def _put_layout(self, raw: Any) -> tuple[int, Any]:
-        if not isinstance(raw, dict):
-            raise RequestError(400, "body must be a JSON object")
-        try:
-            layout = Layout.model_validate(raw)
-        except ValidationError as exc:
-            raise RequestError(422, _error_text(exc)) from None
-        try:
-            self.on_layout(layout)
-        except ValueError as exc:
-            raise RequestError(422, str(exc)) from None
-        return 200, {"switches": len(layout.switches), "hosts": len(layout.hosts)}
-
-
-def openapi_document() -> dict[str, Any]:
-    """OpenAPI 3.0 description of the REST API (served at GET /openapi.json)."""
-    def schema(model: type[BaseModel]) -> dict[str, Any]:
-        return model.model_json_schema(ref_template="#/components/schemas/{model}")
-
-    def body(name: str) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{name}"}}}}
-
-    err = {"description": "error", "content": {"application/json": {"schema": {
-        "type": "object", "properties": {"error": {"type": "string"},
-                                         "reason": {"type": "string"}}}}}}
-    ok = {"description": "OK (JSON)"}
-    bad = {"400": err, "401": err, "404": err, "409": err, "422": err}
-    lp_id = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}]
-    paths: dict[str, Any] = {
-        "/health": {"get": {"summary": "liveness and counts", "security": [],
-                            "responses": {"200": ok}}},
-        "/openapi.json": {"get": {"summary": "this document", "security": [],
-                                  "responses": {"200": ok}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics (text format)", "security": [],
-                             "responses": {"200": {"description": "text exposition"}}}},
-        "/topology": {"get": {"summary": "nodes, fibres (with failed state), DCs, hosts",
-                              "responses": {"200": ok}}},
-        "/spectrum": {"get": {"summary": "slot occupancy per fibre", "responses": {"200": ok}}},
-        "/lightpaths": {
-            "get": {"summary": "live lightpaths", "responses": {"200": ok}},
-            "post": {"summary": "set up a lightpath (route, slots, modulation, capacity, "
-                     "VLAN id in the reply); 409 when blocked",
-                     "requestBody": body("LightpathRequest"),
-                     "responses": {"201": ok, **bad}}},
-        "/lightpaths/{id}": {
-            "get": {"summary": "one lightpath", "parameters": lp_id,
-                    "responses": {"200": ok, "404": err}},
-            "delete": {"summary": "tear a lightpath down", "parameters": lp_id,
-                       "responses": {"200": ok, "404": err}}},
-        "/failures": {"post": {"summary": "cut a fibre: re-route its lightpaths or drop them",
-                               "requestBody": body("FibreEvent"),
-                               "responses": {"200": ok, **bad}}},
-        "/repairs": {"post": {"summary": "repair a fibre", "requestBody": body("FibreEvent"),
-                              "responses": {"200": ok, **bad}}},
-        "/jobs": {
-            "get": {"summary": "placed pipeline jobs", "responses": {"200": ok}},
-            "post": {"summary": "place a pipeline job and set up its lightpaths",
-                     "requestBody": body("JobRequest"), "responses": {"201": ok, **bad}}},
-        "/jobs/{id}": {"get": {"summary": "one placed job (its lightpaths as they are now)",
-                               "parameters": lp_id, "responses": {"200": ok, "404": err}},
-                       "delete": {"summary": "remove a job (frees GPUs and lightpaths)",
-                                  "parameters": lp_id, "responses": {"200": ok, "404": err}}},
-        "/routing": {
-            "get": {"summary": "flow routing: policy, jobs, per-flow paths and rates, failed "
-                    "fabric links, last re-route; `wan`: which lightpath each cross-DC "
-                    "job flow takes",
-                    "responses": {"200": ok}},
-            "put": {"summary": "choose the flow routing policy (re-routes every flow)",
-                    "requestBody": body("RoutingPolicyRequest"),
-                    "responses": {"200": ok, **bad}}},
-        "/routing/jobs": {"post": {"summary": "register a ring all-reduce job (its flows "
-                                   "are routed and installed)",
-                                   "requestBody": body("RoutingJobRequest"),
-                                   "responses": {"201": ok, **bad}}},
-        "/routing/jobs/{id}": {"delete": {"summary": "unregister a job (re-routes the rest)",
-                                          "parameters": lp_id,
-                                          "responses": {"200": ok, "404": err}}},
-        "/layout": {
-            "get": {"summary": "the data-plane layout", "responses": {"200": ok}},
-            "put": {"summary": "set the data-plane layout and program the switches",
-                    "requestBody": body("Layout"), "responses": {"200": ok, **bad}}},
-    }
-    schemas: dict[str, Any] = {}
-    for model in (LightpathRequest, FibreEvent, JobRequest, RoutingJobRequest,
-                  RoutingPolicyRequest, Layout):
-        s = schema(model)
-        schemas.update(s.pop("$defs", {}))
-        schemas[model.__name__] = s
-    return {"openapi": "3.0.3",
-            "info": {"title": "LightPipe SDN controller", "version": API_VERSION,
-                     "description": "Lightpaths with routing and spectrum assignment "
-                     f"(policies: {', '.join(SPECTRUM_POLICIES)}), restoration, jobs."},
-            "servers": [{"url": "/"}],
-            "components": {"schemas": schemas, "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer"}}},
-            "security": [{"bearer": []}],
-            "paths": paths}
+        self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(5)
+        self.sock.close()

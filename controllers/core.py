@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controllers.controls import RunControls, check_layout_controls
 from controllers.flowjobs import FlowRouting
 from controllers.flowroute import fabric_link_of_port, without_failed
 from controllers.layout import Layout
@@ -58,8 +59,9 @@ class NetemChannel:
     (written by testbed.emu.links.NetemLink.write_descriptor); the per-lightpath cap is an
     HTB class + flower VLAN filter in the fibre's middle namespace (tc through mnexec)."""
 
-    def __init__(self) -> None:
+    def __init__(self, controls: RunControls | None = None) -> None:
         self.links: dict[str, Any] = {}
+        self.controls = controls
 
     def link(self, control: str) -> Any:
         import json
@@ -67,8 +69,10 @@ class NetemChannel:
 
         from testbed.emu.links import NetemLink
 
-        path = Path(control.removeprefix(NetemLink.NETEM_CONTROL))
-        desc = json.loads(path.read_text())
+        if self.controls is not None:  # the run's own descriptor, naming the run's node
+            desc = self.controls.netem_descriptor(control)
+        else:
+            desc = json.loads(Path(control.removeprefix(NetemLink.NETEM_CONTROL)).read_text())
         got = self.links.get(control)
         if got is None:
             got = self.links[control] = NetemLink.from_descriptor(desc)
@@ -115,8 +119,11 @@ class ForwarderChannel:
     """CapacityChannel over the emulator's control socket (testbed.emu.forwarder), or
     tc/HTB for netem-mode fibres (control "netem:<descriptor>")."""
 
-    def __init__(self) -> None:
-        self.netem = NetemChannel()
+    def __init__(self, controls: RunControls | None = None) -> None:
+        """controls: accept only the run's own control channels (the controller process
+        always gives one); None trusts every control (in-process use and tests)."""
+        self.netem = NetemChannel(controls)
+        self.controls = controls
 
     def set_cap(self, control: str, vid: int, rate_mbps: float | None) -> None:
         from testbed.emu.forwarder import control_request
@@ -124,6 +131,8 @@ class ForwarderChannel:
         if control.startswith("netem:"):
             self.netem.set_cap(control, vid, rate_mbps)
             return
+        if self.controls is not None:
+            self.controls.check(control)
 
         req: dict[str, Any] = ({"vlan": vid, "remove": True} if rate_mbps is None
                                else {"vlan": vid, "rate_mbps": rate_mbps})
@@ -163,7 +172,13 @@ class ControllerCore:
                  routing: RoutingPolicy | None = None, southbound: Southbound | None = None,
                  capacity: CapacityChannel | None = None,
                  metrics: ControllerMetrics | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 controls: RunControls | None = None) -> None:
+        """controls: the run whose fibre control channels a layout may name (every
+        layout is checked against it; None: not checked, for in-process use)."""
+        if layout is not None and controls is not None:
+            check_layout_controls(layout, controls)
+        self.controls = controls
         self.scenario = scenario
         self.store = store
         self.routing = routing or ShortestPathRouting()
@@ -208,7 +223,10 @@ class ControllerCore:
         self._update_gauges()
 
     def set_layout(self, layout: Layout) -> None:
-        """Adopt a (new) data-plane layout and program it."""
+        """Adopt a (new) data-plane layout and program it (ValueError, and nothing
+        changed, if it does not fit the lightpaths, flows or the run's controls)."""
+        if self.controls is not None:
+            check_layout_controls(layout, self.controls)
         ix = LayoutIndex.build(layout)
         with self.lock:
             for row in self.rows.values():
@@ -358,7 +376,15 @@ class ControllerCore:
         self.optical[row.id] = lp
         self._caps(row, on=True)
         if program:
-            self._program()
+            try:
+                self._program()
+            except Exception as exc:  # all or nothing: no lightpath without its rules
+                log.exception("lightpath %d: rules not installed; rolled back", row.id)
+                self.store.save([], delete_ids=[row.id])
+                self._drop(row.id)
+                self._update_gauges()
+                raise RequestError(503, f"rules for the lightpath could not be installed: "
+                                   f"{type(exc).__name__}: {exc}") from None
         self._update_gauges()
         dt = self.clock() - t0
         self.metrics.setup_seconds.observe(dt)
@@ -606,7 +632,7 @@ class ControllerCore:
                 continue
             try:
                 self.capacity.set_cap(control, row.vid, rate)
-            except (OSError, RuntimeError, ValueError) as exc:
+            except Exception as exc:  # an emulator's cap: logged and counted, never fatal
                 self.metrics.capacity_errors.inc()
                 log.warning("fibre %s-%s: cannot set lightpath %d capacity: %s", u, v,
                             row.id, exc)

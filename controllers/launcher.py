@@ -1,7 +1,12 @@
 """Start the controller app with os-ken's AppManager (os-ken 4.x ships no osken-manager).
 
     python -m controllers.launcher --spec S.yaml [--of-port 6653] [--rest 127.0.0.1:8080]
-        [--db FILE] [--layout FILE] [--token-file FILE]
+        [--db FILE] [--layout FILE] [--token-file FILE] [--run-state DIR]
+        [--address-file FILE]
+
+A REST bearer token always: read from --token-file (0600), else generated and written
+to DB.token (0600); the path goes into --address-file for the clients. A non-loopback
+--rest without --token-file is refused (exit 2).
 
 This is the controller process itself; the `lightpipe` side that starts it as a child
 and talks to its REST API is `testbed.orchestrate.ctl_process`.
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 APP = "controllers.lightpath_app"
+REST_BACKLOG = 2048  # the accept queue (a burst of clients is queued, not reset)
 
 
 def _prepare_hub() -> None:
@@ -61,39 +67,88 @@ def stop_handler(apps: Callable[[], Iterable[Any]]) -> Callable[[int, Any], None
     return _stop
 
 
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse(message: str) -> int:
+    print(f"controllers.launcher: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="controllers.launcher", description=__doc__)
+    p = argparse.ArgumentParser(prog="controllers.launcher", description=__doc__,
+                                allow_abbrev=False)
     p.add_argument("--spec", required=True)
     p.add_argument("--of-host", default="127.0.0.1")
     p.add_argument("--of-port", type=int, default=6653)
     p.add_argument("--rest", default="127.0.0.1:8080", help="REST host:port")
     p.add_argument("--db", default="lightpipe-controller.db")
     p.add_argument("--layout", default=None)
-    p.add_argument("--token-file", default=None, help="file holding the REST bearer token")
+    p.add_argument("--token-file", default=None,
+                   help="file (mode 0600) holding the REST bearer token; default: a new "
+                   "token written to DB's path with suffix .token (0600)")
+    p.add_argument("--token", default=None, help=argparse.SUPPRESS)  # gone: see below
+    p.add_argument("--run-state", default=None,
+                   help="the emulation run's state directory: layout controls must be its "
+                   "own fibre sockets/descriptors (without it every control is refused)")
     p.add_argument("--netns", default=None, help="network namespace (path) to listen for "
                    "switches in; the REST API stays in the launcher's own namespace")
     p.add_argument("--address-file", default=None,
-                   help="write the REST address actually bound here (JSON; --rest HOST:0 "
-                   "binds any free port)")
+                   help="write the REST address actually bound here (JSON: host, port, "
+                   "token_file; --rest HOST:0 binds any free port)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     args = p.parse_args(argv)
+    if args.token is not None:
+        return _refuse("--token VALUE is no longer accepted (it shows in the process "
+                       "list): write the token to a file (chmod 600) and pass "
+                       "--token-file FILE")
+    host, _, port = args.rest.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or int(port) > 65535:
+        return _refuse(f"--rest {args.rest!r}: expected HOST:PORT")
+    if not _loopback(host) and not args.token_file:
+        return _refuse(f"--rest {args.rest}: a REST API on a non-loopback address needs "
+                       "--token-file FILE")
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
                         format="controller: %(levelname)s: %(name)s: %(message)s")
+    from controllers.tokenfile import new_token_file, read_token
+
+    if args.token_file:
+        token_file = Path(args.token_file).resolve()
+        try:
+            read_token(token_file)
+        except ValueError as exc:
+            return _refuse(f"--token-file: {exc}")
+    else:
+        token_file = Path(args.db).resolve().with_suffix(".token")
+        new_token_file(token_file)
     env = os.environ
     env["LIGHTPIPE_CTL_SPEC"] = args.spec
     env["LIGHTPIPE_CTL_DB"] = args.db
-    env["LIGHTPIPE_CTL_REST"] = args.rest
+    env["LIGHTPIPE_CTL_TOKEN_FILE"] = str(token_file)
+    env.pop("LIGHTPIPE_CTL_RUN_STATE", None)
+    if args.run_state:
+        env["LIGHTPIPE_CTL_RUN_STATE"] = str(Path(args.run_state).resolve())
     if args.layout:
         env["LIGHTPIPE_CTL_LAYOUT"] = args.layout
-    if args.token_file:
-        env["LIGHTPIPE_CTL_TOKEN"] = Path(args.token_file).read_text().strip()
     # The REST listener is bound here, by the process that serves it (port 0: any free
     # one, published in --address-file), and in the launcher's own namespace.
-    host, _, port = args.rest.rpartition(":")
-    rest = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    rest = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                         socket.SOCK_STREAM)
     rest.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    rest.bind((host or "127.0.0.1", int(port)))
-    rest.listen(64)
+    try:
+        rest.bind((host, int(port)))
+    except OSError as exc:
+        return _refuse(f"--rest {args.rest}: cannot bind: {exc.strerror}")
+    rest.listen(REST_BACKLOG)
     rest.set_inheritable(True)
     bound_host, bound_port = rest.getsockname()[:2]
     env["LIGHTPIPE_CTL_REST"] = f"{bound_host}:{bound_port}"
@@ -101,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.address_file:
         from testbed.atomicio import atomic_write_json
 
-        atomic_write_json(Path(args.address_file), {"host": bound_host, "port": bound_port})
+        atomic_write_json(Path(args.address_file), {"host": bound_host, "port": bound_port,
+                                                    "token_file": str(token_file)})
     if args.netns:
         from testbed.emu.netns import enter_netns
 

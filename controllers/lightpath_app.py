@@ -10,7 +10,10 @@ under LightPipe's launcher, `controllers.launcher`):
     LIGHTPIPE_CTL_DB       SQLite state file (default ./lightpipe-controller.db)
     LIGHTPIPE_CTL_LAYOUT   data-plane layout JSON (optional; or PUT /layout)
     LIGHTPIPE_CTL_REST     REST listen address host:port (default 127.0.0.1:8080)
-    LIGHTPIPE_CTL_TOKEN    bearer token for the REST API (optional)
+    LIGHTPIPE_CTL_TOKEN_FILE  file holding the REST bearer token (default: a new token
+                           written to the database's path with suffix .token, 0600)
+    LIGHTPIPE_CTL_RUN_STATE   the emulation run's state directory: layout controls must
+                           be its own (unset: every control is refused)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from controllers.api import RestApi
@@ -37,12 +41,14 @@ from controllers.compat import (
     packet,
     set_ev_cls,
 )
+from controllers.controls import RunControls
 from controllers.core import ControllerCore, ForwarderChannel
 from controllers.flowroute import GroupRule
 from controllers.jobs import JobService
 from controllers.layout import Layout
 from controllers.rules import ETH_ARP, FlowRule, diff_rules
 from controllers.store import Store
+from controllers.tokenfile import new_token_file, read_token
 
 log = logging.getLogger("lightpipe.controller.app")
 
@@ -137,19 +143,25 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         # Last PortStatus per fibre port, in arrival order: a repair runs only if both ends
         # are up when it gets the core's lock (a stale "up" must not undo a later cut).
         self.port_up: dict[tuple[int, int], bool] = {}
-        self.core = ControllerCore(scenario, Store(os.environ.get(
-            "LIGHTPIPE_CTL_DB", "lightpipe-controller.db")), layout=layout, southbound=self,
-            capacity=ForwarderChannel())
+        db = os.environ.get("LIGHTPIPE_CTL_DB", "lightpipe-controller.db")
+        controls = RunControls(os.environ.get("LIGHTPIPE_CTL_RUN_STATE") or None)
+        self.core = ControllerCore(scenario, Store(db), layout=layout, southbound=self,
+                                   capacity=ForwarderChannel(controls), controls=controls)
         self.core.connected = set()  # type: ignore[attr-defined]
         self.core.synced = set()  # type: ignore[attr-defined]  # dpids holding all rules
         host, _, port = os.environ.get("LIGHTPIPE_CTL_REST", "127.0.0.1:8080").rpartition(":")
         fd = os.environ.get("LIGHTPIPE_CTL_REST_FD")
         sock = socket.socket(fileno=int(fd)) if fd else None
-        self.api = RestApi(self.core, host or "127.0.0.1", int(port),
-                           token=os.environ.get("LIGHTPIPE_CTL_TOKEN") or None,
+        token_file = os.environ.get("LIGHTPIPE_CTL_TOKEN_FILE")
+        if token_file:
+            token = read_token(Path(token_file))
+        else:  # loaded without the launcher (ryu-manager): a fresh token, in a 0600 file
+            token_file = str(Path(db).resolve().with_suffix(".token"))
+            token = new_token_file(Path(token_file))
+        self.api = RestApi(self.core, host or "127.0.0.1", int(port), token=token,
                            jobs=JobService(self.core), sock=sock)
         self.api.serve()
-        log.info("REST API on %s", self.api.url)
+        log.info("REST API on %s (bearer token in %s)", self.api.url, token_file)
 
     def close(self) -> None:
         self.api.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controllers.api import RestApi, openapi_document
+from controllers.api import RestApi
 from controllers.core import ControllerCore
 from controllers.layout import default_layout
 from controllers.store import Store
@@ -38,7 +38,9 @@ def test_lightpath_lifecycle(api: RestApi) -> None:
     assert status == 201
     for key in ("nodes", "slots", "modulation", "capacity_gbps", "vid"):
         assert key in lp
-    assert call(api, "GET", f"/lightpaths/{lp['id']}")[1]["vid"] == lp["vid"]
+    got = call(api, "GET", f"/lightpaths/{lp['id']}")[1]
+    assert got == {k: v for k, v in lp.items() if k != "setup_s"}  # same keys, no nulls added
+    assert call(api, "GET", "/lightpaths")[1]["lightpaths"] == [got]
     status, spec = call(api, "GET", "/spectrum")
     used = {(f["u"], f["v"]): f["used"] for f in spec["fibres"]}
     assert used[("A", "B")] == lp["slots"]
@@ -104,9 +106,9 @@ def test_failure_and_repair(api: RestApi) -> None:
     assert call(api, "POST", "/repairs", {"link": ["A", "B"]})[0] == 200
 
 
-def test_openapi_document() -> None:
-    doc = openapi_document()
-    assert doc["openapi"].startswith("3.")
+def test_openapi_document(api: RestApi) -> None:
+    status, doc = call(api, "GET", "/openapi.json", token=None)
+    assert status == 200 and doc["openapi"].startswith("3.")
     for path in ("/topology", "/spectrum", "/lightpaths", "/lightpaths/{id}", "/jobs",
                  "/health", "/failures"):
         assert path in doc["paths"]

@@ -21,8 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="REST API port on --rest-host (default 8080)")
     parser.add_argument("--rest-host", default="127.0.0.1",
                         help="REST API address (default 127.0.0.1: local only)")
-    parser.add_argument("--token", default=None,
-                        help="bearer token the REST API requires (or env LIGHTPIPE_TOKEN)")
+    parser.add_argument("--token-file", default=None,
+                        help="file (chmod 600) holding the bearer token the REST API "
+                        "requires; default: a new token written to the database's path "
+                        "with suffix .token (0600). Needed for a non-loopback --rest-host")
+    parser.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused
     parser.add_argument("--db", default=None,
                         help="SQLite state file; lightpaths survive a restart (default: "
                         "$XDG_STATE_HOME/lightpipe/controller.db, i.e. "
@@ -34,6 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from testbed.spec import load_scenario
 
+    if args.token is not None:
+        raise InputError("--token", "a token on the command line shows in the process "
+                         "list: write it to a file (chmod 600) and pass --token-file FILE")
+    from controllers.api import is_loopback
+
+    if not is_loopback(args.rest_host) and not args.token_file:
+        raise InputError("--rest-host", f"{args.rest_host} is not a loopback address: give "
+                         "--token-file FILE (chmod 600) to expose the REST API")
+    if args.token_file:
+        from controllers.tokenfile import read_token
+
+        try:
+            read_token(Path(args.token_file))
+        except ValueError as exc:
+            raise InputError("--token-file", str(exc)) from None
     load_scenario(args.spec)  # bad spec: one line, exit 2, before anything listens
     for name, port in (("--port", args.port), ("--rest-port", args.rest_port)):
         if not 1 <= port <= 65535:
@@ -54,20 +72,20 @@ def run(args: argparse.Namespace) -> int:
                                    ("--rest-port", "REST API", args.rest_host, args.rest_port)):
         port_free(flag, what, host, port)
     db = args.db or str(default_db())
-    token = args.token or os.environ.get("LIGHTPIPE_TOKEN")
-    if token:
-        os.environ["LIGHTPIPE_CTL_TOKEN"] = token
+    token_file = Path(args.token_file or Path(db).resolve().with_suffix(".token"))
     import sys
 
     from controllers.launcher import main
     from testbed.cli.common import emit
 
-    emit(f"controller: REST API at http://{args.rest_host}:{args.rest_port} "
-         f"(bearer token {'required' if token else 'off'}), OpenFlow 1.3 on "
+    emit(f"controller: REST API at http://{args.rest_host}:{args.rest_port} (bearer token "
+         f"in {token_file}{'' if args.token_file else ', new'}), OpenFlow 1.3 on "
          f"tcp:{args.of_host}:{args.port}, state in {db}; Ctrl-C stops")
     sys.stdout.flush()
     argv = ["--spec", args.spec, "--db", db, "--of-host", args.of_host,
             "--of-port", str(args.port), "--rest", f"{args.rest_host}:{args.rest_port}"]
+    if args.token_file:
+        argv += ["--token-file", args.token_file]
     if args.layout:
         argv += ["--layout", args.layout]
     if args.verbose:

@@ -96,7 +96,8 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
     ctl = start_controller(spec, run_dir / "controller.db", of_port=of_port,
                            rest_port=rest_port, token=token,
                            netns=f"/run/netns/{net.plan.prefix}", home_netns=home,
-                           log_path=run_dir / "controller.log", timeout_s=timeout_s)
+                           log_path=run_dir / "controller.log", timeout_s=timeout_s,
+                           run_state=net.state_dir if net.state is not None else None)
     try:
         # Switches back off (1, 2, 4 .. s) while nobody listens: re-point them now.
         if net.ovs is not None:
