@@ -209,3 +209,47 @@ def test_pooled_averages_each_paths_processing_over_rounds() -> None:
     assert p.emulated_ms == 4.0 and excess_ms(p, {}) == pytest.approx(3.0)
     with pytest.raises(ValueError, match="emulated_ms"):
         pooled([[PathRtt("a~b", ("f",), 5.0, (12.0,))]])
+
+
+def test_calibration_keeps_the_best_rounds_settings_when_a_later_round_is_worse(
+        tmp_path: object) -> None:
+    """A busy moment adds 3 ms to every path in the last round: the calibration puts
+    every fibre back to the settings of its best round and records which one it kept."""
+    from pathlib import Path
+
+    from testbed.emu.calibrate import CalibrationConfig, calibrate
+    from testbed.emu.links import LinkEmulator
+    from testbed.emu.plan import FibrePlan
+
+    class ModelLink(LinkEmulator):  # the emulator's bookkeeping, no data plane
+        def set_delay_correction(self, correction_ms: float) -> None:
+            self.correction_ms = max(0.0, correction_ms)
+
+        def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
+            self.vlan_corrections_ms[vlan] = correction_ms
+            return True
+
+    delay = {"ab": 5.0, "bc": 3.0, "cd": 1.5}
+    links = {k: ModelLink(FibrePlan(k[0], k[1], f"r{k[0]}", f"r{k[1]}", k, 200 * d, d, 10.0,
+                                    100.0, "QPSK", 0.0), 1, "x0", "x1", {},
+                          Path(str(tmp_path)))
+             for k, d in delay.items()}
+    paths = {"a~b": (("ab",), 101), "a~c": (("ab", "bc"), 102), "b~d": (("bc", "cd"), 103)}
+    proc = {"ab": 0.6, "bc": 0.9, "cd": 0.4}
+    shifts = iter([0.0, 0.5, -0.4, 3.0])  # per round, common to every path
+
+    def measure() -> list[PathRtt]:
+        shift = next(shifts)
+        return [PathRtt(pair, fibres, sum(delay[f] for f in fibres),
+                        tuple([2 * sum(links[f].emulated_delay_ms(vlan) + proc[f]
+                                       for f in fibres) + 1.0 + shift] * 9), vlan)
+                for pair, (fibres, vlan) in paths.items()]
+
+    rec = calibrate(links, measure, CalibrationConfig(pings=9, rounds=3))
+    assert rec["corrections_applied"] == 3
+    worst = [max(abs(p["error_ms"]) for p in r["paths"]) for r in rec["rounds"]]
+    assert worst[3] > 2.5 and rec["kept_round"] == worst.index(min(worst)) != 3
+    kept = rec["rounds"][rec["kept_round"]]
+    assert rec["after"] == kept["paths"]
+    for f in rec["fibres"]:  # every fibre runs as it did in that round
+        assert f["emulated_delay_ms"] == pytest.approx(kept["emulated_delay_ms"][f["middle"]])
