@@ -25,6 +25,7 @@ from testbed.optical.spectrum import choose_start, shift_plan
 from testbed.progress import progress
 from testbed.sim.requests import Request, count_trace_rows, poisson_requests, read_request_trace
 from testbed.sim.stats import batch_means_ci95, batch_sizes
+from testbed.spec.faults import network_events, sim_fault_rows
 from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
 
 log = logging.getLogger(__name__)
@@ -123,8 +124,8 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | None = None,
         fh.write(",".join(REQUESTS_COLUMNS) + "\n")
     try:
         with progress(total, "simulating requests", quiet) as bar:
-            stats = _loop(net, router, stream, total, sorted(scenario.events,
-                          key=lambda e: e.at_s), fh, bar, batches)
+            stats = _loop(net, router, stream, total, network_events(scenario.events), fh,
+                          bar, batches)
     finally:
         if fh is not None:
             fh.close()
@@ -323,6 +324,7 @@ def _summary(scenario: Scenario, net: OpticalNetwork, st: dict[str, Any],
     _, lo, hi = batch_means_ci95(st["batch_ratios"])
     capacity = net.slots * net.n_spectra
     util = st["slot_time_area"] / (st["end_s"] * capacity) if st["end_s"] > 0 else 0.0
+    faults = {"faults": sim_fault_rows(scenario.events)} if scenario.events else {}
     return {
         "scenario": scenario.name,
         "backend": "sim",
@@ -353,4 +355,5 @@ def _summary(scenario: Scenario, net: OpticalNetwork, st: dict[str, Any],
         "sim_time_s": round(st["end_s"], 6),
         "wall_s": round(wall_s, 4),
         "requests_per_s": round(n / wall_s, 1) if wall_s > 0 else None,
+        **faults,
     }
