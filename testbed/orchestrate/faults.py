@@ -33,7 +33,7 @@ from typing import Any
 
 from testbed.orchestrate.replay import Client, LinkSwitch, _event
 from testbed.orchestrate.results import job_iterations, read_records
-from testbed.spec.faults import TESTBED_KINDS, flap_steps, network_events
+from testbed.spec.faults import NETWORK_KINDS, TESTBED_KINDS, flap_steps, network_events
 from testbed.spec.models import EventSpec
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class FaultInjector:
                                "applied": False}
         self.rows.append(row)
         at = ev.at_s * self.scale
-        if ev.kind in ("fiber_cut", "fiber_repair"):
+        if ev.kind in NETWORK_KINDS:  # slot blocks: as far as the replay's _event goes
             self.n_steps += 1
             self._push(at, "fibre", lambda: self._fibre(ev, row))
         elif ev.kind == "link_flap":
@@ -147,8 +147,8 @@ class FaultInjector:
             self._push(at, "prometheus", lambda: self._kill_prometheus(ev, row))
         elif ev.kind == "worker_kill":
             self._push(at, "worker", lambda: self._kill_worker(ev, row))
-        else:  # wavelength_loss/repair: the controller has no slot-block failures yet
-            row["note"] = "not replayed in the emulation (simulator only)"
+        else:
+            row["note"] = "not replayed in the emulation"
 
     # ---- life cycle ----------------------------------------------------------------------
     def start(self) -> FaultInjector:

@@ -353,8 +353,7 @@ class EventSpec(Frozen):
     down_s: PositiveFloat | None = Field(
         default=None, description="prometheus_kill: seconds (scenario clock) until the "
         "run's Prometheus is restarted")
-    job: Annotated[int, Field(ge=0, le=1024)] | Annotated[
-        str, Field(min_length=1, max_length=32)] | None = Field(
+    job: int | str | None = Field(
         default=None, description="worker_kill: the job, as an index into the run's "
         "emulated jobs (0 = first) or its name in the run's records (e.g. job0)")
     stage: Annotated[int, Field(ge=0, le=1023)] | None = Field(
@@ -367,6 +366,16 @@ class EventSpec(Frozen):
             return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v
                     for v in value]
         return value
+
+    @field_validator("job", mode="before")
+    @classmethod
+    def _job(cls, value: object) -> object:
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)
+                             and 0 <= value <= 1024):
+            return value
+        if isinstance(value, str):
+            return names.check(names.NODE_NAME_RE, value, "job name")
+        raise ValueError(f"must be a job index 0..1024 or a job name, got {value!r}")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> EventSpec:
