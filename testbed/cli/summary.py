@@ -191,8 +191,7 @@ def fault_lines(rows: object) -> list[str]:
                  if isinstance(r.get(k), int | float)]
         lost = r.get("lost")
         if isinstance(lost, dict):
-            parts.append("lost " + ", ".join(f"{k} {_fmt(v)}" for k, v in lost.items()
-                                             if not isinstance(v, list) or v))
+            parts.append("lost " + ", ".join(f"{k} {_fmt(v)}" for k, v in lost.items()))
         if r.get("note"):
             parts.append(str(r["note"]))
         out.append(line + (": " + "; ".join(parts) if parts else ""))

@@ -267,8 +267,10 @@ class FaultInjector:
         row["cut_to_restored_s"] = times
         row["detection_s"] = None
         row["recovery_s"] = max(times) if times else None
-        row["lost"] = {"lightpaths": sorted({i for c in row["cuts"] for i in c.get("lost", [])}),
-                       "cuts_applied": len(times)}
+        row["cuts_applied"] = len(times)
+        row["lost"] = {
+            "lightpaths": sorted({i for c in row["cuts"] for i in c.get("lost", [])}),
+            "restored": sorted({i for c in row["cuts"] for i in c.get("restored", [])})}
 
     # ---- Prometheus ----------------------------------------------------------------------
     def _kill_prometheus(self, ev: EventSpec, row: dict[str, Any]) -> None:
