@@ -230,7 +230,27 @@ def test_prometheus_kill_and_restart_records_the_gap(tmp_path: Path) -> None:
         # The gap in the scraped data spans the outage: last scrape before the kill to
         # the first after the restart.
         assert row["lost"]["prometheus_gap_s"] >= row["down_wall_s"]
-        assert mon.last_scrape_time() is not None  # it scrapes again, same TSDB
+        # The times are the samples' own (a scrape's), not the query's evaluation time.
+        from testbed.metrics.query import query
+
+        last = mon.last_scrape_time()
+        assert last is not None  # it scrapes again, same TSDB
+        got = query(mon.prom.url, f'up{{run="{mon.run_id}"}}[5m]')
+        stamps = {round(float(t), 3) for series in got for t, _v in series["values"]}
+        assert round(last, 3) in stamps
+        # The TSDB holds scrapes from before the kill and after the restart, none between.
+        from datetime import datetime
+
+        def unix(iso: str) -> float:
+            return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+        killed, restarted = unix(row["wall_time"]), unix(row["restart_time"])
+        assert any(t < killed for t in stamps) and any(t >= restarted for t in stamps)
+        assert not [t for t in stamps if killed + 0.2 < t < restarted]
+        assert unix(row["first_scrape_after"]) >= restarted
+        tsdb_gap = min(t for t in stamps if t >= restarted) - max(t for t in stamps
+                                                                   if t < killed + 0.2)
+        assert tsdb_gap >= row["lost"]["prometheus_gap_s"] - 0.01
         assert mon.prom.data_dir == tmp_path / "stage" / "prometheus" / "data"
     finally:
         mon.stop()

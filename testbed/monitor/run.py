@@ -230,7 +230,10 @@ class RunMonitor:
         from testbed.metrics.query import query
 
         url = self.prom.url
-        q = f'max(timestamp(up{{run="{self.run_id}"}} == 1))'
+        sel = f'up{{run="{self.run_id}"}}'
+        # timestamp() of a bare selector is the sample's own time (of a comparison's
+        # result it would be the evaluation time); x (up == 1) keeps successful scrapes.
+        q = f"max(timestamp({sel}) * ({sel} == 1))"
         try:
             res = in_netns(self.home_fd, lambda: query(url, q, timeout_s=2.0))
         except RuntimeFailure:
