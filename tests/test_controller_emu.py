@@ -54,6 +54,10 @@ def test_emu_replays_requests_and_restores_a_cut(tmp_path: Path) -> None:
     assert len(cut["restored"]) >= 1, cut  # live lightpaths on A-B moved to A-D-C
     assert summary["cut_to_restored_s"] == [cut["cut_to_restored_s"]]
     assert summary["lightpaths_restored"] == len(cut["restored"])
+    (row,) = summary["faults"]  # the cut's row (docs/faults.md)
+    assert row["kind"] == "fiber_cut" and row["applied"] and row["target"] == "A-B"
+    assert row["recovery_s"] == cut["cut_to_restored_s"]
+    assert row["lost"]["restored"] == cut["restored"]
     with open(out / "requests.csv", newline="") as fh:
         rows = list(csv.reader(fh))
     assert rows[0] == list(REQUESTS_COLUMNS) and len(rows) == 26

@@ -111,6 +111,8 @@ def print_run(backend: str, out: Path, shown_out: str, summary: Mapping[str, Any
              "identical (route, slots, accept)")
     for line in allreduce_lines(summary.get("allreduce")):
         emit(f"  {line}")
+    for line in fault_lines(summary.get("faults")):
+        emit(f"  {line}")
     prom = summary.get("prometheus")
     if isinstance(prom, dict) and prom.get("tsdb"):
         emit(f"  prometheus: run {prom['run']}, data in {prom['tsdb']}"
@@ -171,3 +173,26 @@ def allreduce_lines(res: object) -> list[str]:
             f"simulated (|error| median {v['abs_rel_error_median']:.1%}, worst "
             f"{v['abs_rel_error_max']:.1%}, {v['samples']} samples); collision: "
             f"{v.get('collision')}" for p, v in res.items()]
+
+
+def fault_lines(rows: object) -> list[str]:
+    """One line per `faults` row: what, when, detection/recovery, what was lost."""
+    if not isinstance(rows, list):
+        return []
+    out = []
+    for r in rows:
+        if not isinstance(r, dict):
+            continue
+        line = f"fault: {r.get('kind')} {r.get('target')} at {_fmt(r.get('at_s'))} s"
+        if not r.get("applied", r.get("simulated", False)):
+            out.append(f"{line}: not applied ({r.get('note', r.get('skipped', '?'))})")
+            continue
+        parts = [f"{k.removesuffix('_s')} {_fmt(r[k])} s" for k in ("detection_s", "recovery_s")
+                 if isinstance(r.get(k), int | float)]
+        lost = r.get("lost")
+        if isinstance(lost, dict):
+            parts.append("lost " + ", ".join(f"{k} {_fmt(v)}" for k, v in lost.items()))
+        if r.get("note"):
+            parts.append(str(r["note"]))
+        out.append(line + (": " + "; ".join(parts) if parts else ""))
+    return out

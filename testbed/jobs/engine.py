@@ -27,6 +27,7 @@ from testbed.jobs.model import energy_kwh, price_integral_usd_per_kwh_h
 from testbed.jobs.outcome import Job, Placed, Refused
 from testbed.jobs.placement import get_placement
 from testbed.jobs.policies import Planner
+from testbed.spec.faults import network_events
 from testbed.spec.models import EventSpec
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class JobSimulator:
         self.cluster = cluster
         self.planner = planner
         self.admission = admission
-        self.events = list(events)
+        self.events = network_events(events)  # flaps expanded; testbed faults left out
         kind = get_placement(planner.policy.placement)
         queue = planner.policy.queue
         self.priority_queue = (kind.queue if queue == "auto" else queue) == "priority"

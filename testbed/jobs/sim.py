@@ -88,6 +88,10 @@ def simulate(scenario: Scenario, quiet: bool = True,
     wall = time.perf_counter() - t0
     summary["wall_s"] = round(wall, 4)
     summary["jobs_per_s"] = round(len(states) / wall, 1) if wall > 0 else None
+    if scenario.events:
+        from testbed.spec.faults import sim_fault_rows
+
+        summary["faults"] = sim_fault_rows(scenario.events)
     return states, summary
 
 

@@ -99,6 +99,7 @@ class RunMonitor:
         self.exporter: Any = None
         self.links: Any = None
         self.groups: dict[str, list[tuple[str, dict[str, str]]]] = {}
+        self._net: Any = None
 
     # ---- start -------------------------------------------------------------------------
     def start(self, net: Any = None, ctl: Any = None) -> RunMonitor:
@@ -193,6 +194,51 @@ class RunMonitor:
                 "url": ll or run_url, "run_url": run_url, "monitor_url": ll,
                 "tsdb": str(self.final_dir / "prometheus" / "data") if self.prom else None,
                 "serve": f"lightpipe monitor serve {self.final_dir}" if self.prom else None}
+
+    # ---- faults (testbed.orchestrate.faults) -------------------------------------------
+    def kill_prometheus(self) -> int | None:
+        """SIGKILL this run's Prometheus by the PID it was started with (a fault); the
+        PID, or None when none runs. restart_prometheus() starts it again."""
+        if self.prom is None or self.prom.proc is None:
+            return None
+        proc, self.prom.proc = self.prom.proc, None
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        log.warning("run %s: prometheus (pid %d) killed", self.run_id, proc.pid)
+        return proc.pid
+
+    def restart_prometheus(self) -> int:
+        """Start this run's Prometheus again with the same config and TSDB (and the same
+        port where it is free); its new PID, registered for `lightpipe clean`."""
+        if self.prom is None:
+            raise RuntimeFailure("this run has no Prometheus to restart")
+        in_netns(self.home_fd, self.prom.start)
+        assert self.prom.proc is not None
+        state = getattr(self._net, "state", None)
+        if state is not None:
+            state.add_proc(self.prom.proc.pid, "prometheus", "prometheus")
+        log.info("run %s: prometheus restarted (pid %d) at %s", self.run_id,
+                 self.prom.proc.pid, self.prom.url)
+        return self.prom.proc.pid
+
+    def last_scrape_time(self) -> float | None:
+        """Unix time of the newest successful scrape of any of this run's targets in the
+        run's Prometheus (None: not running, or nothing scraped yet)."""
+        if self.prom is None or self.prom.proc is None:
+            return None
+        from testbed.metrics.query import query
+
+        url = self.prom.url
+        sel = f'up{{run="{self.run_id}"}}'
+        # timestamp() of a bare selector is the sample's own time (of a comparison's
+        # result it would be the evaluation time); x (up == 1) keeps successful scrapes.
+        q = f"max(timestamp({sel}) * ({sel} == 1))"
+        try:
+            res = in_netns(self.home_fd, lambda: query(url, q, timeout_s=2.0))
+        except RuntimeFailure:
+            return None
+        return float(res[0]["value"][1]) if res else None
 
     # ---- stop --------------------------------------------------------------------------
     def stop(self) -> None:

@@ -19,7 +19,7 @@ import csv
 import io
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,11 +186,13 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
                       out_dir: Path, *, prometheus: Any = None, deadline_s: float = 600.0,
                       timeout_s: float = 120.0, metrics_netns_fd: int | None = None,
                       duty: float | None = None,
-                      placement: Sequence[Sequence[Host]] | None = None) -> dict[str, Any]:
+                      placement: Sequence[Sequence[Host]] | None = None,
+                      on_started: Callable[[Launcher], None] | None = None) -> dict[str, Any]:
     """Run every job's workers concurrently; write records; return the summary part.
 
     `placement`: the host of every stage of every job (e.g. the controller's); default
-    round-robin over each DC's hosts (assign_hosts)."""
+    round-robin over each DC's hosts (assign_hosts). `on_started(launcher)`: called once
+    every worker is started (the fault injector kills workers through it)."""
     out_dir = Path(out_dir)
     placement = [list(p) for p in placement] if placement is not None else assign_hosts(
         jobs, hosts_by_dc)
@@ -200,6 +202,8 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
         if prometheus is not None:
             prometheus.set_targets("workers", launcher.metrics_targets())
+        if on_started is not None:
+            on_started(launcher)
         launcher.wait(deadline_s)
         records = launcher.records()
         outcome = launcher.outcome()

@@ -58,6 +58,8 @@ class Worker:
     metrics_port: int
     spawn_s: float
     exit_code: int | None = None
+    fault: str | None = None  # set when killed on purpose (kill_stage): the failure reason
+    killed_s: float | None = None  # monotonic time of that kill
 
 
 @dataclass
@@ -65,6 +67,7 @@ class JobRun:
     plan: JobPlan
     workers: list[Worker] = field(default_factory=list)
     failure: str | None = None
+    failed_s: float | None = None  # monotonic time the supervision noticed the failure
     done: bool = False
 
 
@@ -164,6 +167,7 @@ class Launcher:
             failed = [w for w in run.workers if w.exit_code not in (None, 0)]
             if failed and run.failure is None:
                 run.failure = self._describe(failed[0])
+                run.failed_s = time.monotonic()
                 log.warning("job %s failed: %s", run.plan.job, run.failure)
                 self._stop_workers(run)
             if all(w.exit_code is not None for w in run.workers):
@@ -176,6 +180,8 @@ class Launcher:
         code = w.exit_code or 0
         how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
                else f"exited with code {code}")
+        if w.fault is not None:
+            return f"{w.fault} (pid {w.proc.pid}, host {w.host.name}, {how})"
         errs = [r["error"] for r in read_records(w.record_path) if r.get("type") == "error"]
         detail = f": {errs[-1]}" if errs else ""
         return f"stage {w.stage} (pid {w.proc.pid}, host {w.host.name}) {how}{detail}"
@@ -218,6 +224,33 @@ class Launcher:
         for s in self._sockets:
             s.close()
         self._sockets = []
+
+    # -- faults (testbed.orchestrate.faults) --------------------------------------------
+    def worker(self, job: int | str, stage: int) -> Worker:
+        """A job's stage worker; job is an index into the started jobs (in start order)
+        or a job name. KeyError naming what exists when there is no such worker."""
+        names_ = list(self.jobs)
+        if isinstance(job, int):
+            if not 0 <= job < len(names_):
+                raise KeyError(f"no job {job} (the run has {len(names_)}: {names_})")
+            job = names_[job]
+        run = self.jobs.get(job)
+        if run is None:
+            raise KeyError(f"no job {job!r} (the run has {names_})")
+        if not 0 <= stage < len(run.workers):
+            raise KeyError(f"job {job} has no stage {stage} (stages 0..{len(run.workers) - 1})")
+        return run.workers[stage]
+
+    def kill_stage(self, w: Worker, reason: str) -> bool:
+        """SIGKILL one worker by its PID (a fault); `reason` becomes its job's failure
+        text. False when it had already exited."""
+        if w.proc.poll() is not None:
+            return False
+        w.fault = reason
+        w.killed_s = time.monotonic()
+        _signal(w.proc, signal.SIGKILL)
+        log.warning("job %s stage %d (pid %d): %s", w.job, w.stage, w.proc.pid, reason)
+        return True
 
     # -- results -----------------------------------------------------------------------
     def records(self) -> dict[str, list[list[dict[str, Any]]]]:

@@ -84,10 +84,13 @@ def prometheus_series(url: str, home_fd: int | None) -> dict[str, int]:
 def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool = False,
                 mode: str | None = None,
                 on_metrics: Callable[[str], None] | None = None,
-                monitor: RunMonitor | None = None) -> dict[str, Any]:
+                monitor: RunMonitor | None = None, faults: Any = None) -> dict[str, Any]:
     """Place, launch, supervise and record the scenario's jobs on the live network.
 
     `monitor` is the run's RunMonitor (started here, and stopped, when not given).
+    `faults`: the run's FaultInjector (testbed.orchestrate.faults): it learns the worker
+    launcher once the workers start, and restarts a killed Prometheus before the last
+    scrape once the jobs have ended.
     `on_metrics(url)`, if given, is called once the jobs have ended, while Prometheus
     (and the link exporter) still run, from a thread in the run's home namespace.
     """
@@ -117,8 +120,11 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
             queues.update(tune_job_paths(net, jobs, by_name))
         result["placement_from"] = "controller" if client is not None else "emulator"
         result["lightpath_queue_bytes"] = queues
-        result.update(run_jobs_on_hosts(jobs, by_dc, Path(out_dir), prometheus=mon,
-                                        metrics_netns_fd=home_fd, placement=placement))
+        result.update(run_jobs_on_hosts(
+            jobs, by_dc, Path(out_dir), prometheus=mon, metrics_netns_fd=home_fd,
+            placement=placement, on_started=None if faults is None else faults.attach_launcher))
+        if faults is not None:
+            faults.drain()  # a Prometheus still down comes back for the last scrape
         mon.record_jobs(result)  # per-job gauges of the run exporter
         result["tcp_counters"] = tcp_counters(list(by_name.values()))
         if prom is not None:

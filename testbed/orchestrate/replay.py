@@ -31,6 +31,7 @@ from controllers.rules import NODE_END
 from testbed.errors import RuntimeFailure
 from testbed.sim.engine import REQUESTS_COLUMNS, request_stream, simulate_lightpaths
 from testbed.sim.requests import Request
+from testbed.spec.faults import network_events
 from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
 
 log = logging.getLogger("lightpipe.controller.replay")
@@ -109,7 +110,7 @@ def replay(scenario: Scenario, sample: Sequence[Request], client: Client, *,
     ends = endpoint_names(scenario)
     last_t = max((r[1] for r in sample), default=0.0)
     scale = replay_s / last_t if last_t > 0 else 0.0
-    events = sorted(scenario.events, key=lambda e: e.at_s)
+    events = network_events(scenario.events)  # flaps as cuts and repairs
     heap = _queue(sample, events, last_t)
     rows: list[dict[str, Any]] = []
     ev_log: list[dict[str, Any]] = []

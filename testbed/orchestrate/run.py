@@ -10,7 +10,8 @@ typed inputs and outputs:
                         off its fibres' emulated delays; emulation.delay_calibration)
     verify_network      network -> verification record (raises if the data plane is wrong,
                         or a DC pair's RTT is off 2 x its configured delay by > 1 ms)
-    run_workload        hold | pp_jobs workers (+ fibre events) | probes + request replay
+    run_workload        hold | pp_jobs workers (+ fibre events and faults, on the run's
+                        clock: testbed.orchestrate.faults) | probes + request replay
     collect_records     -> summary.json, probes.csv, network.json, verification.json,
                            manifest.json ("finished") in the run directory, which is
                            there from the start, marked running (testbed.rundir); worker
@@ -250,23 +251,40 @@ def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, st
         from testbed.orchestrate.pp_jobs import run_pp_jobs  # torch-free until here
 
         say("emu: workers: PyTorch pipeline jobs in the emulated hosts ...", opts.quiet)
-        events = start_event_replay(ctl, net, rp.scenario)  # fibre cuts meanwhile
-        result = run_pp_jobs(rp.scenario, net, stage, opts.quiet, monitor=mon)
-        if events is not None:
-            result = {**result, **events.stop()}
-        return WorkloadResult(summary=result)
+        faults = start_event_replay(ctl, net, rp.scenario, mon)  # cuts, kills meanwhile
+        try:
+            result = run_pp_jobs(rp.scenario, net, stage, opts.quiet, monitor=mon,
+                                 faults=faults)
+        finally:
+            summary = faults.stop() if faults is not None else {}
+        return WorkloadResult(summary={**result, **summary})
     if rp.scenario.workload.kind == "allreduce_jobs":  # routing policies on the DC fabric
         from testbed.orchestrate.allreduce import run_allreduce_jobs
 
-        return WorkloadResult(summary=run_allreduce_jobs(rp.scenario, net, ctl, stage,
-                                                         opts.quiet))
+        result = run_allreduce_jobs(rp.scenario, net, ctl, stage, opts.quiet)
+        return WorkloadResult(summary=with_fault_rows(
+            result, rp.scenario, "all-reduce runs replay no fibre events"))
     probes = measure_lightpaths(net, opts.probe_seconds, opts.quiet)
     replayed: dict[str, Any] = {}
     if ctl is not None:  # requests (and fibre events) through the controller
         say(f"emu: replay: requests through the SDN controller (about "
             f"{rp.scenario.emulation.replay_s:g} s) ...", opts.quiet)
         replayed = run_replay(ctl, net, rp.scenario, stage)
-    return WorkloadResult(probes=probes, summary=replayed)
+    return WorkloadResult(probes=probes, summary=with_fault_rows(
+        replayed, rp.scenario, "not reached: after the replay's last request" if ctl is not None
+        else "static forwarding: no controller replays events"))
+
+
+def with_fault_rows(summary: dict[str, Any], scenario: Scenario, not_reached: str
+                    ) -> dict[str, Any]:
+    """summary.json `faults` of a workload without the fault injector: a row per applied
+    fibre step of the request replay, the other events as not applied."""
+    if not scenario.events:
+        return summary
+    from testbed.orchestrate.faults import replay_rows
+
+    return {**summary, "faults": replay_rows(scenario.events, summary.get("events", []),
+                                             not_reached)}
 
 
 def hold_network(net: EmuNetwork, info: dict[str, Any], out_dir: Path,
@@ -289,18 +307,20 @@ def hold_network(net: EmuNetwork, info: dict[str, Any], out_dir: Path,
         return WorkloadResult(held=True)
 
 
-def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork,
-                       scenario: Scenario) -> Any:
-    """pp_jobs with a controller: the spec's fibre events on the emulated clock (at_s x
-    the time scale), as real port-downs the controller restores; else None."""
-    if ctl is None or not scenario.events:
+def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario: Scenario,
+                       mon: RunMonitor | None = None) -> Any:
+    """pp_jobs: the spec's events on the emulated clock (at_s x the time scale): fibre
+    cuts and flaps as real port-downs the controller restores, the run's Prometheus and
+    workers killed (testbed.orchestrate.faults); None without events."""
+    if not scenario.events:
         return None
     from testbed.emu.events import link_switch
-    from testbed.orchestrate.replay import EventReplayer
+    from testbed.orchestrate.faults import FaultInjector
 
-    return EventReplayer(scenario.events, lambda m, p, b: ctl.request(m, p, b),
-                         scale=net.plan.scale.time_factor,
-                         set_link=link_switch(net)).start()
+    client = None if ctl is None else (lambda m, p, b: ctl.request(m, p, b))
+    return FaultInjector(scenario.events, scale=net.plan.scale.time_factor, client=client,
+                         set_link=link_switch(net) if ctl is not None else None,
+                         monitor=mon).start()
 
 
 def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,

@@ -26,6 +26,7 @@ from testbed.progress import progress
 from testbed.rundir import RecordStream
 from testbed.sim.requests import Request, count_trace_rows, poisson_requests, read_request_trace
 from testbed.sim.stats import batch_means_ci95, batch_sizes
+from testbed.spec.faults import network_events, sim_fault_rows
 from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
 
 log = logging.getLogger(__name__)
@@ -129,8 +130,8 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
                            buffer_bytes=1 << 20)
     try:
         with progress(total, "simulating requests", quiet) as bar:
-            stats = _loop(net, router, stream, total, sorted(scenario.events,
-                          key=lambda e: e.at_s), out, bar, batches)
+            stats = _loop(net, router, stream, total, network_events(scenario.events), out,
+                          bar, batches)
     finally:
         if out is not None and out is not requests_csv:
             out.close()
@@ -331,6 +332,7 @@ def _summary(scenario: Scenario, net: OpticalNetwork, st: dict[str, Any],
     _, lo, hi = batch_means_ci95(st["batch_ratios"])
     capacity = net.slots * net.n_spectra
     util = st["slot_time_area"] / (st["end_s"] * capacity) if st["end_s"] > 0 else 0.0
+    faults = {"faults": sim_fault_rows(scenario.events)} if scenario.events else {}
     return {
         "scenario": scenario.name,
         "backend": "sim",
@@ -361,4 +363,5 @@ def _summary(scenario: Scenario, net: OpticalNetwork, st: dict[str, Any],
         "sim_time_s": round(st["end_s"], 6),
         "wall_s": round(wall_s, 4),
         "requests_per_s": round(n / wall_s, 1) if wall_s > 0 else None,
+        **faults,
     }

@@ -6,7 +6,7 @@ import networkx as nx
 
 from testbed.catalog import MODELS
 from testbed.errors import SpecError
-from testbed.spec.models import DCSpec, PPJobsWorkload, Scenario
+from testbed.spec.models import DCSpec, EventSpec, PPJobsWorkload, Scenario
 from testbed.topologies import Fibre, Topology, load_file, load_library
 
 
@@ -73,6 +73,10 @@ def check_scenario(scenario: Scenario) -> Topology:
 
     fibres = {frozenset((f.u, f.v)) for f in topo.fibres}
     for i, ev in enumerate(scenario.events):
+        if ev.kind == "worker_kill":
+            _check_worker_kill(scenario, i, ev)
+        if ev.link is None:
+            continue
         if ev.link[0] not in node_set or ev.link[1] not in node_set \
                 or frozenset(ev.link) not in fibres:
             raise SpecError(f"events[{i}].link", f"no fibre {ev.link[0]}-{ev.link[1]} "
@@ -159,3 +163,21 @@ def _check_connected(graph: nx.Graph, endpoints: list[str], name: str) -> None:
     if cut_off:
         raise SpecError("topology", f"disconnected: node {cut_off[0]!r} cannot reach "
                         f"{endpoints[0]!r} in topology {name}")
+
+
+def _check_worker_kill(scenario: Scenario, i: int, ev: EventSpec) -> None:
+    """A worker_kill needs pipeline workers, a job the run emulates and a stage it has."""
+    wl = scenario.workload
+    if wl.kind != "pp_jobs":
+        raise SpecError(f"events[{i}].kind", f"worker_kill needs a pp_jobs workload "
+                        f"(pipeline workers), not {wl.kind}")
+    max_jobs = scenario.emulation.max_jobs
+    if isinstance(ev.job, int) and ev.job >= max_jobs:
+        raise SpecError(f"events[{i}].job", f"job index {ev.job} outside the emulated jobs "
+                        f"(emulation.max_jobs: {max_jobs}, so 0..{max_jobs - 1})")
+    assert isinstance(wl, PPJobsWorkload) and ev.stage is not None
+    if wl.mix and wl.trace is None:
+        most = max(t.stages for t in wl.mix)
+        if ev.stage >= most:
+            raise SpecError(f"events[{i}].stage", f"stage {ev.stage} outside the jobs' "
+                            f"stages (the mix has at most {most}: 0..{most - 1})")

@@ -322,14 +322,42 @@ class PolicySpec(Frozen):
         "(emulation.dc_fabric: leaf_spine); see docs/routing.md")
 
 
+# Which optional fields each event kind needs (all of them) and takes (no others).
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "fiber_cut": ("link",),
+    "fiber_repair": ("link",),
+    "wavelength_loss": ("link", "first_slot", "slots"),
+    "wavelength_repair": ("link", "first_slot", "slots"),
+    "link_flap": ("link", "period_s", "count"),
+    "prometheus_kill": ("down_s",),
+    "worker_kill": ("job", "stage"),
+}
+EVENT_OPTIONAL = ("link", "first_slot", "slots", "period_s", "count", "down_s", "job", "stage")
+
+
 class EventSpec(Frozen):
-    """A network event at a time: fibre cut or repair, or loss of a block of slots."""
+    """An event at a time: a fibre cut or repair, loss of a block of slots, a flapping
+    fibre, or a fault of the testbed itself (its Prometheus or a worker killed)."""
 
     at_s: NonNegFloat
-    kind: Literal["fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair"]
-    link: Annotated[list[NodeName], Field(min_length=2, max_length=2)]
+    kind: Literal["fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair",
+                  "link_flap", "prometheus_kill", "worker_kill"]
+    link: Annotated[list[NodeName], Field(min_length=2, max_length=2)] | None = None
     first_slot: Annotated[int, Field(ge=0)] | None = None
     slots: Annotated[int, Field(ge=1)] | None = None
+    period_s: PositiveFloat | None = Field(
+        default=None, description="link_flap: one down/up cycle (down for period_s / 2), "
+        "on the scenario clock like at_s")
+    count: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        default=None, description="link_flap: how many down/up cycles")
+    down_s: PositiveFloat | None = Field(
+        default=None, description="prometheus_kill: seconds (scenario clock) until the "
+        "run's Prometheus is restarted")
+    job: int | str | None = Field(
+        default=None, description="worker_kill: the job, as an index into the run's "
+        "emulated jobs (0 = first) or its name in the run's records (e.g. job0)")
+    stage: Annotated[int, Field(ge=0, le=1023)] | None = Field(
+        default=None, description="worker_kill: the pipeline stage whose worker is killed")
 
     @field_validator("link", mode="before")
     @classmethod
@@ -339,14 +367,35 @@ class EventSpec(Frozen):
                     for v in value]
         return value
 
+    @field_validator("job", mode="before")
+    @classmethod
+    def _job(cls, value: object) -> object:
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)
+                             and 0 <= value <= 1024):
+            return value
+        if isinstance(value, str):
+            return names.check(names.NODE_NAME_RE, value, "job name")
+        raise ValueError(f"must be a job index 0..1024 or a job name, got {value!r}")
+
     @model_validator(mode="after")
-    def _slot_fields(self) -> EventSpec:
-        slot_event = self.kind.startswith("wavelength")
-        if slot_event and (self.first_slot is None or self.slots is None):
-            raise ValueError(f"{self.kind} needs first_slot and slots")
-        if not slot_event and (self.first_slot is not None or self.slots is not None):
-            raise ValueError(f"{self.kind} takes no first_slot/slots")
+    def _kind_fields(self) -> EventSpec:
+        wanted = EVENT_FIELDS[self.kind]
+        missing = [f for f in wanted if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"{self.kind} needs {' and '.join(missing)}")
+        extra = [f for f in EVENT_OPTIONAL if f not in wanted and getattr(self, f) is not None]
+        if extra:
+            raise ValueError(f"{self.kind} takes no {'/'.join(extra)}")
         return self
+
+    @property
+    def target(self) -> str:
+        """What the event hits, in words: a fibre u-v, prometheus, or job/stage."""
+        if self.link is not None:
+            return "-".join(self.link)
+        if self.kind == "worker_kill":
+            return f"job {self.job} stage {self.stage}"
+        return "prometheus"
 
 
 class LeafSpineSpec(Frozen):

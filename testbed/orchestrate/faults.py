@@ -1,0 +1,359 @@
+"""Plays a scenario's events on an emulation run's clock and records each fault's outcome.
+
+`FaultInjector` runs in a background thread while the pp_jobs workers run; an event at
+`at_s` fires `at_s x scale` seconds after start() (scale: the emulation's time factor):
+
+    fiber_cut / fiber_repair   the fibre's link down / up in the data plane (link_switch);
+                               the controller sees the port change and restores
+    link_flap                  the same, count times: down at at_s + k x period_s, up
+                               half a period later (testbed.spec.faults.flap_steps)
+    prometheus_kill            the run's Prometheus SIGKILLed by its own PID, started
+                               again down_s (scaled) later with the same config and TSDB
+    worker_kill                the job's stage worker SIGKILLed by the PID the launcher
+                               recorded (not before it has finished one iteration, so the
+                               kill lands mid-run); the launcher marks the job failed with
+                               the reason, the other jobs go on
+
+stop() returns the summary part: the fibre steps as before (`events`,
+`cut_to_restored_s`, ...) and `faults`, one row per spec event: kind, target, at_s,
+when it fired (UTC and seconds into the run), detection_s / recovery_s where they
+apply, and what was lost. Processes are touched by PID only, never by name.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from testbed.orchestrate.replay import Client, LinkSwitch, _event
+from testbed.orchestrate.results import job_iterations, read_records
+from testbed.spec.faults import NETWORK_KINDS, TESTBED_KINDS, flap_steps, network_events
+from testbed.spec.models import EventSpec
+
+log = logging.getLogger(__name__)
+
+Action = Callable[[], None]
+RETRY_S = 0.1  # how often a worker_kill looks again for its worker
+SCRAPE_WAIT_S = 30.0  # longest wait for the first scrape after a Prometheus restart
+
+
+def _utc(t: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if t is None else t, UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def skipped_rows(events: Sequence[EventSpec], why: str) -> list[dict[str, Any]]:
+    """`faults` rows for events a run did not apply, with the reason."""
+    return [{"kind": ev.kind, "target": ev.target, "at_s": ev.at_s, "applied": False,
+             "note": why} for ev in sorted(events, key=lambda e: e.at_s)]
+
+
+def fibre_row(ev: EventSpec, rec: dict[str, Any]) -> dict[str, Any]:
+    """The `faults` row of one applied fibre cut or repair (a replay record)."""
+    row: dict[str, Any] = {"kind": ev.kind, "target": ev.target, "at_s": ev.at_s,
+                           "applied": "skipped" not in rec and "error" not in rec}
+    for key in ("wall_time", "run_s", "via", "skipped", "error"):
+        if key in rec:
+            row[key] = rec[key]
+    if "cut_to_restored_s" in rec:
+        row["detection_s"] = None  # the controller's own port-down time is not measured
+        row["recovery_s"] = row["cut_to_restored_s"] = rec["cut_to_restored_s"]
+    elif "controller_restoration_s" in rec:
+        row["recovery_s"] = rec["controller_restoration_s"]
+    if "repair_seen_s" in rec:
+        row["detection_s"] = row["repair_seen_s"] = rec["repair_seen_s"]
+    if ev.kind == "fiber_cut" and "lost" in rec:
+        row["lost"] = {"lightpaths": rec["lost"], "restored": rec.get("restored", [])}
+    return row
+
+
+def replay_rows(events: Sequence[EventSpec], recs: Sequence[dict[str, Any]],
+                not_reached: str = "not reached: after the replay's last request"
+                ) -> list[dict[str, Any]]:
+    """`faults` rows of a run without the injector (request replay, all-reduce jobs): a
+    row per fibre step the replay applied (a flap: one per step), the others not
+    applied."""
+    rows = []
+    left = list(network_events(events))
+    for rec in recs:
+        ev = EventSpec(at_s=rec["at_s"], kind=rec["kind"], link=rec["link"])
+        rows.append(fibre_row(ev, rec))
+        match = next((e for e in left if (e.at_s, e.kind, e.link) ==
+                      (ev.at_s, ev.kind, ev.link)), None)
+        if match is not None:
+            left.remove(match)
+    rows += skipped_rows(left, not_reached)
+    rows += skipped_rows([e for e in events if e.kind in TESTBED_KINDS],
+                         "applied only while pp_jobs workers run")
+    return sorted(rows, key=lambda r: r["at_s"])
+
+
+class FaultInjector:
+    """Applies a scenario's events on a scaled clock (see the module docstring)."""
+
+    def __init__(self, events: Sequence[EventSpec], *, scale: float,
+                 client: Client | None = None, set_link: LinkSwitch | None = None,
+                 monitor: Any = None, settle_timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.scale = scale
+        self.client = client
+        self.set_link = set_link
+        self.monitor = monitor
+        self.settle_timeout_s = settle_timeout_s
+        self.clock = clock
+        self.rows: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []  # fibre steps applied (the `events` key)
+        self.errors: list[str] = []
+        self.n_steps = 0
+        self.launcher: Any = None
+        self._heap: list[tuple[float, int, str, Action]] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()  # one action at a time (thread, or drain())
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault-injector", daemon=True)
+        self._t0 = 0.0
+        self._worker_rows: list[tuple[dict[str, Any], Any]] = []
+        for ev in sorted(events, key=lambda e: e.at_s):
+            self._plan(ev)
+
+    # ---- plan ----------------------------------------------------------------------------
+    def _push(self, due_s: float, tag: str, action: Action) -> None:
+        heapq.heappush(self._heap, (due_s, next(self._seq), tag, action))
+        self._wake.set()
+
+    def _plan(self, ev: EventSpec) -> None:
+        row: dict[str, Any] = {"kind": ev.kind, "target": ev.target, "at_s": ev.at_s,
+                               "applied": False}
+        self.rows.append(row)
+        at = ev.at_s * self.scale
+        if ev.kind in NETWORK_KINDS:  # slot blocks: as far as the replay's _event goes
+            self.n_steps += 1
+            self._push(at, "fibre", lambda: self._fibre(ev, row))
+        elif ev.kind == "link_flap":
+            row.update(cuts=[], period_s=ev.period_s, count=ev.count)
+            for t, up in flap_steps(ev):
+                step = EventSpec(at_s=t, kind="fiber_repair" if up else "fiber_cut",
+                                 link=ev.link)
+                self.n_steps += 1
+                self._push(t * self.scale, "fibre", lambda s=step: self._flap_step(s, row))
+        elif ev.kind == "prometheus_kill":
+            self._push(at, "prometheus", lambda: self._kill_prometheus(ev, row))
+        elif ev.kind == "worker_kill":
+            self._push(at, "worker", lambda: self._kill_worker(ev, row))
+        else:
+            row["note"] = "not replayed in the emulation"
+
+    # ---- life cycle ----------------------------------------------------------------------
+    def start(self) -> FaultInjector:
+        self._t0 = self.clock()
+        self._thread.start()
+        return self
+
+    def attach_launcher(self, launcher: Any) -> None:
+        """The worker launcher of the run (worker_kill finds PIDs through it)."""
+        self.launcher = launcher
+
+    def now_s(self) -> float:
+        return self.clock() - self._t0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                due = self._heap[0][0] if self._heap else None
+            if due is None:
+                self._wake.clear()
+                self._wake.wait(0.5)
+                continue
+            wait = due - self.now_s()
+            if wait > 0:
+                self._wake.clear()
+                self._stop.wait(min(wait, 0.5))
+                continue
+            with self._lock:
+                if not self._heap or self._heap[0][0] != due:
+                    continue
+                _due, _seq, tag, action = heapq.heappop(self._heap)
+                self._apply(tag, action)
+
+    def _apply(self, tag: str, action: Action) -> None:
+        try:
+            action()
+        except Exception as exc:  # recorded, the run goes on
+            log.warning("fault %s: %s", tag, exc)
+            self.errors.append(f"{tag}: {exc}")
+
+    def drain(self, tags: Sequence[str] = ("restart",)) -> None:
+        """Run the pending actions with these tags now (e.g. restart Prometheus before
+        the run's last scrape) and drop the pending worker kills (the jobs have ended)."""
+        with self._lock:
+            keep, run = [], []
+            for item in self._heap:
+                if item[2] in tags:
+                    run.append(item)
+                elif item[2] != "worker":
+                    keep.append(item)
+            self._heap = keep
+            heapq.heapify(self._heap)
+            for _due, _seq, tag, action in sorted(run):
+                self._apply(tag, action)
+
+    def stop(self) -> dict[str, Any]:
+        """End the thread (what is not due yet is not applied); the summary part."""
+        self.drain()
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.settle_timeout_s + SCRAPE_WAIT_S + 5)
+        for row, w in self._worker_rows:
+            self._worker_outcome(row, w)
+        for row in self.rows:
+            if not row["applied"] and "note" not in row and "wall_time" not in row:
+                row["note"] = "not reached: the workload ended before it was due"
+        applied = [s for s in self.steps if "skipped" not in s]
+        return {"events": self.steps, "events_applied": len(applied),
+                "events_not_reached": max(0, self.n_steps - len(self.steps)),
+                "event_errors": self.errors,
+                "cut_to_restored_s": [s["cut_to_restored_s"] for s in self.steps
+                                      if "cut_to_restored_s" in s],
+                "events_time_scale": self.scale, "faults": self.rows}
+
+    # ---- fibres --------------------------------------------------------------------------
+    def _stamp(self, row: dict[str, Any]) -> None:
+        row["wall_time"] = _utc()
+        row["run_s"] = round(self.now_s(), 3)
+
+    def _fibre_step(self, ev: EventSpec) -> dict[str, Any]:
+        rec: dict[str, Any] = {"kind": ev.kind, "link": list(ev.link or []), "at_s": ev.at_s}
+        self._stamp(rec)
+        if self.client is None:
+            rec["skipped"] = "static forwarding: no controller to restore lightpaths"
+        else:
+            try:
+                rec.update(_event(ev, self.client, {}, self.set_link, time.monotonic,
+                                  time.sleep, self.settle_timeout_s))
+            except Exception as exc:
+                rec["error"] = str(exc)
+                self.errors.append(f"{ev.kind} {ev.target}: {exc}")
+        rec["at_s"] = ev.at_s
+        if "error" not in rec:
+            self.steps.append(rec)
+        return rec
+
+    def _fibre(self, ev: EventSpec, row: dict[str, Any]) -> None:
+        rec = self._fibre_step(ev)
+        row.update(fibre_row(ev, rec))
+
+    def _flap_step(self, step: EventSpec, row: dict[str, Any]) -> None:
+        rec = self._fibre_step(step)
+        if "wall_time" not in row or not row["cuts"]:
+            row["wall_time"], row["run_s"] = rec["wall_time"], rec["run_s"]
+        row["applied"] = row["applied"] or ("skipped" not in rec and "error" not in rec)
+        if step.kind == "fiber_cut":
+            row["cuts"].append({k: rec[k] for k in ("at_s", "run_s", "cut_to_restored_s",
+                                                   "lost", "restored", "skipped", "error")
+                                if k in rec})
+        elif row["cuts"]:
+            for k in ("repair_seen_s", "skipped", "error"):
+                if k in rec:
+                    row["cuts"][-1][k] = rec[k]
+        times = [c["cut_to_restored_s"] for c in row["cuts"] if "cut_to_restored_s" in c]
+        row["cut_to_restored_s"] = times
+        row["detection_s"] = None
+        row["recovery_s"] = max(times) if times else None
+        row["cuts_applied"] = len(times)
+        row["lost"] = {
+            "lightpaths": sorted({i for c in row["cuts"] for i in c.get("lost", [])}),
+            "restored": sorted({i for c in row["cuts"] for i in c.get("restored", [])})}
+
+    # ---- Prometheus ----------------------------------------------------------------------
+    def _kill_prometheus(self, ev: EventSpec, row: dict[str, Any]) -> None:
+        self._stamp(row)
+        mon = self.monitor
+        if mon is None or getattr(mon, "prom", None) is None:
+            row["note"] = "this run has no Prometheus"
+            return
+        last = mon.last_scrape_time()
+        pid = mon.kill_prometheus()
+        if pid is None:
+            row["note"] = "Prometheus was not running"
+            return
+        killed = time.time()
+        row.update(applied=True, pid_killed=pid, down_s=ev.down_s,
+                   last_scrape_before=_utc(last) if last else None)
+        assert ev.down_s is not None
+        self._push(self.now_s() + ev.down_s * self.scale, "restart",
+                   lambda: self._restart_prometheus(row, killed, last))
+
+    def _restart_prometheus(self, row: dict[str, Any], killed: float,
+                            last: float | None) -> None:
+        mon = self.monitor
+        t_restart = time.time()
+        row["restart_time"] = _utc(t_restart)
+        row["down_wall_s"] = round(t_restart - killed, 3)
+        row["pid_restarted"] = mon.restart_prometheus()
+        row["ready_s"] = round(time.time() - t_restart, 3)
+        first = None
+        end = time.monotonic() + SCRAPE_WAIT_S
+        while time.monotonic() < end:
+            got = mon.last_scrape_time()
+            if got is not None and got >= t_restart:
+                first = got
+                break
+            time.sleep(0.1)
+        row["detection_s"] = None  # killed by the testbed itself; nothing has to notice
+        row["recovery_s"] = round(first - t_restart, 3) if first is not None else None
+        row["first_scrape_after"] = _utc(first) if first is not None else None
+        row["lost"] = {"prometheus_gap_s": round(first - last, 3)
+                       if first is not None and last is not None else None}
+
+    # ---- workers -------------------------------------------------------------------------
+    def _kill_worker(self, ev: EventSpec, row: dict[str, Any]) -> None:
+        assert ev.job is not None and ev.stage is not None
+        launcher = self.launcher
+        if launcher is None:  # workers not started yet: look again shortly
+            self._push(self.now_s() + RETRY_S, "worker", lambda: self._kill_worker(ev, row))
+            return
+        try:
+            w = launcher.worker(ev.job, ev.stage)
+        except KeyError as exc:
+            self._stamp(row)
+            row["note"] = str(exc.args[0])
+            self.errors.append(f"worker_kill: {exc.args[0]}")
+            return
+        done = sum(1 for r in read_records(w.record_path) if r.get("type") == "iteration")
+        if w.proc.poll() is None and done == 0:
+            # Still starting (torch import, rendezvous) or in its first iteration: killed
+            # once it has finished one, so the kill lands mid-run with records to keep.
+            self._push(self.now_s() + RETRY_S, "worker", lambda: self._kill_worker(ev, row))
+            return
+        self._stamp(row)
+        row["target"] = f"{w.job} stage {w.stage}"
+        row["job"], row["stage"], row["pid"] = w.job, w.stage, w.proc.pid
+        row["late_s"] = round(max(0.0, self.now_s() - ev.at_s * self.scale), 3)
+        reason = (f"worker stage {w.stage} killed at {ev.at_s:g} s (fault injection, "
+                  f"{row['run_s']:.1f} s into the run)")
+        if launcher.kill_stage(w, reason):
+            row.update(applied=True, reason=reason, stage_iterations_before_kill=done)
+            self._worker_rows.append((row, w))
+        else:
+            row["note"] = f"worker had already exited (code {w.proc.returncode})"
+
+    def _worker_outcome(self, row: dict[str, Any], w: Any) -> None:
+        """Detection (kill -> the launcher marked the job failed) and what was lost."""
+        run = self.launcher.jobs[w.job]
+        if run.failed_s is not None and w.killed_s is not None:
+            row["detection_s"] = round(run.failed_s - w.killed_s, 3)
+        row["recovery_s"] = None  # a pipeline job does not come back without its stage
+        row["job_failure"] = run.failure
+        stages = [read_records(x.record_path) for x in run.workers]
+        finished = len(job_iterations(stages))
+        planned = run.plan.iterations + run.plan.warmup_iterations
+        row["lost"] = {"iterations": planned - finished, "iterations_finished": finished,
+                       "iterations_planned": planned}

@@ -1,0 +1,65 @@
+"""Pure helpers over a scenario's events: link flaps as cuts and repairs, and kinds by layer.
+
+The simulators see only the optical network: `network_events` turns every `link_flap`
+into the `fiber_cut`/`fiber_repair` pairs it stands for (down at at_s + k x period_s,
+up half a period later) and leaves out the faults of the testbed itself
+(`prometheus_kill`, `worker_kill`), which `sim_fault_rows` records as not applicable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from testbed.spec.models import EventSpec
+
+NETWORK_KINDS = ("fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair")
+TESTBED_KINDS = ("prometheus_kill", "worker_kill")  # no meaning in the simulator
+
+
+def flap_steps(ev: EventSpec) -> list[tuple[float, bool]]:
+    """(at_s, up) of every step of a link_flap: down at at_s + k x period_s, up half a
+    period later, count times."""
+    assert ev.period_s is not None and ev.count is not None
+    half = ev.period_s / 2
+    out: list[tuple[float, bool]] = []
+    for k in range(ev.count):
+        t = ev.at_s + k * ev.period_s
+        out += [(t, False), (t + half, True)]
+    return out
+
+
+def expand_flap(ev: EventSpec) -> list[EventSpec]:
+    """A link_flap as the fiber_cut/fiber_repair events it stands for."""
+    return [EventSpec(at_s=t, kind="fiber_repair" if up else "fiber_cut", link=ev.link)
+            for t, up in flap_steps(ev)]
+
+
+def network_events(events: Sequence[EventSpec]) -> list[EventSpec]:
+    """The events the optical network sees, flaps expanded, in time order (stable)."""
+    out: list[EventSpec] = []
+    for ev in events:
+        if ev.kind == "link_flap":
+            out += expand_flap(ev)
+        elif ev.kind in NETWORK_KINDS:
+            out.append(ev)
+    return sorted(out, key=lambda e: e.at_s)
+
+
+def sim_fault_rows(events: Sequence[EventSpec]) -> list[dict[str, Any]]:
+    """summary.json `faults` of a simulation: one row per spec event, with what the
+    simulator made of it."""
+    rows = []
+    for ev in sorted(events, key=lambda e: e.at_s):
+        row: dict[str, Any] = {"kind": ev.kind, "target": ev.target, "at_s": ev.at_s}
+        if ev.kind in TESTBED_KINDS:
+            row["simulated"] = False
+            row["note"] = "not applicable in the simulator (no " + (
+                "Prometheus" if ev.kind == "prometheus_kill" else "worker processes") + ")"
+        elif ev.kind == "link_flap":
+            row["simulated"] = True
+            row["note"] = f"simulated as {ev.count} fiber_cut + {ev.count} fiber_repair"
+        else:
+            row["simulated"] = True
+        rows.append(row)
+    return rows

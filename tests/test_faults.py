@@ -1,0 +1,407 @@
+"""Faults: the new event kinds (prometheus_kill, worker_kill, link_flap) in the spec and
+the simulators (no root), the fault injector against a real Prometheus and an in-process
+controller (no root), and one emulation per bundled fault scenario (root, slow): the
+expected outcome, a `faults` row in summary.json, and every finished iteration kept."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.errors import SpecError
+from testbed.spec import load_scenario, parse_scenario
+from testbed.spec.faults import expand_flap, flap_steps, network_events, sim_fault_rows
+
+from .conftest import load_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRY = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
+FAULT_SCENARIOS = ("fault-prometheus", "fault-worker", "fault-link-flap")
+
+
+def _with_events(base: str, events: list[dict[str, Any]], **emulation: Any) -> dict[str, Any]:
+    data = load_yaml(base)
+    data["events"] = events
+    data.setdefault("emulation", {}).update(emulation)
+    return data
+
+
+# ---- spec -------------------------------------------------------------------------------
+GOOD = [
+    {"at_s": 1, "kind": "prometheus_kill", "down_s": 2},
+    {"at_s": 1, "kind": "worker_kill", "job": 0, "stage": 1},
+    {"at_s": 1, "kind": "worker_kill", "job": "job0", "stage": 0},
+    {"at_s": 1, "kind": "link_flap", "link": ["1", "2"], "period_s": 4, "count": 3},
+]
+
+
+@pytest.mark.parametrize("event", GOOD, ids=[f"{e['kind']}-{i}" for i, e in enumerate(GOOD)])
+def test_new_kinds_validate(event: dict[str, Any]) -> None:
+    sc = parse_scenario(_with_events("pp-jobs.yaml", [event]))
+    (ev,) = sc.events
+    assert ev.kind == event["kind"]
+
+
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    ("prom-no-down", {"at_s": 1, "kind": "prometheus_kill"}, "events[0]",
+     "prometheus_kill needs down_s"),
+    ("prom-link", {"at_s": 1, "kind": "prometheus_kill", "down_s": 1, "link": ["1", "2"]},
+     "events[0]", "prometheus_kill takes no link"),
+    ("prom-zero-down", {"at_s": 1, "kind": "prometheus_kill", "down_s": 0},
+     "events[0].down_s", "> 0"),
+    ("worker-no-stage", {"at_s": 1, "kind": "worker_kill", "job": 0}, "events[0]",
+     "worker_kill needs stage"),
+    ("worker-no-job", {"at_s": 1, "kind": "worker_kill", "stage": 0}, "events[0]",
+     "worker_kill needs job"),
+    ("worker-slots", {"at_s": 1, "kind": "worker_kill", "job": 0, "stage": 0, "slots": 2},
+     "events[0]", "worker_kill takes no slots"),
+    ("worker-job-index", {"at_s": 1, "kind": "worker_kill", "job": 5, "stage": 0},
+     "events[0].job", "outside the emulated jobs"),
+    ("worker-stage", {"at_s": 1, "kind": "worker_kill", "job": 0, "stage": 8},
+     "events[0].stage", "outside the jobs' stages"),
+    ("worker-bool-job", {"at_s": 1, "kind": "worker_kill", "job": True, "stage": 0},
+     "events[0].job", "job index"),
+    ("flap-no-count", {"at_s": 1, "kind": "link_flap", "link": ["1", "2"], "period_s": 2},
+     "events[0]", "link_flap needs count"),
+    ("flap-no-link", {"at_s": 1, "kind": "link_flap", "period_s": 2, "count": 1},
+     "events[0]", "link_flap needs link"),
+    ("flap-unknown-fibre", {"at_s": 1, "kind": "link_flap", "link": ["1", "5"],
+     "period_s": 2, "count": 1}, "events[0].link", "no fibre 1-5"),
+    ("flap-down-s", {"at_s": 1, "kind": "link_flap", "link": ["1", "2"], "period_s": 2,
+     "count": 1, "down_s": 1}, "events[0]", "link_flap takes no down_s"),
+    ("cut-period", {"at_s": 1, "kind": "fiber_cut", "link": ["1", "2"], "period_s": 2},
+     "events[0]", "fiber_cut takes no period_s"),
+    ("cut-no-link", {"at_s": 1, "kind": "fiber_cut"}, "events[0]", "fiber_cut needs link"),
+]
+
+
+@pytest.mark.parametrize("case,event,path,fragment", BAD, ids=[b[0] for b in BAD])
+def test_bad_events_name_the_field(case: str, event: dict[str, Any], path: str,
+                                   fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_scenario(_with_events("pp-jobs.yaml", [event]))
+    assert info.value.path == path, info.value.line()
+    assert fragment in info.value.message, info.value.line()
+    assert "\n" not in info.value.line()
+
+
+def test_worker_kill_needs_pipeline_workers() -> None:
+    data = _with_events("quickstart.yaml", [{"at_s": 1, "kind": "worker_kill", "job": 0,
+                                             "stage": 0}])
+    with pytest.raises(SpecError) as info:
+        parse_scenario(data)
+    assert info.value.path == "events[0].kind" and "pp_jobs" in info.value.message
+
+
+def test_validate_cli_exits_2_with_one_line(cli: Any, tmp_path: Path) -> None:
+    import yaml
+
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(_with_events("pp-jobs.yaml", [
+        {"at_s": 1, "kind": "link_flap", "link": ["1", "2"], "period_s": 2}])))
+    res = cli("validate", str(p))
+    assert res.code == 2
+    lines = [ln for ln in res.err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "events[0]" in lines[0] and "count" in lines[0]
+
+
+@pytest.mark.parametrize("name", FAULT_SCENARIOS)
+def test_bundled_fault_scenarios_validate(name: str) -> None:
+    sc = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    assert sc.events and sc.workload.kind == "pp_jobs"
+
+
+# ---- expansion and simulators -----------------------------------------------------------
+def test_flap_expands_to_cuts_and_repairs() -> None:
+    sc = parse_scenario(_with_events("pp-jobs.yaml", [
+        {"at_s": 10, "kind": "link_flap", "link": ["1", "2"], "period_s": 4, "count": 3}]))
+    (flap,) = sc.events
+    assert flap_steps(flap) == [(10, False), (12, True), (14, False), (16, True),
+                                (18, False), (20, True)]
+    steps = expand_flap(flap)
+    assert [e.kind for e in steps] == ["fiber_cut", "fiber_repair"] * 3
+    assert all(e.link == ["1", "2"] for e in steps)
+
+
+def test_network_events_leave_testbed_faults_out_and_sort() -> None:
+    sc = parse_scenario(_with_events("pp-jobs.yaml", [
+        {"at_s": 30, "kind": "fiber_cut", "link": ["2", "3"]},
+        {"at_s": 5, "kind": "prometheus_kill", "down_s": 1},
+        {"at_s": 10, "kind": "link_flap", "link": ["1", "2"], "period_s": 40, "count": 1},
+        {"at_s": 1, "kind": "worker_kill", "job": 0, "stage": 0}]))
+    got = [(e.at_s, e.kind) for e in network_events(sc.events)]
+    assert got == [(10, "fiber_cut"), (30, "fiber_cut"), (30, "fiber_repair")]
+    rows = sim_fault_rows(sc.events)
+    assert [r["kind"] for r in rows] == ["worker_kill", "prometheus_kill", "link_flap",
+                                         "fiber_cut"]
+    assert [r["simulated"] for r in rows] == [False, False, True, True]
+
+
+def _explicit(data: dict[str, Any]) -> dict[str, Any]:
+    """The same scenario with each link_flap written out as its cuts and repairs."""
+    out = json.loads(json.dumps(data))
+    events = []
+    for ev in out["events"]:
+        if ev["kind"] == "link_flap":
+            sc = parse_scenario({**out, "events": [ev]})
+            events += [e.model_dump(mode="json", exclude_none=True)
+                       for e in expand_flap(sc.events[0])]
+        elif ev["kind"] not in ("prometheus_kill", "worker_kill"):
+            events.append(ev)
+    out["events"] = events
+    return out
+
+
+def test_lightpath_sim_runs_a_flap_as_its_cuts_and_repairs() -> None:
+    from testbed.sim.engine import simulate_lightpaths
+
+    data = _with_events("quickstart.yaml", [
+        {"at_s": 2, "kind": "link_flap", "link": ["1", "2"], "period_s": 3, "count": 4},
+        {"at_s": 3, "kind": "prometheus_kill", "down_s": 1}])
+    data["workload"]["requests"] = 3000
+    flap = simulate_lightpaths(parse_scenario(data))
+    plain = simulate_lightpaths(parse_scenario(_explicit(data)))
+    assert flap["events_applied"] == 8 and flap["lightpaths_lost"] + flap[
+        "lightpaths_restored"] > 0
+    for key in ("blocked", "lightpaths_lost", "lightpaths_restored", "events_applied",
+                "mean_spectrum_utilization"):
+        assert flap[key] == plain[key], key
+    kinds = {r["kind"]: r for r in flap["faults"]}
+    assert kinds["prometheus_kill"]["simulated"] is False
+    assert "not applicable" in kinds["prometheus_kill"]["note"]
+
+
+def test_jobs_sim_runs_the_bundled_fault_scenarios(cli: Any, tmp_path: Path) -> None:
+    from testbed.jobs.sim import simulate
+
+    for name in FAULT_SCENARIOS:
+        res = cli("sim", f"scenarios/{name}.yaml", "--out", str(tmp_path / name), "-q")
+        assert res.code == 0, res.err
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        (row,) = summary["faults"]
+        assert row["simulated"] is (name == "fault-link-flap")
+    data = load_yaml("fault-link-flap.yaml")
+    _, flap = simulate(parse_scenario(data))
+    _, plain = simulate(parse_scenario(_explicit(data)))
+    assert flap["lightpaths_lost"] == plain["lightpaths_lost"] >= 1
+    assert flap["lightpaths_restored"] == plain["lightpaths_restored"] >= 1
+    assert flap["mean_iteration_time_s"] == plain["mean_iteration_time_s"]
+
+
+# ---- the injector without root: a real Prometheus, an in-process controller --------------
+@pytest.mark.slow
+def test_prometheus_kill_and_restart_records_the_gap(tmp_path: Path) -> None:
+    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
+        pytest.skip("needs the prometheus package")
+    from testbed.monitor.run import RunMonitor
+    from testbed.orchestrate.faults import FaultInjector
+
+    sc = parse_scenario(_with_events("fault-prometheus.yaml", [
+        {"at_s": 1.5, "kind": "prometheus_kill", "down_s": 2}]))
+    mon = RunMonitor(sc, tmp_path / "stage", tmp_path / "run").start()
+    try:
+        assert mon.prom is not None and mon.prom.proc is not None
+        first_pid = mon.prom.proc.pid
+        deadline = time.monotonic() + 30
+        while mon.last_scrape_time() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the run exporter scraped once: there is data to have a gap in
+        inj = FaultInjector(sc.events, scale=1.0, monitor=mon).start()
+        deadline = time.monotonic() + 60
+        while "recovery_s" not in inj.rows[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out = inj.stop()
+        (row,) = out["faults"]
+        assert row["applied"] and row["pid_killed"] == first_pid
+        assert row["pid_restarted"] != first_pid and mon.prom.proc is not None
+        assert mon.prom.proc.pid == row["pid_restarted"]
+        with pytest.raises(ProcessLookupError):
+            os.kill(first_pid, 0)
+        assert row["down_wall_s"] >= 2.0
+        assert row["recovery_s"] is not None and row["recovery_s"] >= 0
+        # The gap in the scraped data spans the outage: last scrape before the kill to
+        # the first after the restart.
+        assert row["lost"]["prometheus_gap_s"] >= row["down_wall_s"]
+        # The times are the samples' own (a scrape's), not the query's evaluation time.
+        from testbed.metrics.query import query
+
+        last = mon.last_scrape_time()
+        assert last is not None  # it scrapes again, same TSDB
+        got = query(mon.prom.url, f'up{{run="{mon.run_id}"}}[5m]')
+        stamps = {round(float(t), 3) for series in got for t, _v in series["values"]}
+        assert round(last, 3) in stamps
+        # The TSDB holds scrapes from before the kill and after the restart, none between.
+        from datetime import datetime
+
+        def unix(iso: str) -> float:
+            return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+        killed, restarted = unix(row["wall_time"]), unix(row["restart_time"])
+        assert any(t < killed for t in stamps) and any(t >= restarted for t in stamps)
+        assert not [t for t in stamps if killed + 0.2 < t < restarted]
+        assert unix(row["first_scrape_after"]) >= restarted
+        tsdb_gap = min(t for t in stamps if t >= restarted) - max(t for t in stamps
+                                                                   if t < killed + 0.2)
+        assert tsdb_gap >= row["lost"]["prometheus_gap_s"] - 0.01
+        assert mon.prom.data_dir == tmp_path / "stage" / "prometheus" / "data"
+    finally:
+        mon.stop()
+
+
+def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
+    from controllers.api import RestApi
+    from controllers.core import ControllerCore
+    from controllers.layout import default_layout
+    from controllers.store import Store
+    from testbed.orchestrate.ctl_process import rest_call
+    from testbed.orchestrate.faults import FaultInjector
+
+    data = load_yaml("quickstart.yaml")
+    data["events"] = [{"at_s": 0.0, "kind": "link_flap", "link": ["1", "3"], "period_s": 0.2,
+                       "count": 2},
+                      {"at_s": 0.05, "kind": "prometheus_kill", "down_s": 1}]
+    sc = parse_scenario(data)
+    api = RestApi(ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc)),
+                  port=0, token="tok")
+    api.serve()
+    try:
+        def client(m: str, p: str, b: Any) -> tuple[int, Any]:
+            return rest_call(api.url, m, p, b, "tok", timeout_s=10)
+
+        status, lp = client("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
+                                                    "slots": 2})
+        assert status == 201 and lp["nodes"][:2] == ["1", "3"]
+        inj = FaultInjector(sc.events, scale=1.0, client=client).start()
+        deadline = time.monotonic() + 10
+        while len(inj.steps) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = inj.stop()
+    finally:
+        api.close()
+    assert [s["kind"] for s in out["events"]] == ["fiber_cut", "fiber_repair"] * 2
+    flap, prom = out["faults"]
+    assert flap["kind"] == "link_flap" and flap["applied"] and len(flap["cuts"]) == 2
+    assert flap["cuts"][0]["restored"] == [lp["id"]]  # the first cut hits, re-routed
+    assert flap["cuts"][1]["lost"] == []  # the lightpath no longer crosses 1-3
+    assert len(flap["cut_to_restored_s"]) == 2 and flap["recovery_s"] == max(
+        flap["cut_to_restored_s"])
+    assert prom["applied"] is False and "no Prometheus" in prom["note"]
+
+
+# ---- emulation (root) -------------------------------------------------------------------
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, Open vSwitch)"
+    for tool in ("mnexec", "prometheus"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    import importlib.util
+
+    for mod in ("os_ken", "torch"):
+        if importlib.util.find_spec(mod) is None:
+            return f"needs {mod}"
+    from testbed.envprobe import probe
+
+    rep = probe()
+    if not rep.emulation_possible:
+        return "emulation not possible here: " + "; ".join(rep.reasons)
+    return None
+
+
+def _emulate(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    out = tmp_path / name
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "LIGHTPIPE_MONITOR_DIR": str(tmp_path / "monitor")}
+    res = subprocess.run([sys.executable, "-c", ENTRY, "run", f"scenarios/{name}.yaml",
+                          "--backend", "emu", "--out", str(out), "-q"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text()), out
+
+
+def _finished_iterations(out: Path, job: str) -> set[int]:
+    """Iterations every stage of the job recorded (its workers' own JSON lines)."""
+    from testbed.orchestrate.results import read_records
+
+    stages = sorted((out / "workers" / job).glob("stage*.jsonl"))
+    assert stages
+    sets = [{r["iteration"] for r in read_records(p) if r.get("type") == "iteration"}
+            for p in stages]
+    return set.intersection(*sets)
+
+
+def _assert_records_keep_every_finished_iteration(summary: dict[str, Any], out: Path) -> None:
+    with open(out / "iterations.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for job in summary["worker_jobs"]:
+        name = job["job"]
+        recorded = {int(r["iteration"]) for r in rows if r["job"] == name}
+        assert recorded == _finished_iterations(out, name), name
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulation_survives_prometheus_kill(tmp_path: Path) -> None:
+    summary, out = _emulate("fault-prometheus", tmp_path)
+    (job,) = summary["worker_jobs"]
+    assert job["ok"], job["failure"]
+    (row,) = summary["faults"]
+    assert row["kind"] == "prometheus_kill" and row["applied"], row
+    assert row["pid_restarted"] != row["pid_killed"]
+    assert row["recovery_s"] is not None and row["lost"]["prometheus_gap_s"] >= 3.0
+    assert row["down_wall_s"] >= 3.0  # down_s 0.3 x time_factor 10
+    _assert_records_keep_every_finished_iteration(summary, out)
+    n = job["iterations_measured"]
+    assert n == 60  # worker_iterations: all of them, the kill lost none
+    assert any((out / "prometheus" / "data").iterdir())
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulation_survives_a_killed_worker(tmp_path: Path) -> None:
+    summary, out = _emulate("fault-worker", tmp_path)
+    (row,) = summary["faults"]
+    assert row["kind"] == "worker_kill" and row["applied"], row
+    jobs = {j["job"]: j for j in summary["worker_jobs"]}
+    killed = jobs[row["job"]]
+    others = [j for name, j in jobs.items() if name != row["job"]]
+    assert not killed["ok"] and killed["failure"].startswith("worker stage 1 killed at 0.15 s")
+    assert summary["failed_jobs"] == [row["job"]]
+    assert others and all(j["ok"] for j in others)
+    assert all(j["iterations_measured"] == 30 for j in others)
+    assert row["detection_s"] is not None and 0 <= row["detection_s"] < 5
+    lost = row["lost"]
+    assert lost["iterations_finished"] >= 1 and lost["iterations"] >= 1
+    assert lost["iterations_finished"] + lost["iterations"] == lost["iterations_planned"] == 31
+    _assert_records_keep_every_finished_iteration(summary, out)
+    assert len(_finished_iterations(out, row["job"])) == lost["iterations_finished"]
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulation_restores_a_flapping_fibre(tmp_path: Path) -> None:
+    summary, out = _emulate("fault-link-flap", tmp_path)
+    (job,) = summary["worker_jobs"]
+    assert job["ok"], job["failure"]
+    (row,) = summary["faults"]
+    assert row["kind"] == "link_flap" and row["applied"], row
+    assert [s["kind"] for s in summary["events"]] == ["fiber_cut", "fiber_repair"] * 2
+    assert all(s["via"] == "port_status" for s in summary["events"])
+    assert len(row["cut_to_restored_s"]) == 2
+    assert row["cuts"][0]["lost"] == [] and len(row["cuts"][0]["restored"]) >= 1
+    assert job["iterations_measured"] == 80
+    _assert_records_keep_every_finished_iteration(summary, out)
