@@ -405,3 +405,68 @@ def test_emulation_restores_a_flapping_fibre(tmp_path: Path) -> None:
     assert row["cuts"][0]["lost"] == [] and len(row["cuts"][0]["restored"]) >= 1
     assert job["iterations_measured"] == 80
     _assert_records_keep_every_finished_iteration(summary, out)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulation_survives_a_killed_controller(tmp_path: Path) -> None:
+    summary, out = _emulate("fault-controller", tmp_path)
+    (job,) = summary["worker_jobs"]
+    assert job["ok"], job["failure"]
+    assert job["iterations_measured"] == 60  # the data plane forwarded through the outage
+    (row,) = summary["faults"]
+    assert row["kind"] == "controller_kill" and row["applied"], row
+    assert row["pid_restarted"] != row["pid_killed"]
+    assert row["down_wall_s"] >= 3.0  # down_s 0.3 x time_factor 10
+    assert row["lightpaths_before"] >= 1
+    assert row["lightpaths_kept"] == row["lightpaths_before"] == row["lightpaths_after"]
+    assert row["lost"] == {"lightpaths": [], "requests_refused": 0}
+    assert row["recovery_s"] is not None and row["outage_s"] >= row["down_wall_s"]
+    _assert_records_keep_every_finished_iteration(summary, out)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_pings_cross_a_controller_restart_without_loss(tmp_path: Path) -> None:
+    """SIGKILL the controller and start it again while one DC pings the other every
+    20 ms: the switches keep forwarding on their rules (fail-mode secure), and the
+    restarted controller's re-sync does not tear the working lightpath down."""
+    import threading
+
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.emu.probes import icmp_ping
+    from testbed.orchestrate.controller import ControllerRestarter, start_run_controller
+    from testbed.orchestrate.glue import controller_address
+    from testbed.spec import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "fault-controller.yaml")
+    with EmuNetwork(build_plan(sc), controller=controller_address()) as net:
+        ctl = start_run_controller(net, sc, tmp_path / "ctl")
+        try:
+            a, b = (next(h for h in net.plan.hosts if h.dc == dc) for dc in ("dc-a", "dc-b"))
+            ns = f"/proc/{net.host_pid(a.name)}/ns/net"
+            dst = b.ip.split("/")[0]
+            assert all(r is not None for r in icmp_ping(ns, dst, count=5, interval_s=0.02))
+            got: list[float | None] = []
+            pinger = threading.Thread(target=lambda: got.extend(
+                icmp_ping(ns, dst, count=750, interval_s=0.02)))  # 15 s
+            restarter = ControllerRestarter(ctl, net, tmp_path / "ctl")
+            before = restarter.lightpaths()
+            pinger.start()
+            time.sleep(0.5)
+            old = restarter.kill()
+            time.sleep(1.0)
+            new = restarter.restart()
+            pinger.join(60)
+            assert old is not None and new != old and ctl.proc.pid == new
+            assert restarter.lightpaths() == before and before
+            lost = [i for i, r in enumerate(got) if r is None]
+            assert len(got) == 750 and not lost, f"{len(lost)} echoes lost: {lost[:20]}"
+        finally:
+            ctl.stop()

@@ -98,6 +98,52 @@ def start_run_controller(net: LiveNetwork, scenario: Scenario, run_dir: Path,
     return ctl
 
 
+class ControllerRestarter:
+    """Kills a run's controller (SIGKILL, by its PID) and starts it again on the same
+    database, OpenFlow and REST ports and token: the new process rebuilds its state from
+    SQLite and re-syncs the switches. The ControllerProcess object is updated in place,
+    so every client holding it talks to the new process."""
+
+    def __init__(self, ctl: ControllerProcess, net: LiveNetwork, run_dir: Path) -> None:
+        self.ctl = ctl
+        self.net = net
+        self.run_dir = Path(run_dir)
+
+    def lightpaths(self) -> dict[int, list[str]] | None:
+        """id -> route of the controller's lightpaths (None if it does not answer)."""
+        try:
+            status, body = self.ctl.request("GET", "/lightpaths", timeout_s=5.0)
+        except OSError:
+            return None
+        if status != 200:
+            return None
+        return {lp["id"]: list(lp["nodes"]) for lp in body["lightpaths"]}
+
+    def kill(self) -> int | None:
+        """SIGKILL the controller; its PID (None if it was not running)."""
+        if self.ctl.proc.poll() is not None:
+            return None
+        pid = self.ctl.proc.pid
+        self.ctl.stop(kill=True)
+        return pid
+
+    def restart(self) -> int:
+        """Start it again (returns once every switch is connected and holds its rules)."""
+        from urllib.parse import urlsplit
+
+        from testbed.orchestrate.glue import attach_controller
+
+        port = urlsplit(self.ctl.rest_url).port
+        new = attach_controller(self.net, self.run_dir / "controller-scenario.yaml",
+                                self.run_dir, token=self.ctl.token, rest_port=port,
+                                timeout_s=self.net.startup_timeout_s)
+        if self.net.state is not None:
+            self.net.state.add_proc(new.proc.pid, "controller", "os-ken")
+        for f in dataclasses.fields(new):
+            setattr(self.ctl, f.name, getattr(new, f.name))
+        return new.proc.pid
+
+
 def setup_plan_lightpaths(ctl: ControllerProcess, plan: EmuPlan) -> EmuPlan:
     """POST one lightpath per plan DC pair (slots and VLAN id of the plan); return the
     plan with its lightpaths replaced by the controller's answers."""

@@ -9,6 +9,10 @@
                                half a period later (testbed.spec.faults.flap_steps)
     prometheus_kill            the run's Prometheus SIGKILLed by its own PID, started
                                again down_s (scaled) later with the same config and TSDB
+    controller_kill            the SDN controller SIGKILLed by its PID, started again
+                               down_s (scaled) later on the same SQLite state, ports and
+                               token (ControllerRestarter); the switches keep their rules
+                               meanwhile, so the data plane forwards through the outage
     worker_kill                the job's stage worker SIGKILLed by the PID the launcher
                                recorded (not before it has finished one iteration, so the
                                kill lands mid-run); the launcher marks the job failed with
@@ -99,12 +103,14 @@ class FaultInjector:
 
     def __init__(self, events: Sequence[EventSpec], *, scale: float,
                  client: Client | None = None, set_link: LinkSwitch | None = None,
-                 monitor: Any = None, settle_timeout_s: float = 5.0,
+                 monitor: Any = None, controller: Any = None,
+                 settle_timeout_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.scale = scale
         self.client = client
         self.set_link = set_link
         self.monitor = monitor
+        self.controller = controller  # a ControllerRestarter (controller_kill)
         self.settle_timeout_s = settle_timeout_s
         self.clock = clock
         self.rows: list[dict[str, Any]] = []
@@ -145,6 +151,8 @@ class FaultInjector:
                 self._push(t * self.scale, "fibre", lambda s=step: self._flap_step(s, row))
         elif ev.kind == "prometheus_kill":
             self._push(at, "prometheus", lambda: self._kill_prometheus(ev, row))
+        elif ev.kind == "controller_kill":
+            self._push(at, "controller", lambda: self._kill_controller(ev, row))
         elif ev.kind == "worker_kill":
             self._push(at, "worker", lambda: self._kill_worker(ev, row))
         else:
@@ -312,6 +320,43 @@ class FaultInjector:
         row["first_scrape_after"] = _utc(first) if first is not None else None
         row["lost"] = {"prometheus_gap_s": round(first - last, 3)
                        if first is not None and last is not None else None}
+
+    # ---- SDN controller ------------------------------------------------------------------
+    def _kill_controller(self, ev: EventSpec, row: dict[str, Any]) -> None:
+        self._stamp(row)
+        ctl = self.controller
+        if ctl is None:
+            row["note"] = "this run has no SDN controller (static forwarding)"
+            return
+        before = ctl.lightpaths()
+        pid = ctl.kill()
+        if pid is None:
+            row["note"] = "the controller was not running"
+            return
+        killed = time.monotonic()
+        failed_before = len(self.errors)
+        row.update(applied=True, pid_killed=pid, down_s=ev.down_s,
+                   lightpaths_before=len(before or {}))
+        assert ev.down_s is not None
+        self._push(self.now_s() + ev.down_s * self.scale, "restart",
+                   lambda: self._restart_controller(row, killed, before or {},
+                                                    failed_before))
+
+    def _restart_controller(self, row: dict[str, Any], killed: float,
+                            before: dict[int, list[str]], failed_before: int) -> None:
+        t0 = time.monotonic()
+        row["restart_time"] = _utc()
+        row["down_wall_s"] = round(t0 - killed, 3)
+        row["pid_restarted"] = self.controller.restart()
+        after = self.controller.lightpaths() or {}
+        row["detection_s"] = None  # killed by the testbed itself; nothing has to notice
+        row["recovery_s"] = round(time.monotonic() - t0, 3)  # restart until re-synced
+        row["outage_s"] = round(time.monotonic() - killed, 3)
+        row["lightpaths_after"] = len(after)
+        row["lightpaths_kept"] = sum(after.get(i) == r for i, r in before.items())
+        # What needed the controller while it was down and failed (fibre steps here).
+        row["lost"] = {"lightpaths": sorted(i for i in before if after.get(i) != before[i]),
+                       "requests_refused": len(self.errors) - failed_before}
 
     # ---- workers -------------------------------------------------------------------------
     def _kill_worker(self, ev: EventSpec, row: dict[str, Any]) -> None:

@@ -251,7 +251,8 @@ def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, st
         from testbed.orchestrate.pp_jobs import run_pp_jobs  # torch-free until here
 
         say("emu: workers: PyTorch pipeline jobs in the emulated hosts ...", opts.quiet)
-        faults = start_event_replay(ctl, net, rp.scenario, mon)  # cuts, kills meanwhile
+        faults = start_event_replay(ctl, net, rp.scenario, mon,  # cuts, kills meanwhile
+                                    stage / "controller")
         try:
             result = run_pp_jobs(rp.scenario, net, stage, opts.quiet, monitor=mon,
                                  faults=faults)
@@ -308,19 +309,25 @@ def hold_network(net: EmuNetwork, info: dict[str, Any], out_dir: Path,
 
 
 def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario: Scenario,
-                       mon: RunMonitor | None = None) -> Any:
+                       mon: RunMonitor | None = None, ctl_dir: Path | None = None) -> Any:
     """pp_jobs: the spec's events on the emulated clock (at_s x the time scale): fibre
-    cuts and flaps as real port-downs the controller restores, the run's Prometheus and
-    workers killed (testbed.orchestrate.faults); None without events."""
+    cuts and flaps as real port-downs the controller restores, the run's Prometheus, SDN
+    controller (restarted from ctl_dir) and workers killed (testbed.orchestrate.faults);
+    None without events."""
     if not scenario.events:
         return None
     from testbed.emu.events import link_switch
     from testbed.orchestrate.faults import FaultInjector
 
     client = None if ctl is None else (lambda m, p, b: ctl.request(m, p, b))
+    restarter = None
+    if ctl is not None and ctl_dir is not None:
+        from testbed.orchestrate.controller import ControllerRestarter
+
+        restarter = ControllerRestarter(ctl, net, ctl_dir)
     return FaultInjector(scenario.events, scale=net.plan.scale.time_factor, client=client,
                          set_link=link_switch(net) if ctl is not None else None,
-                         monitor=mon).start()
+                         monitor=mon, controller=restarter).start()
 
 
 def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,

@@ -3,7 +3,8 @@
 The simulators see only the optical network: `network_events` turns every `link_flap`
 into the `fiber_cut`/`fiber_repair` pairs it stands for (down at at_s + k x period_s,
 up half a period later) and leaves out the faults of the testbed itself
-(`prometheus_kill`, `worker_kill`), which `sim_fault_rows` records as not applicable.
+(`prometheus_kill`, `controller_kill`, `worker_kill`), which `sim_fault_rows` records as
+not applicable.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from testbed.spec.models import EventSpec
 
 NETWORK_KINDS = ("fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair")
-TESTBED_KINDS = ("prometheus_kill", "worker_kill")  # no meaning in the simulator
+TESTBED_KINDS = ("prometheus_kill", "controller_kill", "worker_kill")  # not in the sim
 
 
 def flap_steps(ev: EventSpec) -> list[tuple[float, bool]]:
@@ -54,8 +55,9 @@ def sim_fault_rows(events: Sequence[EventSpec]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"kind": ev.kind, "target": ev.target, "at_s": ev.at_s}
         if ev.kind in TESTBED_KINDS:
             row["simulated"] = False
-            row["note"] = "not applicable in the simulator (no " + (
-                "Prometheus" if ev.kind == "prometheus_kill" else "worker processes") + ")"
+            row["note"] = "not applicable in the simulator (no " + {
+                "prometheus_kill": "Prometheus", "controller_kill": "SDN controller process",
+                "worker_kill": "worker processes"}[ev.kind] + ")"
         elif ev.kind == "link_flap":
             row["simulated"] = True
             row["note"] = f"simulated as {ev.count} fiber_cut + {ev.count} fiber_repair"

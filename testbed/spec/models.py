@@ -330,6 +330,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "wavelength_repair": ("link", "first_slot", "slots"),
     "link_flap": ("link", "period_s", "count"),
     "prometheus_kill": ("down_s",),
+    "controller_kill": ("down_s",),
     "worker_kill": ("job", "stage"),
 }
 EVENT_OPTIONAL = ("link", "first_slot", "slots", "period_s", "count", "down_s", "job", "stage")
@@ -337,11 +338,12 @@ EVENT_OPTIONAL = ("link", "first_slot", "slots", "period_s", "count", "down_s", 
 
 class EventSpec(Frozen):
     """An event at a time: a fibre cut or repair, loss of a block of slots, a flapping
-    fibre, or a fault of the testbed itself (its Prometheus or a worker killed)."""
+    fibre, or a fault of the testbed itself (its Prometheus, SDN controller or a worker
+    killed)."""
 
     at_s: NonNegFloat
     kind: Literal["fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair",
-                  "link_flap", "prometheus_kill", "worker_kill"]
+                  "link_flap", "prometheus_kill", "controller_kill", "worker_kill"]
     link: Annotated[list[NodeName], Field(min_length=2, max_length=2)] | None = None
     first_slot: Annotated[int, Field(ge=0)] | None = None
     slots: Annotated[int, Field(ge=1)] | None = None
@@ -351,8 +353,8 @@ class EventSpec(Frozen):
     count: Annotated[int, Field(ge=1, le=1000)] | None = Field(
         default=None, description="link_flap: how many down/up cycles")
     down_s: PositiveFloat | None = Field(
-        default=None, description="prometheus_kill: seconds (scenario clock) until the "
-        "run's Prometheus is restarted")
+        default=None, description="prometheus_kill / controller_kill: seconds (scenario "
+        "clock) until the run's Prometheus / SDN controller is restarted")
     job: int | str | None = Field(
         default=None, description="worker_kill: the job, as an index into the run's "
         "emulated jobs (0 = first) or its name in the run's records (e.g. job0)")
@@ -395,7 +397,7 @@ class EventSpec(Frozen):
             return "-".join(self.link)
         if self.kind == "worker_kill":
             return f"job {self.job} stage {self.stage}"
-        return "prometheus"
+        return "controller" if self.kind == "controller_kill" else "prometheus"
 
 
 class LeafSpineSpec(Frozen):
