@@ -273,6 +273,9 @@ def iperf3_argv(dst_ip: str, seconds: float, port: int, udp_mbps: float | None =
     return argv
 
 
+SERVER_WAIT_S = 15.0
+
+
 def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float,
                warmup_s: float = 1.0, port: int = 5201, udp_mbps: float | None = None,
                timeout_s: float | None = None) -> IperfResult:
@@ -281,7 +284,10 @@ def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         out = ""
-        for _attempt in range(20):  # the server needs a moment to listen
+        # The server needs a moment to listen: on a busy machine (a VM booting beside a
+        # run, measured: over 2 s) more than a moment; up to SERVER_WAIT_S in all.
+        deadline = time.monotonic() + SERVER_WAIT_S
+        while True:
             time.sleep(0.1)
             r = subprocess.run([*client, *iperf3_argv(dst_ip, seconds, port, udp_mbps)],
                                capture_output=True, text=True,
@@ -290,6 +296,8 @@ def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float
             if r.returncode == 0:
                 break
             if "Connection refused" not in out and "unable to connect" not in out:
+                break
+            if time.monotonic() > deadline:
                 break
         return parse_iperf3(out, warmup_s)
     finally:
