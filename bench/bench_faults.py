@@ -3,6 +3,7 @@
 Runs `lightpipe run scenarios/fault-*.yaml --backend emu` in turn and prints, per fault
 kind, the mean and Student-t 95 % CI of the figures in summary.json `faults`
 (docs/faults.md): Prometheus restart -> first scrape and the gap in the scraped data;
+the SDN controller's outage and its restart until the switches are re-synced;
 a killed worker's detection time and the iterations its job lost; each flap cut's
 cut-to-restored time; and the run's wall time.
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from testbed.analysis.stats import mean_ci95  # noqa: E402
 
 ENTRY = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
-SCENARIOS = ("fault-prometheus", "fault-worker", "fault-link-flap")
+SCENARIOS = ("fault-prometheus", "fault-controller", "fault-worker", "fault-link-flap")
 
 
 def figures(summary: dict[str, Any]) -> dict[str, float]:
@@ -40,6 +41,12 @@ def figures(summary: dict[str, Any]) -> dict[str, float]:
         out["restart_to_first_scrape_s"] = row["recovery_s"]
         out["scrape_gap_s"] = row["lost"]["prometheus_gap_s"]
         out["down_wall_s"] = row["down_wall_s"]
+    elif row["kind"] == "controller_kill":
+        out["down_wall_s"] = row["down_wall_s"]
+        out["restart_to_resynced_s"] = row["recovery_s"]
+        out["outage_s"] = row["outage_s"]
+        out["lightpaths_lost"] = len(row["lost"]["lightpaths"])
+        out["iterations_measured"] = summary["worker_jobs"][0]["iterations_measured"]
     elif row["kind"] == "worker_kill":
         out["detection_s"] = row["detection_s"]
         out["iterations_lost"] = row["lost"]["iterations"]
