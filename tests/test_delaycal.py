@@ -253,3 +253,14 @@ def test_calibration_keeps_the_best_rounds_settings_when_a_later_round_is_worse(
     assert rec["after"] == kept["paths"]
     for f in rec["fibres"]:  # every fibre runs as it did in that round
         assert f["emulated_delay_ms"] == pytest.approx(kept["emulated_delay_ms"][f["middle"]])
+
+    # Best before any correction: every fibre goes back to running as it started.
+    proc.update({"ab": 0.0, "bc": 0.0, "cd": 0.0})
+    for e in links.values():
+        e.correction_ms, e.vlan_corrections_ms = None, {}
+    shifts = iter([-0.3, 3.0, 3.0, 3.0])  # the first round's small error is the best
+    rec = calibrate(links, measure, CalibrationConfig(pings=9, rounds=3))
+    assert rec["kept_round"] == 0 and rec["corrections_applied"] >= 1
+    assert {k: e.emulated_delay_ms() for k, e in links.items()} == pytest.approx(delay)
+    assert all(e.emulated_delay_ms(v) == pytest.approx(e.emulated_delay_ms())
+               for e in links.values() for v in (101, 102, 103))

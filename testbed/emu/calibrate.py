@@ -176,12 +176,13 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
     return record
 
 
-Settings = tuple[dict[str, float | None], dict[str, dict[int, float]]]
+Settings = tuple[dict[str, float], dict[str, dict[int, float]]]
 
 
 def _settings(emulators: Mapping[str, LinkEmulator]) -> Settings:
-    """Every emulator's fibre correction and per-lightpath corrections, now."""
-    return ({k: e.correction_ms for k, e in emulators.items()},
+    """What every emulator takes off its fibre's delay now (the correction, or netem's
+    start-up guess before any), and its per-lightpath corrections."""
+    return ({k: e.fibre.delay_ms - e.emulated_delay_ms() for k, e in emulators.items()},
             {k: dict(e.vlan_corrections_ms) for k, e in emulators.items()})
 
 
@@ -189,8 +190,8 @@ def _restore(emulators: Mapping[str, LinkEmulator], s: Settings) -> None:
     """Put every emulator back to the settings s (as a round ran at them)."""
     fibre, per_vlan = s
     for k, e in emulators.items():
-        if fibre[k] is not None and fibre[k] != e.correction_ms:
-            e.set_delay_correction(fibre[k])  # type: ignore[arg-type]
+        if abs((e.fibre.delay_ms - e.emulated_delay_ms()) - fibre[k]) > 1e-9:
+            e.set_delay_correction(fibre[k])
         for vlan in set(e.vlan_corrections_ms) | set(per_vlan[k]):
             want = per_vlan[k].get(vlan, 0.0)
             if e.vlan_corrections_ms.get(vlan, 0.0) != want:
