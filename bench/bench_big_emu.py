@@ -64,7 +64,7 @@ def main() -> int:
         t_cal = time.monotonic() - t0
         t0 = time.monotonic()
         check = verify(net, rtt_enforced=False, probe_parallel=parallel,
-                       ping_parallel=parallel)
+                       pings_parallel=parallel)
         t_verify = time.monotonic() - t0
     total = time.monotonic() - t_all
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -117,9 +117,9 @@ def main() -> int:
                     help="a bundled scenario name, a YAML file, or 'line'")
     ap.add_argument("--pings", type=int, default=30)
     ap.add_argument("--link-mode", default="auto", choices=["auto", "userspace", "netem"])
-    ap.add_argument("--parallel", type=int, default=8,
-                    help="paths pinged side by side (only paths that share no fibre; "
-                    "the run path's default, testbed.emu.batches.SIDE_BY_SIDE)")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="paths pinged side by side (only paths that share no fibre; the "
+                    "run path pings one at a time up to 12 DC-pair paths, 8 beyond)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if os.geteuid() != 0:

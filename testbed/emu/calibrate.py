@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from testbed.emu.batches import SIDE_BY_SIDE, run_batched
+from testbed.emu.batches import ping_parallel, run_batched
 from testbed.emu.delaycal import (
     SETTLE_MS,
     PathRtt,
@@ -54,7 +54,8 @@ class CalibrationConfig:
     settle_ms: float = SETTLE_MS
     max_fraction: float = 1.0  # a fibre gives back at most this share of its delay
     per_path: bool = True      # also a correction per lightpath, where the emulator can
-    parallel: int = SIDE_BY_SIDE  # paths pinged at a time (only paths sharing no fibre)
+    parallel: int | None = None  # paths pinged at a time (only paths that share no
+    # fibre; None: testbed.emu.batches.ping_parallel of the number of paths)
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,11 @@ def ping_path(probe: PathProbe, count: int, interval_s: float) -> PathRtt:
 
 
 def measure(probes: list[PathProbe], cfg: CalibrationConfig) -> list[PathRtt]:
-    """Every path; paths that share no fibre side by side (cfg.parallel at a time; 1:
-    one after the other)."""
+    """Every path; paths that share no fibre side by side (cfg.parallel at a time, by
+    default one at a time on small networks; 1: one after the other)."""
+    parallel = cfg.parallel if cfg.parallel is not None else ping_parallel(len(probes))
     return run_batched(probes, [frozenset(p.fibres) for p in probes],
-                       lambda p: ping_path(p, cfg.pings, cfg.interval_s), cfg.parallel)
+                       lambda p: ping_path(p, cfg.pings, cfg.interval_s), parallel)
 
 
 def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from testbed.emu.batches import SIDE_BY_SIDE, run_batched
+from testbed.emu.batches import SIDE_BY_SIDE, ping_parallel, run_batched
 from testbed.emu.delaycal import RTT_TOL_MS, rtt_ok
 from testbed.emu.network import EmuNetwork
 from testbed.emu.plan import EmuPlan, LightpathPlan
@@ -146,11 +146,12 @@ def run_probe(net: EmuNetwork, job: ProbeJob) -> dict[str, Any]:
             "tolerance_ms": round(tol, 3), "delay_ok": in_time, "ok": res.ok and in_time}
 
 
-def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = SIDE_BY_SIDE
+def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int | None = None
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Ping every DC pair, first host to first host: (ping rows, RTT rows of the pairs
     with a lightpath, each checked against 2 x its path's delay +- RTT_TOL_MS).
-    parallel > 1: pairs whose lightpaths share no fibre are pinged side by side."""
+    parallel > 1: pairs whose lightpaths share no fibre are pinged side by side (None:
+    as the calibration does, testbed.emu.batches.ping_parallel)."""
     p = net.plan
     lp_of = {frozenset((lp.dc_a, lp.dc_b)): lp for lp in p.lightpaths}
     dcs = list(p.dc_subnets)
@@ -166,6 +167,8 @@ def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = S
         return icmp_ping(_ns(net, ha.name), hb.ip.split("/")[0], count=ping_count,
                          interval_s=0.02)
 
+    if parallel is None:
+        parallel = ping_parallel(len(p.lightpaths))
     results = run_batched(pairs, [route(a, b) for a, b in pairs], ping, parallel)
     pings: list[dict[str, Any]] = []
     rtts: list[dict[str, Any]] = []
@@ -189,14 +192,14 @@ def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int = S
 
 
 def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = True,
-           probe_parallel: int = SIDE_BY_SIDE, ping_parallel: int = SIDE_BY_SIDE
+           probe_parallel: int = SIDE_BY_SIDE, pings_parallel: int | None = None
            ) -> dict[str, Any]:
     """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}.
 
     rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
-    only recorded). probe_parallel, ping_parallel: at most this many lightpath probes
+    only recorded). probe_parallel, pings_parallel: at most this many lightpath probes
     (DC-pair pings) at a time, only those whose routes share no fibre together; 1: one
-    after the other."""
+    after the other; pings None: as the calibration (testbed.emu.batches.ping_parallel)."""
     p = net.plan
     pings = []
     for dc in p.dc_subnets:  # inside each DC: first host to every other host
@@ -206,7 +209,7 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = Tr
             st = PingStats.of(icmp_ping(_ns(net, a.name), b.ip.split("/")[0], count=2,
                                         interval_s=0.01))
             pings.append({"src": a.name, "dst": b.name, **asdict(st)})
-    between, rtts = dc_pair_rtts(net, ping_count, ping_parallel)
+    between, rtts = dc_pair_rtts(net, ping_count, pings_parallel)
     pings.extend(between)
     jobs = probe_jobs(p)
     probes = run_batched(jobs, [j.fibres() for j in jobs], lambda j: run_probe(net, j),
