@@ -417,16 +417,6 @@ def allowed_hosts(host: str) -> frozenset[str] | None:
     return LOCAL_NAMES | {str(ip)}
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a listen address is loopback only (127.0.0.0/8, ::1, localhost)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def bind_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket bound by this process (port 0: any free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

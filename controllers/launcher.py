@@ -67,17 +67,6 @@ def stop_handler(apps: Callable[[], Iterable[Any]]) -> Callable[[int, Any], None
     return _stop
 
 
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _refuse(message: str) -> int:
     print(f"controllers.launcher: {message}", file=sys.stderr)
     return 2
@@ -114,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or int(port) > 65535:
         return _refuse(f"--rest {args.rest!r}: expected HOST:PORT")
-    if not _loopback(host) and not args.token_file:
+    from controllers.tokenfile import is_loopback
+
+    if not is_loopback(host) and not args.token_file:
         return _refuse(f"--rest {args.rest}: a REST API on a non-loopback address needs "
                        "--token-file FILE")
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),

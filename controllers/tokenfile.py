@@ -7,6 +7,7 @@ it next to its database, mode 0600, for its clients to read.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import stat
@@ -53,3 +54,14 @@ def new_token_file(path: Path) -> str:
     token = secrets.token_urlsafe(TOKEN_BYTES)
     write_secret(path, token)
     return token
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is loopback only (127.0.0.0/8, ::1, localhost): anything
+    else needs a token file."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.token is not None:
         raise InputError("--token", "a token on the command line shows in the process "
                          "list: write it to a file (chmod 600) and pass --token-file FILE")
-    from controllers.api import is_loopback
+    from controllers.tokenfile import is_loopback
 
     if not is_loopback(args.rest_host) and not args.token_file:
         raise InputError("--rest-host", f"{args.rest_host} is not a loopback address: give "

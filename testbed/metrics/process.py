@@ -23,6 +23,7 @@ from pathlib import Path
 
 from testbed.atomicio import atomic_write_text
 from testbed.errors import RuntimeFailure
+from testbed.outdir import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +119,6 @@ def port_candidates(first: int | None, tries: int = PORT_TRIES) -> list[int]:
     return [first + i for i in range(tries)]
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def is_prometheus(pid: int) -> bool:
