@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,16 +16,10 @@ import pytest
 import yaml
 
 from testbed.rundir import read_records, run_status
+from tests.test_emu_net import LIGHTPIPE, REPO, need_root
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-ROOT = os.geteuid() == 0
-HAVE = all(shutil.which(t) for t in ("mnexec", "iperf3", "ip", "ovs-vsctl", "ovsdb-tool")) and \
-    (shutil.which("ovs-vswitchd") or os.path.exists("/usr/sbin/ovs-vswitchd"))
-need_root = pytest.mark.skipif(not (ROOT and HAVE),
-                               reason="needs root, mnexec, iperf3 and Open vSwitch binaries")
-REPO = Path(__file__).resolve().parent.parent
-LIGHTPIPE = [str(Path(sys.executable).parent / "lightpipe")]
 
 
 def replay_spec() -> dict[str, Any]:
