@@ -118,6 +118,42 @@ def send_changes(dp: Any, installed: dict[tuple, Any], add: tuple[Any, ...],
         dp.send_msg(group_mod(dp, g, "delete"))
 
 
+class _Multipart:
+    """Bodies of one multipart request's replies, and whether the last one came."""
+
+    def __init__(self) -> None:
+        self.body: list[Any] = []
+        self.done = threading.Event()
+
+
+def match_key(match: Any) -> tuple:
+    """An OFPMatch's fields in a canonical order (the switch may reorder them)."""
+    return tuple(sorted(match.items()))
+
+
+def _stale_entries(dp: Any, tables: tuple[list[Any], list[int]],
+                   desired: dict[tuple, Any]) -> tuple[dict[tuple, Any], tuple[Any, ...]]:
+    """What the switch holds (as rules keyed like `desired`) and what of it is unwanted."""
+    parser = dp.ofproto_parser
+    flows, group_ids = tables
+    wanted = {(r.table, r.priority, match_key(parser.OFPMatch(**dict(r.match))))
+              for r in desired.values() if isinstance(r, FlowRule)}
+    current: dict[tuple, Any] = {}
+    stale: list[Any] = []
+    for st in flows:
+        rule = FlowRule(dp.id, st.table_id, st.priority, tuple(st.match.items()), (),
+                        st.cookie)
+        current[rule.key] = rule
+        if (st.table_id, st.priority, match_key(st.match)) not in wanted:
+            stale.append(rule)
+    for gid in group_ids:
+        group = GroupRule(dp.id, gid, ())
+        current[group.key] = group
+        if group.key not in desired:
+            stale.append(group)
+    return current, tuple(stale)
+
+
 class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
     """The LightPipe controller application."""
 
@@ -139,6 +175,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         self.datapaths: dict[int, Any] = {}
         self.installed: dict[int, dict[tuple, FlowRule]] = {}
         self.barriers: dict[tuple[int, int], threading.Event] = {}
+        self.multiparts: dict[tuple[int, int], _Multipart] = {}
         self.sync_lock = threading.RLock()
         # Last PortStatus per fibre port, in arrival order: a repair runs only if both ends
         # are up when it gets the core's lock (a stale "up" must not undo a later cut).
@@ -185,23 +222,59 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         self._wait(waits)
 
     def _full_sync(self, dp: Any) -> None:
-        """A switch (re)connected: wipe its tables and install all its rules."""
+        """A switch (re)connected: bring its tables to the desired rules without a gap.
+
+        The switch may still forward on rules a previous controller process installed
+        (fail-mode secure), so its tables are read first; every desired rule is written
+        over (an ADD with the same match replaces the entry in place) and only entries
+        no longer wanted are deleted. If the switch does not answer the read, its tables
+        are wiped and refilled instead.
+        """
         parser, ofp = dp.ofproto_parser, dp.ofproto
+        tables = self._read_tables(dp)
         # Lock order core -> sync (as in core._program): a layout or lightpath change
         # cannot slip between computing this switch's rules and installing them.
         with self.core.lock, self.sync_lock:
             desired = self.core.desired().get(dp.id, {})
-            dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE,
-                                          table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
-                                          out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
-            dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT,
-                                           ofp.OFPG_ALL, []))
-            send_changes(dp, {}, tuple(desired.values()), ())
+            if tables is None:
+                log.warning("switch %#x: tables not readable; wiping and refilling", dp.id)
+                dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE,
+                                              table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+                                              out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+                dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT,
+                                               ofp.OFPG_ALL, []))
+                current: dict[tuple, Any] = {}
+                stale: tuple[Any, ...] = ()
+            else:
+                current, stale = _stale_entries(dp, tables, desired)
+            send_changes(dp, current, tuple(desired.values()), stale)
             ev = self._barrier(dp)
             self.installed[dp.id] = dict(desired)
         self._wait([(dp.id, ev)])
         self.core.synced.add(dp.id)  # type: ignore[attr-defined]
-        log.info("switch %#x: %d rules installed", dp.id, len(desired))
+        log.info("switch %#x: %d rules installed, %d stale removed", dp.id, len(desired),
+                 len(stale))
+
+    def _read_tables(self, dp: Any) -> tuple[list[Any], list[int]] | None:
+        """The switch's flow entries and group ids (multipart replies), None on time-out."""
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        got: dict[str, Any] = {}
+        for name, req in (("flows", parser.OFPFlowStatsRequest(
+                              dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
+                              parser.OFPMatch())),
+                          ("groups", parser.OFPGroupDescStatsRequest(dp, 0))):
+            dp.set_xid(req)
+            pending = _Multipart()
+            self.multiparts[(dp.id, req.xid)] = pending
+            dp.send_msg(req)
+            got[name] = (req.xid, pending)
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        ok = all(p.done.wait(max(0.0, deadline - time.monotonic())) for _, p in got.values())
+        for xid, _ in got.values():
+            self.multiparts.pop((dp.id, xid), None)
+        if not ok:
+            return None
+        return got["flows"][1].body, [g.group_id for g in got["groups"][1].body]
 
     def _barrier(self, dp: Any) -> threading.Event:
         req = dp.ofproto_parser.OFPBarrierRequest(dp)
@@ -248,6 +321,16 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         done = self.barriers.pop((ev.msg.datapath.id, ev.msg.xid), None)
         if done is not None:
             done.set()
+
+    @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPGroupDescStatsReply],
+                MAIN_DISPATCHER)
+    def _multipart_reply(self, ev: Any) -> None:
+        msg = ev.msg
+        pending = self.multiparts.get((msg.datapath.id, msg.xid))
+        if pending is not None:
+            pending.body.extend(msg.body)
+            if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+                pending.done.set()
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def _port_status(self, ev: Any) -> None:

@@ -327,9 +327,15 @@ LINE = {"name": "hops", "topology": {"links": [{"u": "A", "v": "B", "length_km":
 @need_root
 @pytest.mark.slow
 def test_calibrated_rtt_holds_at_every_hop_count() -> None:
-    """After the delay calibration every DC pair's median RTT (30 echoes, measured apart
-    from the calibration) is within 2 x its configured one-way delay +- 1 ms, on paths
-    of 1, 2 and 3 fibres (userspace links, userspace datapath)."""
+    """After the delay calibration and the run path's closed-loop check (a pair out of
+    the band is calibrated again, at most twice), every DC pair's median RTT (30 echoes,
+    measured apart from the calibration) is within 2 x its configured one-way delay
+    +- 1 ms, on paths of 1, 2 and 3 fibres (userspace links, userspace datapath).
+
+    Right after the first calibration a pair may sit just outside the band on a busy
+    2-core machine (the bridges' processing drifts; a CI run measured +1.22 ms on the
+    3-hop pair): that is what the re-check exists for, so the band is asserted on what
+    the run path reports, and the first pings only have to be within 2 ms."""
     from testbed.emu.calibrate import calibrate_network
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
@@ -349,11 +355,12 @@ def test_calibrated_rtt_holds_at_every_hop_count() -> None:
                                         b.ip.split("/")[0], count=30, interval_s=0.02))
             assert st.received == st.sent and st.median_ms is not None
             errors[(lp.dc_a, lp.dc_b, len(lp.path) - 1)] = st.median_ms - 2 * lp.delay_ms
-        assert all(abs(e) <= 1.0 for e in errors.values()), (errors, record["fibres"])
-        # The run path's verification, RTT band enforced: a pair that drifted out since
-        # is calibrated again (at most twice) before it counts as a failure.
+        assert all(abs(e) <= 2.0 for e in errors.values()), (errors, record["fibres"])
         check = verify_network(net, record, "enforce")
         assert check["ok"] and check["rtt_ok"] and len(check["rtts"]) == 6
+        assert sorted(x["hops"] for x in check["rtts"]) == [1, 1, 1, 2, 2, 3]
+        for x in check["rtts"]:
+            assert abs(x["median_ms"] - x["expected_rtt_ms"]) <= 1.0, check["rtts"]
         latest = check["rtt_rechecks"][-1]["calibration"] if check["rtt_rechecks"] else record
         # The corrections stay within each fibre's delay and are recorded.
         for f in latest["fibres"]:

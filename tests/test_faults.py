@@ -426,13 +426,25 @@ def test_emulation_survives_a_killed_controller(tmp_path: Path) -> None:
     _assert_records_keep_every_finished_iteration(summary, out)
 
 
+def _flow_lines(sw: str, env: dict[str, str]) -> list[str]:
+    import subprocess
+
+    r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows", sw],
+                       capture_output=True, text=True, check=True, env=env)
+    return [line for line in r.stdout.splitlines() if "cookie=" in line]
+
+
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_pings_cross_a_controller_restart_without_loss(tmp_path: Path) -> None:
     """SIGKILL the controller and start it again while one DC pings the other every
     20 ms: the switches keep forwarding on their rules (fail-mode secure), and the
-    restarted controller's re-sync does not tear the working lightpath down."""
+    restarted controller's re-sync does not tear the working lightpath down: it writes
+    its rules over the ones in place and deletes only what it no longer wants (a flow
+    planted while it was dead)."""
+    import os
+    import subprocess
     import threading
 
     why = _skip_reason()
@@ -461,9 +473,20 @@ def test_pings_cross_a_controller_restart_without_loss(tmp_path: Path) -> None:
             pinger.start()
             time.sleep(0.5)
             old = restarter.kill()
+            sw = net.plan.switches[0].node
+            ofctl = ["ovs-ofctl", "-O", "OpenFlow13"]
+            env = {**os.environ, **net.ovs.env}
+            stale = "cookie=0x5e1f,table=0,priority=7,udp,tp_dst=9999"
+            subprocess.run([*ofctl, "add-flow", sw, f"{stale},actions=drop"], env=env,
+                           check=True)
+            rules_before = _flow_lines(sw, env)
+            assert any("0x5e1f" in line for line in rules_before)
             time.sleep(1.0)
             new = restarter.restart()
             pinger.join(60)
+            rules_after = _flow_lines(sw, env)
+            assert not any("0x5e1f" in line for line in rules_after), rules_after
+            assert len(rules_after) == len(rules_before) - 1 and rules_after
             assert old is not None and new != old and ctl.proc.pid == new
             assert restarter.lightpaths() == before and before
             lost = [i for i, r in enumerate(got) if r is None]
