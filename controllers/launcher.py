@@ -4,6 +4,13 @@
         [--db FILE] [--layout FILE] [--token-file FILE] [--run-state DIR]
         [--address-file FILE]
 
+Both listening ports are bound by this process, never picked elsewhere and released:
+`--rest HOST:0` and `--of-port 0` take any free port, and the ports actually bound go
+into --address-file (JSON: host, port, of_port, token_file). The OpenFlow port is held
+by a bound reservation socket (SO_REUSEADDR, not listening) from the moment it is
+chosen until os-ken's own listener binds it beside the reservation; a port in use is
+refused with exit 2, naming it.
+
 A REST bearer token always: read from --token-file (0600), else generated and written
 to DB.token (0600); the path goes into --address-file for the clients. A non-loopback
 --rest without --token-file is refused (exit 2).
@@ -67,17 +74,39 @@ def stop_handler(apps: Callable[[], Iterable[Any]]) -> Callable[[int, Any], None
     return _stop
 
 
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, non-listening TCP socket holding host:port (port 0: any free one).
+
+    With SO_REUSEADDR on both, Linux lets a second socket bind the same address while
+    neither listens, and refuses everyone else: os-ken's listener (which sets
+    SO_REUSEADDR) binds and listens beside it; no other process can take the port.
+    """
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def _refuse(message: str) -> int:
     print(f"controllers.launcher: {message}", file=sys.stderr)
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
+Announce = Callable[[str, int, str, int], None]  # (rest host, port, OpenFlow host, port)
+
+
+def main(argv: list[str] | None = None, announce: Announce | None = None) -> int:
+    """Run the controller; `announce` is called once both ports are bound."""
     p = argparse.ArgumentParser(prog="controllers.launcher", description=__doc__,
                                 allow_abbrev=False)
     p.add_argument("--spec", required=True)
     p.add_argument("--of-host", default="127.0.0.1")
-    p.add_argument("--of-port", type=int, default=6653)
+    p.add_argument("--of-port", type=int, default=6653,
+                   help="OpenFlow listen port (0: any free one, see --address-file)")
     p.add_argument("--rest", default="127.0.0.1:8080", help="REST host:port")
     p.add_argument("--db", default="lightpipe-controller.db")
     p.add_argument("--layout", default=None)
@@ -91,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--netns", default=None, help="network namespace (path) to listen for "
                    "switches in; the REST API stays in the launcher's own namespace")
     p.add_argument("--address-file", default=None,
-                   help="write the REST address actually bound here (JSON: host, port, "
-                   "token_file; --rest HOST:0 binds any free port)")
+                   help="write the addresses actually bound here (JSON: host, port, "
+                   "of_port, token_file; --rest HOST:0 and --of-port 0 bind any free port)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     args = p.parse_args(argv)
     if args.token is not None:
@@ -103,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or int(port) > 65535:
         return _refuse(f"--rest {args.rest!r}: expected HOST:PORT")
+    if not 0 <= args.of_port <= 65535:
+        return _refuse(f"--of-port {args.of_port}: expected 0..65535")
     from controllers.tokenfile import is_loopback
 
     if not is_loopback(host) and not args.token_file:
@@ -144,22 +175,31 @@ def main(argv: list[str] | None = None) -> int:
     bound_host, bound_port = rest.getsockname()[:2]
     env["LIGHTPIPE_CTL_REST"] = f"{bound_host}:{bound_port}"
     env["LIGHTPIPE_CTL_REST_FD"] = str(rest.detach())
-    if args.address_file:
-        from testbed.atomicio import atomic_write_json
-
-        atomic_write_json(Path(args.address_file), {"host": bound_host, "port": bound_port,
-                                                    "token_file": str(token_file)})
     if args.netns:
         from testbed.emu.netns import enter_netns
 
         enter_netns(args.netns)  # this thread and every thread it starts from now on
+    try:  # in the namespace the switches connect in; kept open for the process's life
+        of_reservation = reserve_port(args.of_host, args.of_port)
+    except OSError as exc:
+        return _refuse(f"--of-port {args.of_port}: cannot bind the OpenFlow port on "
+                       f"{args.of_host}: {exc.strerror}")
+    of_port = of_reservation.getsockname()[1]
+    if args.address_file:
+        from testbed.atomicio import atomic_write_json
+
+        atomic_write_json(Path(args.address_file), {"host": bound_host, "port": bound_port,
+                                                    "of_port": of_port,
+                                                    "token_file": str(token_file)})
+    if announce is not None:
+        announce(str(bound_host), int(bound_port), args.of_host, int(of_port))
     _prepare_hub()
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
 
     cfg.CONF(args=[], project="os_ken")
     cfg.CONF.set_override("ofp_listen_host", args.of_host)
-    cfg.CONF.set_override("ofp_tcp_listen_port", args.of_port)
+    cfg.CONF.set_override("ofp_tcp_listen_port", of_port)
     mgr = AppManager.get_instance()
 
     _stop = stop_handler(lambda: list(mgr.applications.values()))

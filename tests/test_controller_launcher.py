@@ -84,3 +84,62 @@ def test_sigterm_as_interrupt_forked_child_just_exits() -> None:
         os.kill(pid, signal.SIGTERM)
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM
+
+
+def test_reserved_port_is_held_until_the_listener_binds_beside_it() -> None:
+    """--of-port 0: the launcher binds a reservation socket; nobody else can take the port
+    (a plain bind fails, and so does a listener with SO_REUSEADDR once os-ken listens),
+    while os-ken's own listener (SO_REUSEADDR) binds and accepts beside it."""
+    import socket
+
+    from controllers.launcher import reserve_port
+
+    held = reserve_port("127.0.0.1", 0)
+    port = held.getsockname()[1]
+    try:
+        with socket.socket() as other:
+            try:
+                other.bind(("127.0.0.1", port))
+                raise AssertionError("a plain bind took the reserved port")
+            except OSError:
+                pass
+        with socket.socket() as listener:  # what os-ken's hub.listen does
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", port))
+            listener.listen(5)
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                conn, _ = listener.accept()
+                conn.close()
+            with socket.socket() as late:
+                late.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    late.bind(("127.0.0.1", port))
+                    late.listen(1)
+                    raise AssertionError("a second listener took the port")
+                except OSError:
+                    pass
+    finally:
+        held.close()
+
+
+def test_launcher_refuses_a_taken_openflow_port(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A port something listens on: exit 2 and a line naming the flag and port, at once
+    (not a controller that hangs without a listener)."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "controllers.launcher", "--spec",
+                            str(root / "scenarios" / "quickstart.yaml"), "--db",
+                            str(tmp_path / "c.db"), "--rest", "127.0.0.1:0", "--of-port",
+                            str(taken), "--address-file", str(tmp_path / "addr.json")],
+                           capture_output=True, text=True, timeout=60, cwd=root)
+    assert r.returncode == 2, r.stderr
+    assert f"--of-port {taken}: cannot bind" in r.stderr and "in use" in r.stderr, r.stderr
+    assert not (tmp_path / "addr.json").exists()

@@ -294,25 +294,23 @@ def test_clean_dry_run_agrees_with_clean(cli, tmp_path: Path, monkeypatch) -> No
 
 
 # ------------------------------------------------------------------ controller
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_controller_prints_url_and_keeps_its_db_out_of_the_cwd(tmp_path: Path) -> None:
     pytest.importorskip("os_ken")
-    of, rest = _free_port(), _free_port()
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     env = {**ENV, "XDG_STATE_HOME": str(tmp_path / "xdg")}
     proc = subprocess.Popen([LIGHTPIPE, "controller", str(SCENARIOS / "quickstart.yaml"),
-                             "--port", str(of), "--rest-port", str(rest)], cwd=cwd, env=env,
+                             "--port", "0", "--rest-port", "0"], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert f"REST API at http://127.0.0.1:{rest}" in line and f":{of}" in line, line
+        line = proc.stdout.readline()  # the ports the controller bound (0: any free)
+        m = re.search(r"REST API at http://127\.0\.0\.1:(\d+) .*OpenFlow 1\.3 on "
+                      r"tcp:127\.0\.0\.1:(\d+)", line)
+        assert m and int(m[1]) > 0 and int(m[2]) > 0 and m[1] != m[2], line
+        with socket.socket() as s:  # the OpenFlow port is really held by the controller
+            with pytest.raises(OSError):
+                s.bind(("127.0.0.1", int(m[2])))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (tmp_path / "xdg" / "lightpipe" /
                                                      "controller.db").exists():
@@ -334,8 +332,7 @@ def test_controller_names_a_taken_port(cli, which: str) -> None:  # type: ignore
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
-        other = _free_port()
-        ports = {"--port": other, "--rest-port": other}
+        ports = {"--port": 0, "--rest-port": 0}
         ports[which] = taken
         r = cli("controller", str(SCENARIOS / "quickstart.yaml"), "--port",
                 str(ports["--port"]), "--rest-port", str(ports["--rest-port"]))

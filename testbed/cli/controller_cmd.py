@@ -15,10 +15,10 @@ HELP = "run the SDN controller: lightpaths as OpenFlow 1.3 rules, REST API, rest
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arg(parser)
     parser.add_argument("--port", type=int, default=6653,
-                        help="OpenFlow listen port (default 6653)")
+                        help="OpenFlow listen port (default 6653; 0: any free port)")
     parser.add_argument("--of-host", default="127.0.0.1", help="OpenFlow listen address")
     parser.add_argument("--rest-port", type=int, default=8080,
-                        help="REST API port on --rest-host (default 8080)")
+                        help="REST API port on --rest-host (default 8080; 0: any free port)")
     parser.add_argument("--rest-host", default="127.0.0.1",
                         help="REST API address (default 127.0.0.1: local only)")
     parser.add_argument("--token-file", default=None,
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--token-file", str(exc)) from None
     load_scenario(args.spec)  # bad spec: one line, exit 2, before anything listens
     for name, port in (("--port", args.port), ("--rest-port", args.rest_port)):
-        if not 1 <= port <= 65535:
-            raise InputError(name, f"port must be 1..65535, got {port}")
+        if not 0 <= port <= 65535:
+            raise InputError(name, f"port must be 0..65535 (0: any free one), got {port}")
     if args.layout:
         import json
 
@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--layout", f"{args.layout}: {str(exc).splitlines()[0]}") from None
     for flag, what, host, port in (("--port", "OpenFlow", args.of_host, args.port),
                                    ("--rest-port", "REST API", args.rest_host, args.rest_port)):
-        port_free(flag, what, host, port)
+        if port:
+            port_free(flag, what, host, port)
     db = args.db or str(default_db())
     token_file = Path(args.token_file or Path(db).resolve().with_suffix(".token"))
     import sys
@@ -78,10 +79,12 @@ def run(args: argparse.Namespace) -> int:
     from controllers.launcher import main
     from testbed.cli.common import emit
 
-    emit(f"controller: REST API at http://{args.rest_host}:{args.rest_port} (bearer token "
-         f"in {token_file}{'' if args.token_file else ', new'}), OpenFlow 1.3 on "
-         f"tcp:{args.of_host}:{args.port}, state in {db}; Ctrl-C stops")
-    sys.stdout.flush()
+    def announce(rest_host: str, rest_port: int, of_host: str, of_port: int) -> None:
+        emit(f"controller: REST API at http://{rest_host}:{rest_port} (bearer token "
+             f"in {token_file}{'' if args.token_file else ', new'}), OpenFlow 1.3 on "
+             f"tcp:{of_host}:{of_port}, state in {db}; Ctrl-C stops")
+        sys.stdout.flush()
+
     argv = ["--spec", args.spec, "--db", db, "--of-host", args.of_host,
             "--of-port", str(args.port), "--rest", f"{args.rest_host}:{args.rest_port}"]
     if args.token_file:
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         argv += ["--layout", args.layout]
     if args.verbose:
         argv += ["-" + "v" * args.verbose]
-    return main(argv)
+    return main(argv, announce=announce)
 
 
 def default_db() -> Path:

@@ -38,6 +38,11 @@ from testbed.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
 
+# EmuNetwork(controller=CONTROLLER_LATER): forwarding by an SDN controller started after
+# the network is up; the switches (fail-mode secure) wait without one until it is
+# attached (testbed.orchestrate.glue.attach_controller points them at its port).
+CONTROLLER_LATER = "later"
+
 HOST_SYSCTLS = ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
                 "net.ipv4.tcp_rmem=4096 131072 67108864",
                 "net.ipv4.tcp_wmem=4096 65536 67108864",
@@ -283,8 +288,9 @@ class EmuNetwork:
         assert self.ovs is not None
         self._wait_bridges([s.node for s in p.switches])
         if self.controller:
-            for s in p.switches:
-                self.ovs.vsctl("set-controller", s.node, self.controller)
+            if self.controller != CONTROLLER_LATER:
+                for s in p.switches:
+                    self.ovs.vsctl("set-controller", s.node, self.controller)
             return
         rules = self.forwarding.flows(p, self.ports)
         with tempfile.TemporaryDirectory(dir=self.state_dir) as tmp:

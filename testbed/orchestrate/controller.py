@@ -136,7 +136,7 @@ class ControllerRestarter:
         port = urlsplit(self.ctl.rest_url).port
         new = attach_controller(self.net, self.run_dir / "controller-scenario.yaml",
                                 self.run_dir, token=self.ctl.token, rest_port=port,
-                                timeout_s=self.net.startup_timeout_s)
+                                of_port=self.ctl.of_port, timeout_s=self.net.startup_timeout_s)
         if self.net.state is not None:
             self.net.state.add_proc(new.proc.pid, "controller", "os-ken")
         for f in dataclasses.fields(new):

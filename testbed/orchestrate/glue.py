@@ -21,7 +21,7 @@ from typing import Any
 
 from controllers.layout import HostSpec, Layout, LinkSpec, SwitchSpec
 from testbed.emu.live import LiveNetwork
-from testbed.orchestrate.ctl_process import ControllerProcess, free_port, start_controller
+from testbed.orchestrate.ctl_process import ControllerProcess, start_controller
 
 
 def layout_from_emu(net: LiveNetwork) -> Layout:
@@ -62,7 +62,7 @@ def start_for_emu(spec: str | Path, run_dir: str | Path, netns: str | None = Non
     """Start the controller for an emulation run (state and log under run_dir)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    return start_controller(spec, run_dir / "controller.db", of_port=free_port(),
+    return start_controller(spec, run_dir / "controller.db",
                             rest_port=rest_port, token=token, netns=netns,
                             log_path=run_dir / "controller.log")
 
@@ -79,19 +79,23 @@ def attach_layout(ctl: ControllerProcess, net: LiveNetwork,
 
 def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *,
                       token: str | None = None, rest_port: int | None = None,
+                      of_port: int | None = None,
                       timeout_s: float = 30.0) -> ControllerProcess:
     """Start the controller for a started EmuNetwork and program it (returns when every
     switch is connected and holds its rules).
 
-    The network must have been built with `controller=f"tcp:127.0.0.1:{of_port}"`
-    where `of_port = net.controller_port` (see `controller_address`). The OpenFlow
-    listener lives in the run's namespace; the REST API on the host's loopback.
+    The network must have been built with `controller=controller_address()` (its
+    switches wait for a controller) or a `tcp:127.0.0.1:PORT` address (the listener's
+    port). The OpenFlow listener lives in the run's namespace, on `of_port` or the
+    network's port if given, else on any free port the controller binds itself; the
+    REST API on the host's loopback. The switches are pointed at the bound port.
     """
     import time
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    of_port = int(str(net.controller).rsplit(":", 1)[1])
+    if of_port is None and str(net.controller).startswith("tcp:"):
+        of_port = int(str(net.controller).rsplit(":", 1)[1])
     home = net.home_netns_path
     ctl = start_controller(spec, run_dir / "controller.db", of_port=of_port,
                            rest_port=rest_port, token=token,
@@ -123,5 +127,8 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
 
 
 def controller_address() -> str:
-    """A fresh OpenFlow address for EmuNetwork(controller=...)."""
-    return f"tcp:127.0.0.1:{free_port()}"
+    """EmuNetwork(controller=...) for a network whose switches wait for a controller
+    that `attach_controller` starts later (it binds a free port and points them at it)."""
+    from testbed.emu.network import CONTROLLER_LATER
+
+    return CONTROLLER_LATER
