@@ -107,8 +107,10 @@ def test_replay_clock_is_scaled(tmp_path: Path) -> None:
     assert res.summary["replay_time_scale"] == pytest.approx(12.0 / sample[-1][1])
 
 
-def test_event_replayer_cuts_and_repairs_in_background(tmp_path: Path) -> None:
-    from testbed.orchestrate.replay import EventReplayer
+def test_fault_injector_cuts_and_repairs_in_background(tmp_path: Path) -> None:
+    """The run path's FaultInjector plays fibre events through the controller's REST API
+    on its clock; what is not due when it stops is counted as not reached."""
+    from testbed.orchestrate.faults import FaultInjector
 
     sc = _scenario(events=[{"at_s": 0.0, "kind": "fiber_cut", "link": ["1", "3"]},
                            {"at_s": 0.01, "kind": "fiber_repair", "link": ["1", "3"]},
@@ -119,13 +121,17 @@ def test_event_replayer_cuts_and_repairs_in_background(tmp_path: Path) -> None:
         status, lp = client("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
                                                     "slots": 2})
         assert status == 201 and ["1", "3"] == lp["nodes"][:2]
-        ev = EventReplayer(sc.events, client, scale=1.0).start()
+        ev = FaultInjector(sc.events, scale=1.0, client=client).start()
         deadline = time.monotonic() + 5
-        while len(ev.applied) < 2 and time.monotonic() < deadline:
+        while len(ev.steps) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         out = ev.stop()
         assert out["events_applied"] == 2 and out["events_not_reached"] == 1
         assert out["events"][0]["restored"] == [lp["id"]]
+        rows = {(r["kind"], r["at_s"]): r for r in out["faults"]}
+        assert rows[("fiber_cut", 0.0)]["applied"] and \
+            rows[("fiber_cut", 0.0)]["lost"] == {"lightpaths": [], "restored": [lp["id"]]}
+        assert not rows[("fiber_cut", 1000.0)]["applied"]
         assert not api.core.net.is_failed("1", "3")
         assert api.core.lightpath(lp["id"])["nodes"][:2] != ["1", "3"]  # re-routed
     finally:
