@@ -323,7 +323,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             done.set()
 
     @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPGroupDescStatsReply],
-                MAIN_DISPATCHER)
+                [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _multipart_reply(self, ev: Any) -> None:
         msg = ev.msg
         pending = self.multiparts.get((msg.datapath.id, msg.xid))
