@@ -391,3 +391,35 @@ def test_wan_flows_take_the_lightpaths_the_policy_assigned(env: dict[str, Any]) 
         for lp in lps:
             ctl.request("DELETE", f"/lightpaths/{lp['id']}")
         ctl.request("PUT", "/routing", {"policy": "ecmp"})
+
+
+def test_resync_keeps_what_it_wants_and_deletes_only_stale_entries() -> None:
+    """After a reconnect the app reads the switch's tables (flow stats, group descs):
+    entries it wants are written over in place, whatever order the switch lists match
+    fields in; only unwanted flows and groups are deleted (no wipe, no gap)."""
+    pytest.importorskip("os_ken")
+    from os_ken.ofproto import ofproto_v1_3
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    from controllers.flowroute import GroupRule
+    from controllers.lightpath_app import _stale_entries
+    from controllers.rules import FlowRule
+
+    class _Dp:  # what _stale_entries reads of a datapath: its id and parser
+        id = 7
+        ofproto = ofproto_v1_3
+        ofproto_parser = parser
+
+    keep = FlowRule(7, 0, 100, (("in_port", 1), ("eth_type", 0x800),
+                                ("ipv4_dst", "10.0.0.2")), (("output", 2),), 0x11)
+    group = GroupRule(7, 3, (1, 2))
+    desired = {keep.key: keep, group.key: group}
+    # The switch lists the wanted flow's fields in another order, plus one stale flow.
+    listed = [parser.OFPFlowStats(table_id=0, priority=100, cookie=0x11, match=parser.OFPMatch(
+                  ipv4_dst="10.0.0.2", eth_type=0x800, in_port=1)),
+              parser.OFPFlowStats(table_id=1, priority=7, cookie=0x5e1f,
+                                  match=parser.OFPMatch(in_port=4))]
+    current, stale = _stale_entries(_Dp(), (listed, [3, 9]), desired)
+    assert [(type(x).__name__, getattr(x, "cookie", None) or getattr(x, "group_id", None))
+            for x in stale] == [("FlowRule", 0x5e1f), ("GroupRule", 9)]
+    assert group.key in current  # an existing group is modified, not added again
