@@ -122,6 +122,7 @@ class FaultServer:
         self.read_timeout_s = read_timeout_s
         self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
         self._stop = threading.Event()
+        self._after_lock = threading.Lock()  # no `after` once close() has returned
         self._sock = _bind_private(self.path)
         self._sock.listen(16)
         self._sock.settimeout(0.2)
@@ -134,7 +135,8 @@ class FaultServer:
 
     def close(self) -> None:
         """Stop accepting and remove the socket file (requests being applied finish)."""
-        self._stop.set()
+        with self._after_lock:
+            self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._sock.close()
@@ -154,10 +156,12 @@ class FaultServer:
                 conn, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            except OSError:
+            except OSError as exc:  # e.g. out of file descriptors: keep serving
                 if self._stop.is_set():
                     return
-                raise
+                log.warning("fault channel: accept: %s", exc)
+                self._stop.wait(0.1)
+                continue
             conn.settimeout(self.read_timeout_s)
             if not self._slots.acquire(blocking=False):
                 with conn, contextlib.suppress(OSError):
@@ -193,11 +197,12 @@ class FaultServer:
         except (TimeoutError, RuntimeFailure) as exc:
             return _error("runtime", "", str(exc))
         self.served += 1
-        if self.after is not None:
-            try:
-                self.after(row)
-            except Exception as exc:  # the fault is applied and recorded either way
-                log.warning("fault channel: after %s: %s", ev.kind, exc)
+        with self._after_lock:
+            if self.after is not None and not self._stop.is_set():
+                try:
+                    self.after(row)
+                except Exception as exc:  # the fault is applied and recorded either way
+                    log.warning("fault channel: after %s: %s", ev.kind, exc)
         return {"ok": True, "row": row}
 
 

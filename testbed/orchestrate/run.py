@@ -316,9 +316,8 @@ def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_
         for where in (out_dir, net.state_dir):
             atomic_write_json(where / "network.json", info, mode=secret_mode(info))
 
-    server = FaultServer(net.state_dir / SOCKET_NAME, scenario, apply, after=publish)
     try:
-        with server:
+        with FaultServer(net.state_dir / SOCKET_NAME, scenario, apply, after=publish) as server:
             info["fault_socket"] = str(server.path)
             publish()
             net.state.out_dir = str(out_dir.resolve())
@@ -334,6 +333,8 @@ def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_
     finally:
         info.pop("fault_socket", None)  # gone with the channel
         summary = faults.stop()  # a killed controller or Prometheus is restarted first
+        for row in summary["faults"]:  # also one whose request timed out
+            row.setdefault("source", "lightpipe fault")
     return WorkloadResult(held=True, summary=summary if summary["faults"] else {})
 
 
