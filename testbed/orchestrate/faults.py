@@ -126,11 +126,14 @@ class FaultInjector:
         self._thread = threading.Thread(target=self._run, name="fault-injector", daemon=True)
         self._t0 = 0.0
         self._worker_rows: list[tuple[dict[str, Any], Any]] = []
+        self._chain: _Chain | None = None  # whose actions are being planned (apply_now)
         for ev in sorted(events, key=lambda e: e.at_s):
             self._plan(ev)
 
     # ---- plan ----------------------------------------------------------------------------
     def _push(self, due_s: float, tag: str, action: Action) -> None:
+        if self._chain is not None:  # planned by apply_now, or by one of its actions
+            action = self._chain.wrap(self, action)
         heapq.heappush(self._heap, (due_s, next(self._seq), tag, action))
         self._wake.set()
 
@@ -170,6 +173,25 @@ class FaultInjector:
 
     def now_s(self) -> float:
         return self.clock() - self._t0
+
+    def apply_now(self, ev: EventSpec, timeout_s: float) -> dict[str, Any]:
+        """Apply one event now on a started injector (a held run's `lightpipe fault`):
+        planned at the current run time (its at_s becomes that, on the scenario clock),
+        run by the same actions as a scenario's events; returns its `faults` row once
+        every step of it has run (a flap's cuts and repairs, a killed process's restart).
+        TimeoutError if that takes over timeout_s (the row is still recorded)."""
+        ev = ev.model_copy(update={"at_s": round(self.now_s() / self.scale, 3)})
+        chain = _Chain()
+        with self._lock:
+            self._chain = chain
+            try:
+                self._plan(ev)
+            finally:
+                self._chain = None
+            row = self.rows[-1]
+        if not chain.wait(timeout_s):
+            raise TimeoutError(f"{ev.kind} {ev.target} still running after {timeout_s:g} s")
+        return row
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -402,3 +424,31 @@ class FaultInjector:
         planned = run.plan.iterations + run.plan.warmup_iterations
         row["lost"] = {"iterations": planned - finished, "iterations_finished": finished,
                        "iterations_planned": planned}
+
+
+class _Chain:
+    """The actions of one apply_now event, pending or running (its follow-ups included:
+    an action that pushes another while it runs passes the chain on)."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self._cond = threading.Condition()
+
+    def wrap(self, inj: FaultInjector, action: Action) -> Action:
+        with self._cond:
+            self.pending += 1
+
+        def run() -> None:
+            inj._chain = self  # the caller holds inj._lock
+            try:
+                action()
+            finally:
+                inj._chain = None
+                with self._cond:
+                    self.pending -= 1
+                    self._cond.notify_all()
+        return run
+
+    def wait(self, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.pending == 0, timeout=timeout_s)

@@ -10,8 +10,10 @@ typed inputs and outputs:
                         off its fibres' emulated delays; emulation.delay_calibration)
     verify_network      network -> verification record (raises if the data plane is wrong,
                         or a DC pair's RTT is off 2 x its configured delay by > 1 ms)
-    run_workload        hold | pp_jobs workers (+ fibre events and faults, on the run's
-                        clock: testbed.orchestrate.faults) | probes + request replay
+    run_workload        hold (faults from `lightpipe fault` meanwhile: the channel of
+                        testbed.orchestrate.faultctl) | pp_jobs workers (+ fibre events
+                        and faults, on the run's clock: testbed.orchestrate.faults) |
+                        probes + request replay
     collect_records     -> summary.json, probes.csv, network.json, verification.json,
                            manifest.json ("finished") in the run directory, which is
                            there from the start, marked running (testbed.rundir); worker
@@ -27,7 +29,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from testbed.orchestrate.probes import PROBE_FIELDS, PROBE_SECONDS, measure_ligh
 from testbed.progress import say
 from testbed.rundir import RunDir, run_dir
 from testbed.spec import Scenario
+from testbed.spec.models import EventSpec
 
 log = logging.getLogger(__name__)
 BACKEND = "emu"
@@ -246,7 +249,8 @@ def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, st
                  mon: RunMonitor) -> WorkloadResult:
     """Hold the network up, or run pp_jobs workers, or probe and replay requests."""
     if opts.hold:
-        return hold_network(net, info, out_dir, opts)
+        return hold_network(rp.scenario, net, info, out_dir, opts,
+                            fault_injector(ctl, net, mon, stage / "controller"))
     if rp.scenario.workload.kind == "pp_jobs":
         from testbed.orchestrate.pp_jobs import run_pp_jobs  # torch-free until here
 
@@ -288,34 +292,57 @@ def with_fault_rows(summary: dict[str, Any], scenario: Scenario, not_reached: st
                                              not_reached)}
 
 
-def hold_network(net: EmuNetwork, info: dict[str, Any], out_dir: Path,
-                 opts: RunOptions) -> WorkloadResult:
-    """Keep the network up (state phase `holding`) until SIGINT/SIGTERM."""
+def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_dir: Path,
+                 opts: RunOptions, faults: Any) -> WorkloadResult:
+    """Keep the network up (state phase `holding`) until SIGINT/SIGTERM, serving the
+    fault channel (`lightpipe fault`, testbed.orchestrate.faultctl) with `faults` (a
+    started FaultInjector); the faults applied go into the summary."""
+    from testbed.orchestrate.faultctl import SOCKET_NAME, FaultServer, apply_timeout_s
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "network.json", info, mode=secret_mode(info))
     assert net.state is not None
-    net.state.out_dir = str(out_dir.resolve())
-    net.state.phase = "holding"
-    net.state.save()
-    if opts.ready is not None:
-        opts.ready.set()
-    if opts.on_hold is not None:
-        opts.on_hold(info)
+
+    def apply(ev: Any) -> dict[str, Any]:
+        row: dict[str, Any] = faults.apply_now(ev, apply_timeout_s(ev, faults.scale))
+        row["source"] = "lightpipe fault"
+        return row
+
+    def publish(_row: dict[str, Any] | None = None) -> None:
+        """network.json (run and state directory) as the network is now (a restarted
+        controller has a new PID)."""
+        ctl = getattr(faults.controller, "ctl", None)
+        if ctl is not None:
+            info["controller"] = describe(ctl)
+        for where in (out_dir, net.state_dir):
+            atomic_write_json(where / "network.json", info, mode=secret_mode(info))
+
     try:
-        while True:
-            signal.pause()
-    except KeyboardInterrupt:
-        return WorkloadResult(held=True)
+        with FaultServer(net.state_dir / SOCKET_NAME, scenario, apply, after=publish) as server:
+            info["fault_socket"] = str(server.path)
+            publish()
+            net.state.out_dir = str(out_dir.resolve())
+            net.state.phase = "holding"
+            net.state.save()
+            if opts.ready is not None:
+                opts.ready.set()
+            if opts.on_hold is not None:
+                opts.on_hold(info)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    signal.pause()
+    finally:
+        info.pop("fault_socket", None)  # gone with the channel
+        summary = faults.stop()  # a killed controller or Prometheus is restarted first
+        for row in summary["faults"]:  # also one whose request timed out
+            row.setdefault("source", "lightpipe fault")
+    return WorkloadResult(held=True, summary=summary if summary["faults"] else {})
 
 
-def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario: Scenario,
-                       mon: RunMonitor | None = None, ctl_dir: Path | None = None) -> Any:
-    """pp_jobs: the spec's events on the emulated clock (at_s x the time scale): fibre
-    cuts and flaps as real port-downs the controller restores, the run's Prometheus, SDN
-    controller (restarted from ctl_dir) and workers killed (testbed.orchestrate.faults);
-    None without events."""
-    if not scenario.events:
-        return None
+def fault_injector(ctl: ControllerProcess | None, net: EmuNetwork, mon: RunMonitor | None,
+                   ctl_dir: Path | None, events: Sequence[EventSpec] = ()) -> Any:
+    """A started FaultInjector for this network: fibre cuts and flaps as real port-downs
+    the controller restores, the run's Prometheus, SDN controller (restarted from ctl_dir)
+    and workers killed (testbed.orchestrate.faults); `events` on the emulated clock."""
     from testbed.emu.events import link_switch
     from testbed.orchestrate.faults import FaultInjector
 
@@ -325,9 +352,18 @@ def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario:
         from testbed.orchestrate.controller import ControllerRestarter
 
         restarter = ControllerRestarter(ctl, net, ctl_dir)
-    return FaultInjector(scenario.events, scale=net.plan.scale.time_factor, client=client,
+    return FaultInjector(events, scale=net.plan.scale.time_factor, client=client,
                          set_link=link_switch(net) if ctl is not None else None,
                          monitor=mon, controller=restarter).start()
+
+
+def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario: Scenario,
+                       mon: RunMonitor | None = None, ctl_dir: Path | None = None) -> Any:
+    """pp_jobs: the spec's events on the emulated clock (at_s x the time scale), played
+    by fault_injector; None without events."""
+    if not scenario.events:
+        return None
+    return fault_injector(ctl, net, mon, ctl_dir, scenario.events)
 
 
 def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
