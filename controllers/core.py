@@ -172,6 +172,10 @@ class Restoration:
         return out
 
 
+def _fibres(row: LightpathRow) -> set[frozenset[str]]:
+    return {frozenset(e) for e in zip(row.nodes, row.nodes[1:], strict=False)}
+
+
 class ControllerCore:
     """All controller state and decisions; thread-safe (one lock)."""
 
@@ -582,7 +586,7 @@ class ControllerCore:
         emulators' caps. Called with the lock held."""
         ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
         changed: list[LightpathRow] = []
-        old_caps = [LightpathRow(**self.rows[i].to_dict()) for i in ids]
+        old_caps = {i: LightpathRow(**self.rows[i].to_dict()) for i in ids}
         for i in ids:
             row = self.rows[i]
             got = self.net.allocate_or_reason(self.dc_node[row.src_dc],
@@ -606,10 +610,12 @@ class ControllerCore:
         self.store.save(changed, delete_ids=res.lost, failed=failed, lost=lost)
         self._program()
         # Traffic flows again once the rules are in; the emulators' per-lightpath
-        # caps follow (old route's removed, new route's set) outside the timed part.
+        # caps follow outside the timed part: removed on the fibres the lightpath left,
+        # set (changed in place, keeping e.g. its delay correction) on its route now.
         res.seconds = self.clock() - t0
-        for row in old_caps:
-            self._caps(row, on=False)
+        for i, old in old_caps.items():
+            row = self.rows.get(i)
+            self._caps(old, on=False, keep=set() if row is None else _fibres(row))
         for row in changed:
             self._caps(row, on=True)
         self._update_gauges()
@@ -698,12 +704,16 @@ class ControllerCore:
         if self.southbound is not None and self.layout is not None:
             self.southbound.sync(self.desired())
 
-    def _caps(self, row: LightpathRow, on: bool) -> None:
+    def _caps(self, row: LightpathRow, on: bool, keep: set[frozenset[str]] | None = None
+              ) -> None:
+        """Set (on) or remove the lightpath's cap on each fibre of its route but `keep`."""
         ix = self.layout
         if self.capacity is None or ix is None:
             return
         rate = row.capacity_gbps * ix.layout.mbps_per_gbps if on else None
         for u, v in zip(row.nodes, row.nodes[1:], strict=False):
+            if keep and frozenset((u, v)) in keep:
+                continue
             control = ix.fibre_control.get(frozenset((u, v)))
             if control is None:
                 continue
