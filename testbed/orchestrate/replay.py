@@ -5,8 +5,8 @@
 (`testbed.sim.engine.request_stream`: seeded Poisson generator or trace), plays them on a
 clock scaled so the sample lasts about `emulation.replay_s` seconds (set up at arrival
 with `POST /lightpaths`, torn down at departure with `DELETE`), applies the spec's fibre
-events in between, writes `requests.csv` in the simulator's exact format, and compares
-every decision with `lightpipe sim` run on the same sample (route, modulation, slots,
+and slot-block events in between, writes `requests.csv` in the simulator's exact format,
+and compares every decision with `lightpipe sim` run on the same sample (route, modulation, slots,
 accept/reason): `agreement`.
 
 Ties are broken as in the simulator: departures, then events, then the arrival. A
