@@ -5,7 +5,8 @@ kind, the mean and Student-t 95 % CI of the figures in summary.json `faults`
 (docs/faults.md): Prometheus restart -> first scrape and the gap in the scraped data;
 the SDN controller's outage and its restart until the switches are re-synced;
 a killed worker's detection time and the iterations its job lost; each flap cut's
-cut-to-restored time; and the run's wall time.
+cut-to-restored time; a wavelength loss's restoration time (the controller's, and the
+injector's REST round trip); and the run's wall time.
 
     sudo .venv/bin/python bench/bench_faults.py --runs 3
     sudo .venv/bin/python bench/bench_faults.py --runs 1 --only fault-worker --json f.json
@@ -29,12 +30,13 @@ sys.path.insert(0, str(ROOT))
 from testbed.analysis.stats import mean_ci95  # noqa: E402
 
 ENTRY = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
-SCENARIOS = ("fault-prometheus", "fault-controller", "fault-worker", "fault-link-flap")
+SCENARIOS = ("fault-prometheus", "fault-controller", "fault-worker", "fault-link-flap",
+             "fault-wavelength")
 
 
 def figures(summary: dict[str, Any]) -> dict[str, float]:
-    """The measured figures of one run's single fault row."""
-    (row,) = summary["faults"]
+    """The measured figures of one run's fault row (the first)."""
+    row = summary["faults"][0]
     out: dict[str, float] = {"wall_s": summary["wall_s"]}
     if row["kind"] == "prometheus_kill":
         out["restart_ready_s"] = row["ready_s"]
@@ -51,6 +53,11 @@ def figures(summary: dict[str, Any]) -> dict[str, float]:
         out["detection_s"] = row["detection_s"]
         out["iterations_lost"] = row["lost"]["iterations"]
         out["iterations_kept"] = row["lost"]["iterations_finished"]
+    elif row["kind"] == "wavelength_loss":
+        out["restoration_s"] = row["recovery_s"]
+        out["loss_to_restored_s"] = row["loss_to_restored_s"]
+        out["lightpaths_moved"] = len(row["moved"])
+        out["iterations_measured"] = summary["worker_jobs"][0]["iterations_measured"]
     else:
         for i, t in enumerate(row["cut_to_restored_s"]):
             out[f"cut{i + 1}_to_restored_s"] = t

@@ -25,7 +25,7 @@ from fastapi import FastAPI, Path, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException
 
 from controllers.apiguard import HEADER_TIMEOUT_S, LOCAL_NAMES, Guard, HeaderTimeoutH11
@@ -70,10 +70,25 @@ class LightpathRequest(_Body):
 
 
 class FibreEvent(_Body):
-    """POST /failures (cut) or POST /repairs: a fibre by its two end nodes."""
+    """POST /failures or POST /repairs: a fibre by its two end nodes (cut / repair), or
+    with `first_slot` and `slots` a block of its slots (wavelength loss / repair)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "dependentRequired": {"first_slot": ["slots"], "slots": ["first_slot"]}})
 
     link: Annotated[list[Annotated[str, Field(max_length=64)]],
                     Field(min_length=2, max_length=2)]
+    first_slot: Annotated[int, Field(ge=0, le=4095)] | None = Field(
+        default=None, description="wavelength loss / repair: first slot of the block "
+        "(with `slots`; 400 if the block leaves the fibre's grid)")
+    slots: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+        default=None, description="wavelength loss / repair: how many slots")
+
+    @model_validator(mode="after")
+    def _both(self) -> FibreEvent:
+        if (self.first_slot is None) != (self.slots is None):
+            raise ValueError("give both first_slot and slots, or neither")
+        return self
 
 
 class JobRequest(_Body):
@@ -169,6 +184,8 @@ class FibreSpectrum(_Reply):
     used: list[int]
     occupancy: str
     failed: bool
+    lost_slots: list[int] = Field(default_factory=list, description="slots out of service "
+                                  "(wavelength loss, until repaired)")
 
 
 class Spectrum(_Reply):
@@ -186,15 +203,26 @@ class Topology(_Reply):
 
 
 class RestorationReply(_Reply):
+    """A cut or a wavelength loss: lightpaths re-placed (`restored`) and dropped (`lost`),
+    and the controller's time from the event until the new rules were installed."""
+
     fibre: list[str]
     restored: list[int]
     lost: list[int]
     restoration_s: float
+    first_slot: int | None = Field(default=None, description="wavelength loss only")
+    slots: int | None = Field(default=None, description="wavelength loss only")
 
 
 class RepairReply(_Reply):
+    """The fibre after the repair: still cut? and its slots still out of service."""
+
     fibre: list[str]
-    failed: Literal[False]
+    failed: bool
+    lost_slots: list[int] = Field(default_factory=list,
+                                  description="slots of the fibre still out of service")
+    first_slot: int | None = Field(default=None, description="wavelength repair only")
+    slots: int | None = Field(default=None, description="wavelength repair only")
 
 
 class JobList(_Reply):
@@ -329,16 +357,27 @@ def create_app(core: ControllerCore, jobs: JobService, token: str,
     def delete_lightpath(id: LpId) -> dict[str, Any]:
         return core.delete(id)
 
-    @app.post("/failures", summary="cut a fibre: re-route its lightpaths or drop them",
-              response_model=RestorationReply, dependencies=guarded)
+    @app.post("/failures", summary="cut a fibre, or with first_slot and slots lose a "
+              "block of its slots: re-place the lightpaths it hits or drop them",
+              response_model=RestorationReply, response_model_exclude_none=True,
+              dependencies=guarded)
     def cut(ev: FibreEvent) -> dict[str, Any]:
+        if ev.first_slot is not None and ev.slots is not None:
+            return core.fail_slots(*ev.link, ev.first_slot, ev.slots).to_dict()
         return core.fail_fibre(*ev.link).to_dict()
 
-    @app.post("/repairs", summary="repair a fibre", response_model=RepairReply,
-              dependencies=guarded)
+    @app.post("/repairs", summary="repair a fibre, or with first_slot and slots a lost "
+              "block of its slots", response_model=RepairReply,
+              response_model_exclude_none=True, dependencies=guarded)
     def repair(ev: FibreEvent) -> dict[str, Any]:
-        core.repair_fibre(*ev.link)
-        return {"fibre": ev.link, "failed": False}
+        u, v = ev.link
+        block: dict[str, int] = {}
+        if ev.first_slot is not None and ev.slots is not None:
+            core.repair_slots(u, v, ev.first_slot, ev.slots)
+            block = {"first_slot": ev.first_slot, "slots": ev.slots}
+        else:
+            core.repair_fibre(u, v)
+        return {"fibre": ev.link, **core.fibre_state(u, v), **block}
 
     # ---- pipeline jobs ----------------------------------------------------------------
     @app.get("/jobs", summary="placed pipeline jobs", response_model=JobList,

@@ -1,7 +1,8 @@
 """Controller core: optical state, lightpath set-up/tear-down, restoration (no os-ken).
 
 The os-ken app and the REST API call this; it calls the same optical layer as the
-simulator (`OpticalNetwork.from_scenario`, `allocate_or_reason`, `fail_link`), keeps
+simulator (`OpticalNetwork.from_scenario`, `allocate_or_reason`, `fail_link`,
+`block_slots`), keeps
 the state in SQLite, and pushes the resulting flow rules through a `Southbound`
 (the app: FlowMods + barrier) and per-lightpath capacities through a `CapacityChannel`
 (the fibre emulators' control sockets).
@@ -35,6 +36,7 @@ from controllers.rules import (
 from controllers.store import LightpathRow, Store
 from controllers.wanroute import WanFlow, WanLightpath, WanRouting, wan_rules
 from testbed.optical import Lightpath, OpticalNetwork
+from testbed.optical.spectrum import free_runs
 from testbed.spec.models import SPECTRUM_POLICIES, Scenario
 
 log = logging.getLogger("lightpipe.controller")
@@ -153,16 +155,25 @@ class RequestError(Exception):
 
 @dataclass
 class Restoration:
-    """Outcome of one fibre cut: what was re-routed, what was lost, and how long it took."""
+    """Outcome of one fibre cut or slot-block loss: what was re-placed, what was lost,
+    and how long it took."""
 
     fibre: tuple[str, str]
     restored: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    block: tuple[int, int] | None = None  # (first_slot, n_slots) of a wavelength loss
 
     def to_dict(self) -> dict[str, Any]:
-        return {"fibre": list(self.fibre), "restored": self.restored, "lost": self.lost,
-                "restoration_s": self.seconds}
+        out: dict[str, Any] = {"fibre": list(self.fibre), "restored": self.restored,
+                               "lost": self.lost, "restoration_s": self.seconds}
+        if self.block is not None:
+            out["first_slot"], out["slots"] = self.block
+        return out
+
+
+def _fibres(row: LightpathRow) -> set[frozenset[str]]:
+    return {frozenset(e) for e in zip(row.nodes, row.nodes[1:], strict=False)}
 
 
 class ControllerCore:
@@ -211,6 +222,10 @@ class ControllerCore:
     # ---- start-up --------------------------------------------------------------------
     def _load(self) -> None:
         """Rebuild the optical state from the store (controller restart)."""
+        # Wavelength losses not repaired, first: a stored lightpath never holds a lost
+        # slot (fail_slots moved it), so assign() below refuses a store that says so.
+        for u, v, first, n in self.store.lost_slots():
+            self.net.block_slots(u, v, first, n)
         for row in self.store.lightpaths():
             path = self.net.path_info(row.nodes)
             self.optical[row.id] = self.net.assign(path, row.first_slot, row.n_slots,
@@ -277,7 +292,8 @@ class ControllerCore:
                 out.append({"u": f.u, "v": f.v, "slots": self.net.slots,
                             "used": [i for i, b in enumerate(occ) if b],
                             "occupancy": "".join("1" if b else "0" for b in occ),
-                            "failed": self.net.is_failed(f.u, f.v)})
+                            "failed": self.net.is_failed(f.u, f.v),
+                            "lost_slots": self.net.lost_slots(f.u, f.v)})
             return out
 
     def topology(self) -> dict[str, Any]:
@@ -508,44 +524,8 @@ class ControllerCore:
             if self.net.is_failed(u, v):
                 return res
             hit = {lp.id for lp in self.net.fail_link(u, v)}
-            ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
-            changed: list[LightpathRow] = []
-            old_caps = [LightpathRow(**self.rows[i].to_dict()) for i in ids]
-            for i in ids:
-                row = self.rows[i]
-                got = self.net.allocate_or_reason(self.dc_node[row.src_dc],
-                                                  self.dc_node[row.dst_dc],
-                                                  bitrate_gbps=row.bitrate_gbps,
-                                                  slots=row.slots_req, policy=row.policy,
-                                                  rng=self.rng)
-                if isinstance(got, str):
-                    res.lost.append(i)
-                    continue
-                row.nodes, row.first_slot, row.n_slots = list(got.nodes), got.first_slot, \
-                    got.n_slots
-                row.modulation, row.capacity_gbps = got.modulation, got.capacity_gbps
-                row.restored += 1
-                self.optical[i] = got
-                changed.append(row)
-                res.restored.append(i)
-            for i in res.lost:
-                self.rows.pop(i)
-                self.optical.pop(i)
-            self.store.save(changed, delete_ids=res.lost, failed=(u, v))
-            self._program()
-            # Traffic flows again once the rules are in; the emulators' per-lightpath
-            # caps follow (old route's removed, new route's set) outside the timed part.
-            res.seconds = self.clock() - t0
-            for row in old_caps:
-                self._caps(row, on=False)
-            for row in changed:
-                self._caps(row, on=True)
-            self._update_gauges()
-        self.metrics.restoration_seconds.observe(res.seconds)
-        self.metrics.restored.inc(len(res.restored))
-        self.metrics.lost.inc(len(res.lost))
-        log.info("fibre %s-%s cut: %d restored, %d lost in %.1f ms", u, v, len(res.restored),
-                 len(res.lost), res.seconds * 1e3)
+            self._restore(hit, res, t0, failed=(u, v))
+        self._restored(res, f"fibre {u}-{v} cut")
         return res
 
     def repair_fibre(self, u: str, v: str) -> None:
@@ -555,6 +535,104 @@ class ControllerCore:
                 self.net.repair_link(u, v)
                 self.store.save([], repaired=(u, v))
                 log.info("fibre %s-%s repaired", u, v)
+
+    def fail_slots(self, u: str, v: str, first_slot: int, n_slots: int,
+                   t0: float | None = None) -> Restoration:
+        """Wavelength loss: slots first_slot..+n_slots-1 of fibre u-v go out of service
+        (both directions) until repair_slots; the lightpaths using any of them are
+        re-placed (other slots, or another route) or dropped (lost).
+
+        The simulator's rule (testbed.sim.engine._apply_event): release every hit
+        lightpath first, then re-place them in id order with their original request.
+        The block is stored, so a restarted controller keeps it out of service.
+        """
+        t0 = self.clock() if t0 is None else t0
+        with self.lock:
+            self._check_fibre(u, v)
+            self._check_block(u, v, first_slot, n_slots)
+            res = Restoration((u, v), block=(first_slot, n_slots))
+            hit = {lp.id for lp in self.net.block_slots(u, v, first_slot, n_slots)}
+            self._restore(hit, res, t0, lost=(u, v, self._lost_runs(u, v)))
+        self._restored(res, f"fibre {u}-{v} slots {first_slot}..{first_slot + n_slots - 1} "
+                       "lost")
+        return res
+
+    def repair_slots(self, u: str, v: str, first_slot: int, n_slots: int) -> list[int]:
+        """Wavelength repair: the slots are usable again (the lightpaths moved away by
+        fail_slots stay where they are, as in the simulator); the fibre's slots still
+        out of service."""
+        with self.lock:
+            self._check_fibre(u, v)
+            self._check_block(u, v, first_slot, n_slots)
+            self.net.unblock_slots(u, v, first_slot, n_slots)
+            self.store.save([], lost=(u, v, self._lost_runs(u, v)))
+            log.info("fibre %s-%s slots %d..%d repaired", u, v, first_slot,
+                     first_slot + n_slots - 1)
+            return self.net.lost_slots(u, v)
+
+    def fibre_state(self, u: str, v: str) -> dict[str, Any]:
+        """Whether fibre u-v is cut, and its slots out of service."""
+        with self.lock:
+            self._check_fibre(u, v)
+            return {"failed": self.net.is_failed(u, v),
+                    "lost_slots": self.net.lost_slots(u, v)}
+
+    def _restore(self, hit: set[int], res: Restoration, t0: float,
+                 failed: tuple[str, str] | None = None,
+                 lost: tuple[str, str, list[tuple[int, int]]] | None = None) -> None:
+        """Re-place the hit optical lightpaths (already released by the network) in
+        controller-id order with their original request, or drop them; store the change
+        (with the cut or the lost slots) in one transaction, install the rules, move the
+        emulators' caps. Called with the lock held."""
+        ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
+        changed: list[LightpathRow] = []
+        old_caps = {i: LightpathRow(**self.rows[i].to_dict()) for i in ids}
+        for i in ids:
+            row = self.rows[i]
+            got = self.net.allocate_or_reason(self.dc_node[row.src_dc],
+                                              self.dc_node[row.dst_dc],
+                                              bitrate_gbps=row.bitrate_gbps,
+                                              slots=row.slots_req, policy=row.policy,
+                                              rng=self.rng)
+            if isinstance(got, str):
+                res.lost.append(i)
+                continue
+            row.nodes, row.first_slot, row.n_slots = list(got.nodes), got.first_slot, \
+                got.n_slots
+            row.modulation, row.capacity_gbps = got.modulation, got.capacity_gbps
+            row.restored += 1
+            self.optical[i] = got
+            changed.append(row)
+            res.restored.append(i)
+        for i in res.lost:
+            self.rows.pop(i)
+            self.optical.pop(i)
+        self.store.save(changed, delete_ids=res.lost, failed=failed, lost=lost)
+        self._program()
+        # Traffic flows again once the rules are in; the emulators' per-lightpath
+        # caps follow outside the timed part: removed on the fibres the lightpath left,
+        # set (changed in place, keeping e.g. its delay correction) on its route now.
+        res.seconds = self.clock() - t0
+        for i, old in old_caps.items():
+            row = self.rows.get(i)
+            self._caps(old, on=False, keep=set() if row is None else _fibres(row))
+        for row in changed:
+            self._caps(row, on=True)
+        self._update_gauges()
+
+    def _restored(self, res: Restoration, what: str) -> None:
+        self.metrics.restoration_seconds.observe(res.seconds)
+        self.metrics.restored.inc(len(res.restored))
+        self.metrics.lost.inc(len(res.lost))
+        log.info("%s: %d restored, %d lost in %.1f ms", what, len(res.restored),
+                 len(res.lost), res.seconds * 1e3)
+
+    def _lost_runs(self, u: str, v: str) -> list[tuple[int, int]]:
+        """Fibre u-v's slots out of service as (first_slot, n_slots) runs."""
+        mask = 0
+        for i in self.net.lost_slots(u, v):
+            mask |= 1 << i
+        return free_runs(mask)
 
     def fibre_of_port(self, dpid: int, port: int) -> tuple[str, str] | None:
         ix = self.layout
@@ -593,6 +671,11 @@ class ControllerCore:
         except KeyError as exc:
             raise RequestError(404, str(exc.args[0])) from None
 
+    def _check_block(self, u: str, v: str, first_slot: int, n_slots: int) -> None:
+        if n_slots < 1 or first_slot < 0 or first_slot + n_slots > self.net.slots:
+            raise RequestError(400, f"slots {first_slot}..{first_slot + n_slots - 1} are "
+                               f"outside fibre {u}-{v}'s grid 0..{self.net.slots - 1}")
+
     def _free_vid(self) -> int | None:
         used = {r.vid for r in self.rows.values()}
         for vid in range(VID_MIN, VID_MAX + 1):
@@ -621,12 +704,16 @@ class ControllerCore:
         if self.southbound is not None and self.layout is not None:
             self.southbound.sync(self.desired())
 
-    def _caps(self, row: LightpathRow, on: bool) -> None:
+    def _caps(self, row: LightpathRow, on: bool, keep: set[frozenset[str]] | None = None
+              ) -> None:
+        """Set (on) or remove the lightpath's cap on each fibre of its route but `keep`."""
         ix = self.layout
         if self.capacity is None or ix is None:
             return
         rate = row.capacity_gbps * ix.layout.mbps_per_gbps if on else None
         for u, v in zip(row.nodes, row.nodes[1:], strict=False):
+            if keep and frozenset((u, v)) in keep:
+                continue
             control = ix.fibre_control.get(frozenset((u, v)))
             if control is None:
                 continue

@@ -1,4 +1,4 @@
-"""SQLite (WAL) store of the controller's state: lightpaths, failed fibres, jobs.
+"""SQLite (WAL) store of the controller's state: lightpaths, failed fibres, lost slots, jobs.
 
 Each change is one transaction, so a controller killed at any point restarts from a
 consistent state. The optical state (spectrum) is rebuilt from the stored lightpaths.
@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS lightpaths (
 );
 CREATE TABLE IF NOT EXISTS failed_fibres (u TEXT NOT NULL, v TEXT NOT NULL,
     PRIMARY KEY (u, v));
+CREATE TABLE IF NOT EXISTS lost_slots (u TEXT NOT NULL, v TEXT NOT NULL,
+    first_slot INTEGER NOT NULL, n_slots INTEGER NOT NULL, PRIMARY KEY (u, v, first_slot));
 CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -120,8 +122,12 @@ class Store:
 
     def save(self, rows: list[LightpathRow], delete_ids: list[int] | None = None,
              failed: tuple[str, str] | None = None, repaired: tuple[str, str] | None = None,
-             ) -> None:
-        """Write lightpaths, delete others and record a cut/repair in one transaction."""
+             lost: tuple[str, str, list[tuple[int, int]]] | None = None) -> None:
+        """Write lightpaths, delete others and record a cut/repair in one transaction.
+
+        lost: (u, v, runs): fibre u-v's slots out of service are now exactly these
+        (first_slot, n_slots) runs (a wavelength loss or repair).
+        """
         stm = [self._put(r) for r in rows]
         stm += [("DELETE FROM lightpaths WHERE id = ?", (i,)) for i in delete_ids or []]
         if failed:
@@ -130,6 +136,11 @@ class Store:
         if repaired:
             stm.append(("DELETE FROM failed_fibres WHERE u = ? AND v = ?",
                         tuple(sorted(repaired))))
+        if lost:
+            u, v = sorted(lost[:2])
+            stm.append(("DELETE FROM lost_slots WHERE u = ? AND v = ?", (u, v)))
+            stm += [("INSERT INTO lost_slots (u, v, first_slot, n_slots) VALUES (?, ?, ?, ?)",
+                     (u, v, first, n)) for first, n in lost[2]]
         self._tx(stm)
 
     def lightpaths(self) -> list[LightpathRow]:
@@ -147,6 +158,12 @@ class Store:
     def failed_fibres(self) -> list[tuple[str, str]]:
         with self._lock:
             return [(u, v) for u, v in self._db.execute("SELECT u, v FROM failed_fibres")]
+
+    def lost_slots(self) -> list[tuple[str, str, int, int]]:
+        """(u, v, first_slot, n_slots) of every run of slots out of service."""
+        with self._lock:
+            return [(u, v, f, n) for u, v, f, n in self._db.execute(
+                "SELECT u, v, first_slot, n_slots FROM lost_slots ORDER BY u, v, first_slot")]
 
     def save_job(self, job_id: int, body: dict[str, Any]) -> None:
         self._tx([("INSERT OR REPLACE INTO jobs (id, body) VALUES (?, ?)",

@@ -68,8 +68,9 @@ def auth(extra: dict[str, str] | None = None, json_body: bool = True) -> dict[st
 
 
 def assert_consistent(api: RestApi) -> None:
-    """No slot held by two lightpaths; the spectrum shown is exactly the lightpaths'; the
-    optical state agrees with the stored rows; every lightpath has its rules."""
+    """No slot held by two lightpaths, none on a lost slot; the spectrum shown is exactly
+    the lightpaths'; the optical state agrees with the stored rows; every lightpath has
+    its rules."""
     core = api.core
     s1, lps = raw(api, "GET", "/lightpaths", headers=auth(json_body=False))
     s2, spec = raw(api, "GET", "/spectrum", headers=auth(json_body=False))
@@ -82,8 +83,10 @@ def assert_consistent(api: RestApi) -> None:
                 assert slot not in on, f"slot {slot} of {a}-{b} held by {on[slot]} and {lp['id']}"
                 on[slot] = lp["id"]
     for f in spec["fibres"]:
+        on = held.get(frozenset((f["u"], f["v"])), {})
         if not f["failed"]:
-            assert sorted(held.get(frozenset((f["u"], f["v"])), {})) == f["used"], f
+            assert sorted(on) == f["used"], f
+        assert not set(on) & set(f["lost_slots"]), f"a lightpath holds a lost slot: {f}"
     with core.lock:
         assert set(core.rows) == set(core.optical) == {lp["id"] for lp in lps["lightpaths"]}
         assert {r.id for r in core.store.lightpaths()} == set(core.rows)

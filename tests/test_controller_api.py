@@ -61,6 +61,13 @@ def test_lightpath_lifecycle(api: RestApi) -> None:
     ("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 17}, 400),
     ("POST", "/failures", {"link": ["A", "Q"]}, 404),
     ("POST", "/failures", {"link": "AB"}, 422),
+    ("POST", "/failures", {"link": ["A", "Q"], "first_slot": 0, "slots": 1}, 404),
+    ("POST", "/failures", {"link": ["A", "B"], "first_slot": 15, "slots": 2}, 400),
+    ("POST", "/repairs", {"link": ["A", "B"], "first_slot": 16, "slots": 1}, 400),
+    ("POST", "/failures", {"link": ["A", "B"], "first_slot": 0}, 422),
+    ("POST", "/repairs", {"link": ["A", "B"], "slots": 2}, 422),
+    ("POST", "/failures", {"link": ["A", "B"], "first_slot": "0", "slots": 1}, 422),
+    ("POST", "/failures", {"link": ["A", "B"], "first_slot": 0, "slots": 0}, 422),
     ("PUT", "/layout", {"switches": []}, 422),
     ("DELETE", "/lightpaths/77", None, 404),
     ("DELETE", "/lightpaths", None, 405),
@@ -106,6 +113,40 @@ def test_failure_and_repair(api: RestApi) -> None:
     assert call(api, "POST", "/repairs", {"link": ["A", "B"]})[0] == 200
 
 
+def test_wavelength_loss_and_repair(api: RestApi) -> None:
+    _, a = call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 2})
+    _, b = call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b", "slots": 2})
+    assert a["slots"] == [0, 1] and b["slots"] == [2, 3]
+    body = {"link": ["B", "A"], "first_slot": 1, "slots": 2}
+    assert call(api, "POST", "/failures", body, token=None)[0] == 401
+    assert call(api, "POST", "/repairs", body, token="bad")[0] == 401
+    status, res = call(api, "POST", "/failures", body)
+    assert status == 200, res
+    assert res["restored"] == [a["id"], b["id"]] and res["lost"] == []
+    assert (res["fibre"], res["first_slot"], res["slots"]) == (["B", "A"], 1, 2)
+    assert res["restoration_s"] >= 0
+    # re-placed in id order with the same request, past the lost block, same routes
+    got = {lp["id"]: lp for lp in call(api, "GET", "/lightpaths")[1]["lightpaths"]}
+    assert got[a["id"]]["slots"] == [3, 4] and got[b["id"]]["slots"] == [5, 6]
+    assert got[a["id"]]["nodes"] == a["nodes"] and got[a["id"]]["vid"] == a["vid"]
+    ab = next(f for f in call(api, "GET", "/spectrum")[1]["fibres"] if f["u"] == "A"
+              and f["v"] == "B")
+    assert ab["lost_slots"] == [1, 2] and ab["used"] == [3, 4, 5, 6] and not ab["failed"]
+    text = call(api, "GET", "/metrics", token=None)[1]
+    assert "lightpipe_lightpaths_restored_total 2.0" in text
+    assert "lightpipe_restoration_seconds_count 1.0" in text
+    status, rep = call(api, "POST", "/repairs", {"link": ["A", "B"], "first_slot": 2,
+                                                 "slots": 1})
+    assert status == 200 and rep == {"fibre": ["A", "B"], "failed": False, "lost_slots": [1],
+                                     "first_slot": 2, "slots": 1}
+    # a plain fibre repair leaves the lost slot out of service
+    assert call(api, "POST", "/repairs", {"link": ["A", "B"]})[1]["lost_slots"] == [1]
+    assert call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
+                                             "slots": 1})[1]["slots"] == [0]
+    assert call(api, "POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
+                                             "slots": 1})[1]["slots"] == [2]
+
+
 def test_openapi_document(api: RestApi) -> None:
     status, doc = call(api, "GET", "/openapi.json", token=None)
     assert status == 200 and doc["openapi"].startswith("3.")
@@ -113,6 +154,10 @@ def test_openapi_document(api: RestApi) -> None:
                  "/health", "/failures"):
         assert path in doc["paths"]
     assert "LightpathRequest" in doc["components"]["schemas"]
+    event = doc["components"]["schemas"]["FibreEvent"]
+    assert {"link", "first_slot", "slots"} <= set(event["properties"])
+    assert event["dependentRequired"] == {"first_slot": ["slots"], "slots": ["first_slot"]}
+    assert "lost_slots" in doc["components"]["schemas"]["RepairReply"]["properties"]
 
 
 def test_cli_bad_input_exit_2(tmp_path: Path) -> None:

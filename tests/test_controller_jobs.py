@@ -179,3 +179,48 @@ def test_max_stages_per_dc_spreads_stages_like_the_simulator(setup: Any) -> None
     counts = {d: spread["dcs"].count(d) for d in spread["dcs"]}
     assert max(counts.values()) == 2 and len(counts) == 2
     assert sum(b["lightpath"] is not None for b in spread["boundaries"]) == 1
+
+
+@pytest.mark.parametrize("event", ["fiber_cut", "wavelength_loss"])
+def test_job_lightpaths_restored_or_lost_alike_on_cut_and_slot_loss(setup: Any,
+                                                                    event: str) -> None:
+    """A job's lightpath (POST /jobs) hit by a cut or a lost slot block: re-placed with its
+    slot count (same VLAN, same job), then, with nowhere to go, shown lost; the job stays
+    and DELETE frees everything either way."""
+    api, core, _ = setup
+    status, job = call(api, "POST", "/jobs", JOB)
+    assert status == 201, job
+    (b,) = [b for b in job["boundaries"] if b["lightpath"]]
+    lp = b["lightpath"]
+    u, v = lp["nodes"][:2]
+
+    def hit(a: str, z: str, first: int, n: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"link": [a, z]}
+        if event == "wavelength_loss":
+            body.update(first_slot=first, slots=n)
+        status, res = call(api, "POST", "/failures", body)
+        assert status == 200, res
+        return res
+
+    res = hit(u, v, lp["first_slot"] + 1, 1)
+    assert res["restored"] == [lp["id"]] and res["lost"] == []
+    now = call(api, "GET", f"/jobs/{job['id']}")[1]
+    (b2,) = [b for b in now["boundaries"] if b.get("lightpath_id") == lp["id"]]
+    moved = b2["lightpath"]
+    assert moved["vid"] == lp["vid"] and moved["job_id"] == job["id"]
+    assert moved["n_slots"] == lp["n_slots"] and moved["restored"] == 1
+    if event == "fiber_cut":
+        assert [u, v] != moved["nodes"][:2]
+    else:  # same route, past the lost slot
+        assert moved["nodes"] == lp["nodes"] and moved["first_slot"] > lp["first_slot"] + 1
+    # every route between the job's DCs loses its first fibre (or all its slots)
+    for path in core.net.candidate_paths(*moved["nodes"][::len(moved["nodes"]) - 1]):
+        a, z = path.nodes[:2]
+        if not core.net.is_failed(a, z):
+            hit(a, z, 0, core.net.slots)
+    now = call(api, "GET", f"/jobs/{job['id']}")[1]
+    (b3,) = [b for b in now["boundaries"] if b.get("lightpath_id") == lp["id"]]
+    assert b3["lightpath"] is None and b3["lost"] is True
+    assert lp["id"] not in core.rows and not core.net.lightpaths
+    assert call(api, "DELETE", f"/jobs/{job['id']}")[0] == 200
+    assert sum(api.jobs.cluster.free) == 48 and core.rows == {}

@@ -88,6 +88,39 @@ def test_replay_with_fibre_cut_and_repair_agrees(tmp_path: Path) -> None:
     assert res.summary["lightpaths_lost"] == sim_summary["lightpaths_lost"]
 
 
+@pytest.mark.parametrize("policy", ["first_fit", "random_fit"])
+def test_replay_with_wavelength_loss_and_repair_agrees(tmp_path: Path, policy: str) -> None:
+    """The simulator and the controller, same sample, same slot-block events: the same
+    decision for every request and the same lightpaths restored and lost."""
+    sc = _scenario(policy, events=[
+        {"at_s": 0.6, "kind": "wavelength_loss", "link": ["13", "14"], "first_slot": 0,
+         "slots": 4},
+        {"at_s": 0.61, "kind": "wavelength_loss", "link": ["5", "6"], "first_slot": 2,
+         "slots": 2},
+        {"at_s": 1.2, "kind": "wavelength_repair", "link": ["14", "13"], "first_slot": 0,
+         "slots": 2}], endpoints="dcs")
+    sample = sample_requests(sc, 100)
+    sim_summary, sim_rows = reference(sc, sample, tmp_path / "ref")
+    api = _serve(sc, tmp_path)
+    try:
+        res = replay(sc, sample, _client(api), replay_s=1e-6)
+        assert api.core.net.lost_slots("13", "14") == [2, 3]
+        assert api.core.net.lost_slots("5", "6") == [2, 3]
+    finally:
+        api.close()
+    assert agreement(res.rows, sim_rows)["ratio"] == 1.0
+    assert [e["kind"] for e in res.events] == ["wavelength_loss"] * 2 + ["wavelength_repair"]
+    first = res.events[0]
+    assert first["via"] == "rest" and first["controller_restoration_s"] >= 0
+    assert first["restored"] and first["moved"]  # the block really hit a live lightpath
+    for m in first["moved"]:  # off the lost slots 0..3 of 13-14 (or off 13-14)
+        route, block = m["to"].split(":")
+        assert ("13-14" not in route and "14-13" not in route) or int(block.split("+")[0]) >= 4
+    assert res.summary["lightpaths_restored"] == sim_summary["lightpaths_restored"] > 0
+    assert res.summary["lightpaths_lost"] == sim_summary["lightpaths_lost"]
+    assert res.summary["events_applied"] == sim_summary["events_applied"] == 3
+
+
 def test_replay_clock_is_scaled(tmp_path: Path) -> None:
     sc = _scenario()
     sample = sample_requests(sc, 10)

@@ -114,7 +114,7 @@ def test_validate_cli_exits_2_with_one_line(cli: Any, tmp_path: Path) -> None:
     assert len(lines) == 1 and "events[0]" in lines[0] and "count" in lines[0]
 
 
-@pytest.mark.parametrize("name", FAULT_SCENARIOS)
+@pytest.mark.parametrize("name", (*FAULT_SCENARIOS, "fault-controller", "fault-wavelength"))
 def test_bundled_fault_scenarios_validate(name: str) -> None:
     sc = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
     assert sc.events and sc.workload.kind == "pp_jobs"
@@ -195,6 +195,19 @@ def test_jobs_sim_runs_the_bundled_fault_scenarios(cli: Any, tmp_path: Path) -> 
     assert flap["lightpaths_lost"] == plain["lightpaths_lost"] >= 1
     assert flap["lightpaths_restored"] == plain["lightpaths_restored"] >= 1
     assert flap["mean_iteration_time_s"] == plain["mean_iteration_time_s"]
+
+
+def test_jobs_sim_runs_the_wavelength_scenario(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "wl"
+    res = cli("sim", "scenarios/fault-wavelength.yaml", "--out", str(out), "-q")
+    assert res.code == 0, res.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["kind"], r["simulated"]) for r in summary["faults"]] == [
+        ("wavelength_loss", True), ("wavelength_repair", True)]
+    assert summary["lightpaths_restored"] == 1
+    with open(out / "lightpaths.csv", encoding="utf-8", newline="") as fh:
+        held = [(r["path"], r["first_slot"]) for r in csv.DictReader(fh)]
+    assert held == [("A-B", "0"), ("A-B", "8")]  # moved past the lost slots 0-7
 
 
 # ---- the injector without root: a real Prometheus, an in-process controller --------------
@@ -294,6 +307,65 @@ def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
     assert len(flap["cut_to_restored_s"]) == 2 and flap["recovery_s"] == max(
         flap["cut_to_restored_s"])
     assert prom["applied"] is False and "no Prometheus" in prom["note"]
+
+
+def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Path) -> None:
+    from controllers.api import RestApi
+    from controllers.core import ControllerCore
+    from controllers.layout import default_layout
+    from controllers.store import Store
+    from testbed.orchestrate.ctl_process import rest_call
+    from testbed.orchestrate.faults import FaultInjector, replay_rows
+
+    data = load_yaml("quickstart.yaml")
+    data["events"] = [
+        {"at_s": 0.0, "kind": "wavelength_loss", "link": ["3", "1"], "first_slot": 1,
+         "slots": 2},
+        {"at_s": 0.05, "kind": "wavelength_repair", "link": ["1", "3"], "first_slot": 2,
+         "slots": 1}]
+    sc = parse_scenario(data)
+    api = RestApi(ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc)),
+                  port=0, token="tok")
+    api.serve()
+    try:
+        def client(m: str, p: str, b: Any) -> tuple[int, Any]:
+            return rest_call(api.url, m, p, b, "tok", timeout_s=10)
+
+        status, lp = client("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
+                                                    "slots": 2})
+        assert status == 201 and lp["nodes"][:2] == ["1", "3"] and lp["slots"] == [0, 1]
+        inj = FaultInjector(sc.events, scale=1.0, client=client).start()
+        deadline = time.monotonic() + 10
+        while len(inj.steps) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = inj.stop()
+        assert api.core.net.lost_slots("1", "3") == [1]
+        after = api.core.lightpath(lp["id"])
+    finally:
+        api.close()
+    loss, repair = out["faults"]
+    assert loss["kind"] == "wavelength_loss" and loss["applied"] and loss["via"] == "rest"
+    assert (loss["target"], loss["first_slot"], loss["slots"]) == ("3-1", 1, 2)
+    assert loss["lost"] == {"lightpaths": [], "restored": [lp["id"]]}
+    assert loss["recovery_s"] == loss["controller_restoration_s"] >= 0
+    assert loss["detection_s"] is None and loss["wall_time"] and loss["run_s"] >= 0
+    assert loss["moved"] == [{"id": lp["id"], "from": f"{'-'.join(lp['nodes'])}:0+2",
+                              "to": f"{'-'.join(after['nodes'])}:{after['first_slot']}+2"}]
+    assert after["nodes"] == lp["nodes"] and after["first_slot"] >= 3  # past the lost 1..2
+    assert repair["kind"] == "wavelength_repair" and repair["applied"]
+    assert repair["lost_slots"] == [1]
+    assert out["cut_to_restored_s"] == [] and out["events_applied"] == 2
+    # the same records as rows of a run without the injector (request replay)
+    assert [r["kind"] for r in replay_rows(sc.events, out["events"])] == [
+        "wavelength_loss", "wavelength_repair"]
+    # static forwarding: no controller, skipped with the reason
+    static = FaultInjector(sc.events, scale=1.0).start()
+    deadline = time.monotonic() + 10
+    while len(static.steps) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rows = static.stop()["faults"]
+    assert [r["applied"] for r in rows] == [False, False]
+    assert all("static forwarding" in r["skipped"] for r in rows)
 
 
 # ---- emulation (root) -------------------------------------------------------------------
@@ -423,6 +495,30 @@ def test_emulation_survives_a_killed_controller(tmp_path: Path) -> None:
     assert row["lightpaths_kept"] == row["lightpaths_before"] == row["lightpaths_after"]
     assert row["lost"] == {"lightpaths": [], "requests_refused": 0}
     assert row["recovery_s"] is not None and row["outage_s"] >= row["down_wall_s"]
+    _assert_records_keep_every_finished_iteration(summary, out)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_emulation_restores_lightpaths_after_a_wavelength_loss(tmp_path: Path) -> None:
+    summary, out = _emulate("fault-wavelength", tmp_path)
+    (job,) = summary["worker_jobs"]
+    assert job["ok"], job["failure"]
+    assert job["iterations_measured"] == 80
+    loss, repair = summary["faults"]
+    assert loss["kind"] == "wavelength_loss" and loss["applied"], loss
+    assert (loss["target"], loss["first_slot"], loss["slots"], loss["via"]) == (
+        "A-B", 0, 8, "rest")
+    # the DC-pair lightpath (slots 0-1) and the job's (slot 2) both hit, both re-placed
+    # on A-B past the lost block, none lost
+    assert loss["lost"]["lightpaths"] == [] and len(loss["lost"]["restored"]) == 2
+    assert sorted(m["to"] for m in loss["moved"]) == ["A-B:10+1", "A-B:8+2"]
+    assert loss["recovery_s"] == loss["controller_restoration_s"] >= 0
+    assert loss["wall_time"] and loss["run_s"] >= 10.0  # at_s 1.0 x time_factor 10
+    assert repair["kind"] == "wavelength_repair" and repair["applied"], repair
+    assert repair["lost_slots"] == [4, 5, 6, 7]
+    assert summary["event_errors"] == [] and summary["cut_to_restored_s"] == []
     _assert_records_keep_every_finished_iteration(summary, out)
 
 

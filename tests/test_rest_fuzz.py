@@ -67,6 +67,9 @@ def steer(case: Any, data: st.DataObject) -> None:
     elif label in ("POST /failures", "POST /repairs"):
         body["link"] = data.draw(st.sampled_from([["A", "B"], ["B", "C"], ["A", "D"],
                                                   ["D", "C"]]))
+        if "first_slot" in body or "slots" in body:  # a slot block inside the 16-slot grid
+            body["first_slot"] = data.draw(st.integers(0, 15))
+            body["slots"] = data.draw(st.integers(1, 16 - body["first_slot"]))
     elif label == "POST /routing/jobs":
         body["members"] = data.draw(st.lists(st.sampled_from(HOSTS), min_size=2, max_size=4,
                                              unique=True))
@@ -111,6 +114,7 @@ def test_rest_api_fuzzed_from_its_openapi(tmp_path: Path) -> None:
         # the state really changed on the way (not only 4xx): lightpaths were set up and
         # fibres cut
         assert 201 in statuses["POST /lightpaths"] and 200 in statuses["POST /failures"]
+        assert 200 in statuses["POST /repairs"]
         assert 201 in statuses["POST /jobs"] and 200 in statuses["DELETE /lightpaths/{id}"]
 
 

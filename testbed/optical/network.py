@@ -352,6 +352,10 @@ class OpticalNetwork:
     def is_failed(self, u: str, v: str) -> bool:
         return self.link_id(u, v) in self._failed
 
+    def lost_slots(self, u: str, v: str) -> list[int]:
+        """Slot indices of fibre u-v out of service by block_slots (not yet unblocked)."""
+        return bits(self._lost.get(self._link_spectra(self.link_id(u, v))[0], 0))
+
     def _link_spectra(self, link: int) -> tuple[int, ...]:
         return (2 * link, 2 * link + 1) if self.per_direction else (link,)
 

@@ -5,6 +5,10 @@
 
     fiber_cut / fiber_repair   the fibre's link down / up in the data plane (link_switch);
                                the controller sees the port change and restores
+    wavelength_loss / _repair  a block of the fibre's slots out of / back in service
+                               through POST /failures | /repairs (no data-plane signal
+                               exists for it); the controller re-places the lightpaths
+                               it hits (other slots or route) or drops them
     link_flap                  the same, count times: down at at_s + k x period_s, up
                                half a period later (testbed.spec.faults.flap_steps)
     prometheus_kill            the run's Prometheus SIGKILLed by its own PID, started
@@ -59,20 +63,28 @@ def skipped_rows(events: Sequence[EventSpec], why: str) -> list[dict[str, Any]]:
 
 
 def fibre_row(ev: EventSpec, rec: dict[str, Any]) -> dict[str, Any]:
-    """The `faults` row of one applied fibre cut or repair (a replay record)."""
+    """The `faults` row of one applied fibre cut or repair, or slot-block loss or repair
+    (a replay record)."""
     row: dict[str, Any] = {"kind": ev.kind, "target": ev.target, "at_s": ev.at_s,
                            "applied": "skipped" not in rec and "error" not in rec}
-    for key in ("wall_time", "run_s", "via", "skipped", "error"):
+    if ev.first_slot is not None:
+        row["first_slot"], row["slots"] = ev.first_slot, ev.slots
+    for key in ("wall_time", "run_s", "via", "skipped", "error", "loss_to_restored_s",
+                "controller_restoration_s", "moved", "lost_slots"):
         if key in rec:
             row[key] = rec[key]
-    if "cut_to_restored_s" in rec:
+    if ev.kind == "wavelength_loss":  # no port change to notice: the REST call is the event
+        row["detection_s"] = None
+        if "controller_restoration_s" in rec:
+            row["recovery_s"] = rec["controller_restoration_s"]
+    elif "cut_to_restored_s" in rec:
         row["detection_s"] = None  # the controller's own port-down time is not measured
         row["recovery_s"] = row["cut_to_restored_s"] = rec["cut_to_restored_s"]
     elif "controller_restoration_s" in rec:
         row["recovery_s"] = rec["controller_restoration_s"]
     if "repair_seen_s" in rec:
         row["detection_s"] = row["repair_seen_s"] = rec["repair_seen_s"]
-    if ev.kind == "fiber_cut" and "lost" in rec:
+    if ev.kind in ("fiber_cut", "wavelength_loss") and "lost" in rec:
         row["lost"] = {"lightpaths": rec["lost"], "restored": rec.get("restored", [])}
     return row
 
@@ -86,10 +98,10 @@ def replay_rows(events: Sequence[EventSpec], recs: Sequence[dict[str, Any]],
     rows = []
     left = list(network_events(events))
     for rec in recs:
-        ev = EventSpec(at_s=rec["at_s"], kind=rec["kind"], link=rec["link"])
+        ev = EventSpec(at_s=rec["at_s"], kind=rec["kind"], link=rec["link"],
+                       first_slot=rec.get("first_slot"), slots=rec.get("slots"))
         rows.append(fibre_row(ev, rec))
-        match = next((e for e in left if (e.at_s, e.kind, e.link) ==
-                      (ev.at_s, ev.kind, ev.link)), None)
+        match = next((e for e in left if e == ev), None)
         if match is not None:
             left.remove(match)
     rows += skipped_rows(left, not_reached)
@@ -142,7 +154,7 @@ class FaultInjector:
                                "applied": False}
         self.rows.append(row)
         at = ev.at_s * self.scale
-        if ev.kind in NETWORK_KINDS:  # slot blocks: as far as the replay's _event goes
+        if ev.kind in NETWORK_KINDS:
             self.n_steps += 1
             self._push(at, "fibre", lambda: self._fibre(ev, row))
         elif ev.kind == "link_flap":

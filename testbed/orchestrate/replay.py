@@ -5,8 +5,8 @@
 (`testbed.sim.engine.request_stream`: seeded Poisson generator or trace), plays them on a
 clock scaled so the sample lasts about `emulation.replay_s` seconds (set up at arrival
 with `POST /lightpaths`, torn down at departure with `DELETE`), applies the spec's fibre
-events in between, writes `requests.csv` in the simulator's exact format, and compares
-every decision with `lightpipe sim` run on the same sample (route, modulation, slots,
+and slot-block events in between, writes `requests.csv` in the simulator's exact format,
+and compares every decision with `lightpipe sim` run on the same sample (route, modulation, slots,
 accept/reason): `agreement`.
 
 Ties are broken as in the simulator: departures, then events, then the arrival. A
@@ -42,7 +42,7 @@ Client = Callable[[str, str, Any], tuple[int, Any]]
 LinkSwitch = Callable[[str, str, bool], None]
 
 DEPART, EVENT, ARRIVE = 0, 1, 2
-REPLAYED_EVENTS = ("fiber_cut", "fiber_repair")
+SLOT_EVENTS = ("wavelength_loss", "wavelength_repair")  # always through POST /failures|repairs
 COMPARED = ("path", "modulation", "first_slot", "slots", "accepted", "reason")
 
 
@@ -218,11 +218,14 @@ def _arrive(item: Request, client: Client, ends: dict[str, str], live: dict[int,
 def _event(ev: EventSpec, client: Client, live: dict[int, int], set_link: LinkSwitch | None,
            clock: Callable[[], float], sleep: Callable[[float], None],
            timeout_s: float) -> dict[str, Any]:
+    """Apply one network event through the controller; its record (timings, lost and
+    restored controller lightpath ids). A cut/repair with set_link is a data-plane
+    port change the controller must notice; without it, and for slot blocks (which have
+    no data-plane signal), POST /failures or /repairs."""
+    if ev.kind in SLOT_EVENTS:
+        return _slot_event(ev, client, live, clock)
     u, v = ev.link
     rec: dict[str, Any] = {"kind": ev.kind, "link": [u, v]}
-    if ev.kind not in REPLAYED_EVENTS:
-        rec["skipped"] = "the controller has no slot-block failures (simulator only)"
-        return rec
     cut = ev.kind == "fiber_cut"
     before = _lightpaths(client)
     t_start = clock()
@@ -257,6 +260,43 @@ def _event(ev: EventSpec, client: Client, live: dict[int, int], set_link: LinkSw
             if lp_id in rec["lost"]:
                 del live[rid]
     return rec
+
+
+def _slot_event(ev: EventSpec, client: Client, live: dict[int, int],
+                clock: Callable[[], float]) -> dict[str, Any]:
+    """wavelength_loss / wavelength_repair through POST /failures or /repairs with the
+    slot block; a loss records the controller's restoration time and where each hit
+    lightpath went (`moved`: route:first_slot+n_slots before and after)."""
+    assert ev.link is not None and ev.first_slot is not None and ev.slots is not None
+    u, v = ev.link
+    loss = ev.kind == "wavelength_loss"
+    rec: dict[str, Any] = {"kind": ev.kind, "link": [u, v], "first_slot": ev.first_slot,
+                           "slots": ev.slots, "via": "rest"}
+    before = _lightpaths(client) if loss else {}
+    path = "/failures" if loss else "/repairs"
+    t_start = clock()
+    status, body = client("POST", path, {"link": [u, v], "first_slot": ev.first_slot,
+                                         "slots": ev.slots})
+    if status != 200:
+        raise RuntimeFailure(f"controller: POST {path} {u}-{v} slots {ev.first_slot}"
+                             f"+{ev.slots}: {status} {body}")
+    rec["loss_to_restored_s" if loss else "repair_seen_s"] = round(clock() - t_start, 6)
+    if not loss:
+        rec["lost_slots"] = body.get("lost_slots", [])
+        return rec
+    rec["controller_restoration_s"] = body["restoration_s"]
+    rec["lost"], rec["restored"] = sorted(body["lost"]), sorted(body["restored"])
+    after = _lightpaths(client)
+    rec["moved"] = [{"id": i, "from": _lp_text(before[i]), "to": _lp_text(after[i])}
+                    for i in rec["restored"] if i in before and i in after]
+    for rid, lp_id in list(live.items()):
+        if lp_id in rec["lost"]:
+            del live[rid]
+    return rec
+
+
+def _lp_text(lp: dict[str, Any]) -> str:
+    return f"{'-'.join(lp['nodes'])}:{lp['first_slot']}+{lp['n_slots']}"
 
 
 def _uses(nodes: list[str], u: str, v: str) -> bool:
