@@ -11,8 +11,11 @@ documented 4xx, never a 500:
     a body that does not arrive within BODY_TIMEOUT_S                        408
     invalid UTF-8/JSON, nesting deeper than MAX_JSON_DEPTH, an integer longer than
     MAX_INT_DIGITS digits, NaN/Infinity, or not a JSON object                 400
-The body, once checked, is handed on unchanged. `HeaderTimeoutH11` (the server's HTTP
-protocol) closes a connection whose request headers do not arrive within
+The body, once checked, is handed on unchanged. Before a refusal is sent, what is left of
+the request body is read and dropped (up to DRAIN_BYTES or DRAIN_S): closing a socket
+with unread data makes the kernel send a reset, and the client would see "connection
+reset" instead of the answer (the lingering close of web servers). `HeaderTimeoutH11`
+(the server's HTTP protocol) closes a connection whose request headers do not arrive within
 HEADER_TIMEOUT_S (uvicorn's own time-out covers idle keep-alive connections only).
 """
 
@@ -38,6 +41,8 @@ MAX_JSON_DEPTH = 32
 MAX_INT_DIGITS = 24  # a dpid is < 2**64 (20 digits)
 BODY_TIMEOUT_S = 10.0
 HEADER_TIMEOUT_S = 10.0
+DRAIN_BYTES = 8 * MAX_BODY_BYTES  # read and dropped at most, before a refusal
+DRAIN_S = 2.0
 OPEN_PATHS = frozenset({("GET", "/health"), ("GET", "/openapi.json"), ("GET", "/metrics")})
 MUTATING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
@@ -144,11 +149,22 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        done = False  # the request body has been read to its end
+
+        async def tracked() -> Message:
+            nonlocal done
+            msg = await receive()
+            done = done or msg["type"] != "http.request" or not msg.get("more_body")
+            return msg
+
         try:
-            receive = await self._check(scope, receive)
+            checked = await self._check(scope, tracked)
         except Refused as exc:
+            if not done and exc.status != 408 and scope["method"] in WITH_BODY:
+                await _drain(tracked)
             await _reply(send, exc.status, exc.message)
             return
+        receive = checked
         await self.app(scope, receive, send)
 
     async def _check(self, scope: Scope, receive: Receive) -> Receive:
@@ -210,6 +226,23 @@ async def _read(receive: Receive) -> bytes:
         chunks.append(chunk)
         more = bool(msg.get("more_body"))
     return b"".join(chunks)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop the rest of a refused request's body (bounded in bytes and time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_S
+    size = 0
+    while size <= DRAIN_BYTES:
+        try:
+            msg = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return
+        if msg["type"] != "http.request":
+            return
+        size += len(msg.get("body", b""))
+        if not msg.get("more_body"):
+            return
 
 
 def _replay(body: bytes, rest: Receive) -> Receive:

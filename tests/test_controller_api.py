@@ -165,7 +165,7 @@ def test_cli_bad_input_exit_2(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("version: 1\nname: x\ntopology: {library: nsfnet}\n"
                     "workload: {kind: lightpath_requests}\n")
-    assert main(["controller", str(spec), "--port", "0"]) == 2
+    assert main(["controller", str(spec), "--port", "70000"]) == 2
     bad = tmp_path / "layout.json"
     bad.write_text('{"switches": 3}')
     assert main(["controller", str(spec), "--layout", str(bad)]) == 2

@@ -392,9 +392,15 @@ def test_held_network_takes_faults_from_the_cli(tmp_path: Path) -> None:
         proc.wait(timeout=120)
         assert proc.returncode == 0, (tmp_path / "hold.log").read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        if proc.poll() is None:  # a failed assertion above: stop it as a user would
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # no tear-down: the run's own clean removes what it left
+                proc.wait(timeout=30)
+                subprocess.run([*LIGHTPIPE, "clean"], cwd=ROOT, env=env,
+                               capture_output=True, check=False, timeout=120)
         log.close()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["held"] is True
