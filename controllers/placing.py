@@ -73,12 +73,12 @@ class PlaceLimits:
             try:
                 timeout_s = float(raw)
             except ValueError:
-                raise ValueError(f"{ENV_TIMEOUT}={raw[:40]!r}: not a number of seconds") \
+                raise ValueError(f"{ENV_TIMEOUT}: {raw[:40]!r} is not a number of seconds") \
                     from None
         raw_n = env.get(ENV_MAX, "").strip()
         if raw_n:
             if not raw_n.isdigit() or len(raw_n) > 3:
-                raise ValueError(f"{ENV_MAX}={raw_n[:40]!r}: not a whole number 1.."
+                raise ValueError(f"{ENV_MAX}: {raw_n[:40]!r} is not a whole number 1.."
                                  f"{MAX_CONCURRENT}")
             max_conc = int(raw_n)
         try:
@@ -86,6 +86,25 @@ class PlaceLimits:
         except ValueError as exc:
             name = ENV_TIMEOUT if "timeout" in str(exc) else ENV_MAX
             raise ValueError(f"{name}: {exc}") from None
+
+
+def place_limits_env(env: Mapping[str, str], timeout_s: float | None = None,
+                     max_placements: int | None = None) -> dict[str, str]:
+    """The controller's environment entries for the command-line options (--place-
+    timeout-s, --max-placements; None: keep the environment's); ValueError naming the
+    option, or the variable, that is out of range."""
+    out = {ENV_TIMEOUT: env.get(ENV_TIMEOUT, ""), ENV_MAX: env.get(ENV_MAX, "")}
+    for flag, name, value in (("--place-timeout-s", ENV_TIMEOUT, timeout_s),
+                              ("--max-placements", ENV_MAX, max_placements)):
+        if value is None:
+            continue
+        try:
+            PlaceLimits(**{"timeout_s" if name == ENV_TIMEOUT else "max_concurrent": value})
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+        out[name] = repr(float(value)) if name == ENV_TIMEOUT else str(int(value))
+    PlaceLimits.from_env(out)
+    return {k: v for k, v in out.items() if v}
 
 
 class Cancelled(Exception):
