@@ -194,29 +194,49 @@ def test_more_placements_than_the_limit_get_503_busy(tmp_path: Path) -> None:
         assert call(api, "POST", "/jobs", SMALL)[0] == 409  # all GPUs taken, not busy
 
 
-def test_two_placements_racing_for_the_same_gpus(tmp_path: Path) -> None:
+def race(api: RestApi, body: dict[str, Any]) -> tuple[tuple[int, Any], tuple[int, Any]]:
+    """Two identical placements computing at once: both snapshots are taken before
+    either commits (the second starts while the first computes, and both are seen
+    computing together)."""
+    ev = Events()
+    ev.start("a", api, "POST", "/jobs", body)
+    wait_for(api, "lightpipe_job_placements_planning", lambda v: v == 1)
+    ev.start("b", api, "POST", "/jobs", body)
+    wait_for(api, "lightpipe_job_placements_planning", lambda v: v == 2)
+    ev.join()
+    return ev.replies["a"], ev.replies["b"]
+
+
+def test_two_placements_racing_for_the_same_gpus_one_goes_elsewhere(tmp_path: Path) -> None:
     """Both plan on the same (empty) state and choose the same DCs; the first to commit
     wins, the other finds its GPUs gone, is planned again and goes elsewhere."""
     with served(tmp_path) as api:
-        ev = Events()
-        ev.start("a", api, "POST", "/jobs", HALF)
-        wait_for(api, "lightpipe_job_placements_planning", lambda v: v == 1)
-        ev.start("b", api, "POST", "/jobs", HALF)
-        # Both computing at once: both snapshots were taken before either committed.
-        wait_for(api, "lightpipe_job_placements_planning", lambda v: v == 2)
-        ev.join()
-        first, second = (ev.replies[n] for n in ev.order)
-        assert first[0] == 201 and second[0] == 201, (first, second)
-        assert first[1]["dcs"] == ["dc-a"] * 8 + ["dc-b"] * 4  # most free GPUs, nearest
-        assert second[1]["dcs"] == ["dc-c"] * 8 + ["dc-b"] * 4  # planned again
-        assert metric(api, "lightpipe_job_replans_total") >= 1
+        (sa, a), (sb, b) = race(api, HALF)
+        assert sa == 201 and sb == 201, (a, b)
+        winner, other = (a, b) if a["dcs"][0] == "dc-a" else (b, a)
+        assert winner["dcs"] == ["dc-a"] * 8 + ["dc-b"] * 4  # most free GPUs, nearest
+        assert other["dcs"] == ["dc-c"] * 8 + ["dc-b"] * 4  # planned again: elsewhere
+        assert metric(api, "lightpipe_job_replans_total") == 1
         assert gpus_used(api) == 48
         held = held_slots(api)
         assert sorted((tuple(sorted(f)), len(s)) for f, s in held.items()) == \
             [(("A", "B"), 4), (("B", "C"), 4)]  # one sp-ff lightpath (4 slots) each
-        # A third one that wants the same GPUs: planned again, then refused.
-        status, reply = call(api, "POST", "/jobs", SMALL)
-        assert status == 409 and reply["reason"] == "no_gpus"
+
+
+def test_two_placements_racing_for_the_last_gpus_one_is_refused(tmp_path: Path) -> None:
+    """32 + 32 GPUs of 48: the loser is planned again on the state after the winner's
+    commit and refused (no_gpus); it holds nothing."""
+    with served(tmp_path) as api:
+        (sa, a), (sb, b) = race(api, {**BIG, "stages": 8, "microbatches": 24})
+        assert sorted((sa, sb)) == [201, 409], (a, b)
+        winner, loser = (a, b) if sa == 201 else (b, a)
+        assert winner["dcs"] == ["dc-a"] * 4 + ["dc-b"] * 4
+        assert loser["reason"] == "no_gpus"
+        assert metric(api, "lightpipe_job_replans_total") == 1
+        assert gpus_used(api) == 32
+        held = held_slots(api)
+        assert [(tuple(sorted(f)), len(s)) for f, s in held.items()] == [(("A", "B"), 4)]
+        assert len(api.core.rows) == 1 and len(api.core.net.lightpaths) == 1
 
 
 def test_recorded_sequence_replays_unchanged(tmp_path: Path) -> None:
