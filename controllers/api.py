@@ -386,7 +386,16 @@ def create_app(core: ControllerCore, jobs: JobService, token: str,
         return {"jobs": jobs.list()}
 
     @app.post("/jobs", status_code=201, response_model=dict[str, Any], dependencies=guarded,
-              summary="place a pipeline job and set up its lightpaths")
+              summary="place a pipeline job and set up its lightpaths",
+              responses={409: {"model": ErrorReply, "description": "refused by the "
+                               "placement policy (`reason`: no_gpus, no_spectrum, "
+                               "no_bandwidth, no_vlan), or `conflict`: the state changed "
+                               "under every re-planning"},
+                         503: {"model": ErrorReply, "description": "`timeout`: the "
+                               "placement did not finish within the controller's limit "
+                               "(LIGHTPIPE_CTL_PLACE_TIMEOUT_S; nothing placed), `busy`: "
+                               "too many placements computing "
+                               "(LIGHTPIPE_CTL_MAX_PLACEMENTS), or rules not installed"}})
     def create_job(req: JobRequest) -> dict[str, Any]:
         return jobs.place(req)
 

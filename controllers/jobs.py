@@ -8,34 +8,58 @@ boundary's optical lightpath is adopted by the controller (VLAN id, OpenFlow rul
 emulator caps), carrying only the traffic between the two stages' emulated hosts when
 a layout is known. Jobs are stored in the controller's SQLite store and come back after
 a restart (their lightpaths are re-read by the core; GPUs are re-counted).
+
+Concurrency: the policy runs on a snapshot of the state (`Cluster.snapshot`: free GPUs
+and a copy of the optical network) outside `core.lock`, so other REST calls and fibre-cut
+restoration go on meanwhile; the chosen DCs, routes and slot blocks are then committed
+under the lock (`Cluster.commit_planned`). If the state changed and the plan no longer
+fits, the job is planned again on a fresh snapshot (bounded, then 409 `conflict`). A
+placement's time and the number computing at once are bounded (controllers.placing:
+503 `timeout` / `busy`).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from controllers.core import ControllerCore, RequestError
+from controllers.placing import PlaceLimits, PlaceRunner, Ticket
 from controllers.wanroute import WanFlow
+from testbed.catalog import ModelArch
 from testbed.jobs.cluster import DC, Cluster
 from testbed.jobs.model import model_catalog
-from testbed.jobs.outcome import Job, Placed
+from testbed.jobs.outcome import Job, Placed, Refused
 from testbed.jobs.policies import Planner
 from testbed.jobs.timing import Timer
-from testbed.spec.models import PLACEMENT_POLICIES, PPJobsWorkload
+from testbed.spec.models import PLACEMENT_POLICIES, PolicySpec, PPJobsWorkload
 from testbed.traces import JobRequest
 
 log = logging.getLogger("lightpipe.controller.jobs")
 
 
-class JobService:
-    """Places, lists and removes pipeline jobs (thread-safe through core.lock)."""
+@dataclass(frozen=True)
+class _Snapshot:
+    """A placement's private copy of the state, taken under the core's lock."""
 
-    def __init__(self, core: ControllerCore) -> None:
+    cluster: Cluster  # Cluster.snapshot(): free GPUs and optical state copied
+    rng: random.Random  # the service's RNG state at the snapshot
+    rng_epoch: int  # JobService._rng_epoch at the snapshot
+    key: tuple[object, ...]  # Cluster.state_key() at the snapshot
+    job_id: int  # the id the job would get if nothing else were placed meanwhile
+
+
+class JobService:
+    """Places, lists and removes pipeline jobs (thread-safe through core.lock; placements
+    are planned outside it, under `limits`)."""
+
+    def __init__(self, core: ControllerCore, limits: PlaceLimits | None = None) -> None:
         self.core = core
+        self.limits = limits or PlaceLimits()
+        self.runner = PlaceRunner(self.limits, core.lock, core.metrics)
         sc = core.scenario
         try:
             self.dcs = [DC.from_spec(i, d) for i, d in enumerate(sc.dcs)]
@@ -49,9 +73,9 @@ class JobService:
                                   if isinstance(sc.workload, PPJobsWorkload) else None)
         self.timer = Timer()
         self.rng = random.Random(getattr(sc.workload, "seed", 1))
+        self._rng_epoch = 0  # placements whose RNG draws were kept (JobService._keep)
         self.dc_index = {d.name: d.index for d in self.dcs}
         self.jobs: dict[int, dict[str, Any]] = {}
-        self._lock = threading.RLock()
         for job_id, body in core.store.jobs().items():
             self.jobs[job_id] = body
             for st in body["stages_placement"]:
@@ -78,7 +102,8 @@ class JobService:
             return self._live_view(self.jobs[job_id])
 
     def place(self, req: Any) -> dict[str, Any]:
-        """Place `req` (api.JobRequest) and set up its lightpaths; RequestError if not."""
+        """Place `req` (api.JobRequest) and set up its lightpaths; RequestError if not
+        (409 refused or conflicting, 503 busy or over the time limit)."""
         policy_name = req.policy or self.core.scenario.policy.placement
         if policy_name not in PLACEMENT_POLICIES:
             raise RequestError(400, f"unknown placement policy {policy_name!r} "
@@ -97,34 +122,106 @@ class JobService:
         if req.schedule is not None:
             update["schedule"] = req.schedule
         policy = self.core.scenario.policy.model_copy(update=update)
+        t0 = self.core.clock()
+        self.core.metrics.job_requests.inc()
+        return self.runner.run(lambda ticket: self._place(req, arch, policy, t0, ticket))
+
+    def _place(self, req: Any, arch: ModelArch, policy: PolicySpec, t0: float,
+               ticket: Ticket) -> dict[str, Any]:
+        """Plan on a snapshot outside the core's lock, then commit under it; plan again on
+        a fresh snapshot (at most limits.attempts plans) when the state changed meanwhile
+        and the plan no longer fits, or a refusal may no longer hold."""
         core = self.core
-        t0 = core.clock()
-        core.metrics.job_requests.inc()
+        attempts = self.limits.attempts
+        for attempt in range(1, attempts + 1):
+            with core.lock:
+                ticket.check()
+                snap = self._snapshot()
+            got = self._plan(snap, req, arch, policy, ticket)
+            with core.lock:
+                ticket.check()
+                if not isinstance(got, Placed):
+                    if attempt < attempts and self.cluster.state_key() != snap.key:
+                        self._replan(f"refused ({got.reason}) on a state that has changed")
+                        continue
+                    ticket.final = True
+                    self._keep(snap)
+                    core.metrics.job_refusals.labels(reason=got.reason).inc()
+                    raise RequestError(409, f"job refused by {policy.placement}: {got.reason}",
+                                       reason=got.reason)
+                try:
+                    alloc = self.cluster.commit_planned(got.alloc, req.gpus_per_stage)
+                except ValueError as exc:  # GPUs or slots taken, or a fibre cut, meanwhile
+                    self._replan(str(exc))
+                    continue
+                ticket.final = True
+                self._keep(snap)
+                return self._commit(req, policy.placement, Placed(alloc, got.timing,
+                                                                  got.solver), t0)
         with core.lock:
-            job_id = max(self.jobs, default=0) + 1
-            jr = JobRequest(job_id, 0.0, req.model, req.stages, req.gpus_per_stage,
-                            req.microbatches, req.iterations)
-            planner = Planner(self.cluster, policy, timer=self.timer, rng=self.rng,
-                              max_stages_per_dc=req.max_stages_per_dc
-                              or self.max_stages_per_dc)
-            got = planner.place(Job(jr, arch), 0.0)
-            if not isinstance(got, Placed):
-                core.metrics.job_refusals.labels(reason=got.reason).inc()
-                raise RequestError(409, f"job refused by {policy_name}: {got.reason}",
-                                   reason=got.reason)
-            try:
-                body = self._set_up(job_id, req, policy_name, got)
-            except BaseException:
-                self.cluster.free_allocation(got.alloc, req.gpus_per_stage)
-                raise
-            core.store.save_job(job_id, body)
-            self.jobs[job_id] = body
-            core.program()  # its flows join the lightpath assignment
-            core.metrics.jobs_active.set(len(self.jobs))
-            core.metrics.job_setup_seconds.observe(core.clock() - t0)
-            log.info("job %d (%s, %d stages) placed by %s on %s", job_id, req.model,
-                     req.stages, policy_name, ",".join(body["dcs"]))
-            return self._live_view(body)
+            ticket.check()
+            ticket.final = True
+        core.metrics.job_refusals.labels(reason="conflict").inc()
+        raise RequestError(409, f"job not placed: the state changed under each of its "
+                           f"{attempts} placements (concurrent requests); try again",
+                           reason="conflict")
+
+    def _snapshot(self) -> _Snapshot:
+        """What a placement plans on (call under the core's lock)."""
+        rng = random.Random()
+        rng.setstate(self.rng.getstate())
+        snap = self.cluster.snapshot()
+        return _Snapshot(snap, rng, self._rng_epoch, snap.state_key(),
+                         max(self.jobs, default=0) + 1)
+
+    def _plan(self, snap: _Snapshot, req: Any, arch: ModelArch, policy: PolicySpec,
+              ticket: Ticket) -> Placed | Refused:
+        """The placement policy on the snapshot (no lock held)."""
+        left_s = ticket.remaining_s()
+        if left_s < policy.ilp_time_limit_s:  # the MILP (cba-ilp) gets what time is left
+            policy = policy.model_copy(update={"ilp_time_limit_s": max(0.05, left_s)})
+        jr = JobRequest(snap.job_id, 0.0, req.model, req.stages, req.gpus_per_stage,
+                        req.microbatches, req.iterations)
+        planner = Planner(snap.cluster, policy, timer=self.timer, rng=snap.rng,
+                          max_stages_per_dc=req.max_stages_per_dc or self.max_stages_per_dc)
+        self.core.metrics.job_planning.inc()
+        try:
+            return planner.place(Job(jr, arch), 0.0)
+        finally:
+            self.core.metrics.job_planning.dec()
+
+    def _keep(self, snap: _Snapshot) -> None:
+        """The placement's outcome is final: the RNG continues from where its planning left
+        it (unless another placement's planning was kept since the snapshot), and the
+        routes it computed stay cached; so a sequence of requests draws exactly as when
+        every placement ran on the live state."""
+        if snap.rng_epoch == self._rng_epoch:
+            self.rng.setstate(snap.rng.getstate())
+            self._rng_epoch += 1
+        self.cluster.keep_paths(snap.cluster)
+
+    def _replan(self, why: str) -> None:
+        self.core.metrics.job_replans.inc()
+        log.info("job placement planned again: %s", why)
+
+    def _commit(self, req: Any, policy_name: str, got: Placed, t0: float) -> dict[str, Any]:
+        """Set the committed placement up (call under the core's lock): its lightpaths
+        become controller lightpaths, the job is stored; all or nothing."""
+        core = self.core
+        job_id = max(self.jobs, default=0) + 1
+        try:
+            body = self._set_up(job_id, req, policy_name, got)
+        except BaseException:
+            self.cluster.free_allocation(got.alloc, req.gpus_per_stage)
+            raise
+        core.store.save_job(job_id, body)
+        self.jobs[job_id] = body
+        core.program()  # its flows join the lightpath assignment
+        core.metrics.jobs_active.set(len(self.jobs))
+        core.metrics.job_setup_seconds.observe(core.clock() - t0)
+        log.info("job %d (%s, %d stages) placed by %s on %s", job_id, req.model,
+                 req.stages, policy_name, ",".join(body["dcs"]))
+        return self._live_view(body)
 
     def remove(self, job_id: int) -> dict[str, Any]:
         """Tear down the job's lightpaths and return its GPUs."""

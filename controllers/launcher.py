@@ -2,7 +2,7 @@
 
     python -m controllers.launcher --spec S.yaml [--of-port 6653] [--rest 127.0.0.1:8080]
         [--db FILE] [--layout FILE] [--token-file FILE] [--run-state DIR]
-        [--address-file FILE]
+        [--address-file FILE] [--place-timeout-s S] [--max-placements N]
 
 Both listening ports are bound by this process, never picked elsewhere and released:
 `--rest HOST:0` and `--of-port 0` take any free port, and the ports actually bound go
@@ -122,12 +122,25 @@ def main(argv: list[str] | None = None, announce: Announce | None = None) -> int
     p.add_argument("--address-file", default=None,
                    help="write the addresses actually bound here (JSON: host, port, "
                    "of_port, token_file; --rest HOST:0 and --of-port 0 bind any free port)")
+    p.add_argument("--place-timeout-s", type=float, default=None,
+                   help="longest a POST /jobs placement may compute before the request gets "
+                   "503 and its result is discarded (default: $LIGHTPIPE_CTL_PLACE_TIMEOUT_S, "
+                   "else 20)")
+    p.add_argument("--max-placements", type=int, default=None,
+                   help="POST /jobs placements computing at once; one more gets 503 busy "
+                   "(default: $LIGHTPIPE_CTL_MAX_PLACEMENTS, else 4)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     args = p.parse_args(argv)
     if args.token is not None:
         return _refuse("--token VALUE is no longer accepted (it shows in the process "
                        "list): write the token to a file (chmod 600) and pass "
                        "--token-file FILE")
+    from controllers.placing import place_limits_env
+
+    try:
+        place_env = place_limits_env(os.environ, args.place_timeout_s, args.max_placements)
+    except ValueError as exc:
+        return _refuse(str(exc))
     host, _, port = args.rest.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or int(port) > 65535:
@@ -153,6 +166,7 @@ def main(argv: list[str] | None = None, announce: Announce | None = None) -> int
         token_file = Path(args.db).resolve().with_suffix(".token")
         new_token_file(token_file)
     env = os.environ
+    env.update(place_env)
     env["LIGHTPIPE_CTL_SPEC"] = args.spec
     env["LIGHTPIPE_CTL_DB"] = args.db
     env["LIGHTPIPE_CTL_TOKEN_FILE"] = str(token_file)

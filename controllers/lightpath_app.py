@@ -14,6 +14,9 @@ under LightPipe's launcher, `controllers.launcher`):
                            written to the database's path with suffix .token, 0600)
     LIGHTPIPE_CTL_RUN_STATE   the emulation run's state directory: layout controls must
                            be its own (unset: every control is refused)
+    LIGHTPIPE_CTL_PLACE_TIMEOUT_S  longest a POST /jobs placement may compute (default 20;
+                           then 503 and its result is discarded)
+    LIGHTPIPE_CTL_MAX_PLACEMENTS   placements computing at once (default 4; more: 503)
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from controllers.core import ControllerCore, ForwarderChannel
 from controllers.flowroute import GroupRule
 from controllers.jobs import JobService
 from controllers.layout import Layout
+from controllers.placing import PlaceLimits
 from controllers.rules import ETH_ARP, FlowRule, diff_rules
 from controllers.store import Store
 from controllers.tokenfile import new_token_file, read_token
@@ -196,7 +200,8 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             token_file = str(Path(db).resolve().with_suffix(".token"))
             token = new_token_file(Path(token_file))
         self.api = RestApi(self.core, host or "127.0.0.1", int(port), token=token,
-                           jobs=JobService(self.core), sock=sock)
+                           jobs=JobService(self.core, PlaceLimits.from_env(os.environ)),
+                           sock=sock)
         self.api.serve()
         log.info("REST API on %s (bearer token in %s)", self.api.url, token_file)
 

@@ -50,6 +50,16 @@ class ControllerMetrics:
         self.job_refusals = Counter("lightpipe_job_refusals",
                                     "POST /jobs refused by the placement policy",
                                     ["reason"], registry=r)
+        self.job_unavailable = Counter("lightpipe_job_unavailable",
+                                       "POST /jobs answered 503: too many placements "
+                                       "computing (busy) or over the time limit (timeout)",
+                                       ["reason"], registry=r)
+        self.job_replans = Counter("lightpipe_job_replans",
+                                   "Placements planned again because the state changed "
+                                   "while they computed on a snapshot", registry=r)
+        self.job_planning = Gauge("lightpipe_job_placements_planning",
+                                  "Placements computing on a snapshot now (outside the "
+                                  "controller's lock; abandoned ones included)", registry=r)
         self.job_setup_seconds = Histogram("lightpipe_job_setup_seconds",
                                            "POST /jobs to placement done and every boundary "
                                            "lightpath's rules installed",

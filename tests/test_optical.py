@@ -165,3 +165,72 @@ def test_assign_rejects_busy_block() -> None:
         net.assign(path, 2, 1)
     with pytest.raises(ValueError, match="outside the grid"):
         net.assign(path, 3, 2)
+
+
+def _state(net: OpticalNetwork) -> tuple[object, ...]:
+    """Everything a copy must keep apart: slot bitmaps, cuts, lost slots, live lightpaths."""
+    occ, busy, blocked = net.slot_masks()
+    return (tuple(occ), tuple(busy), tuple(blocked), net.state_key(), dict(net.lightpaths),
+            net.used_slot_fibres, net.paths_version,
+            [net.is_failed(f.u, f.v) for f in net.topology.fibres])
+
+
+def test_copy_is_independent_and_answers_alike() -> None:
+    """A copy (to plan on outside the controller's lock) starts equal, numbers lightpaths
+    alike, and nothing done to either side shows on the other."""
+    ring = load_library("nsfnet")
+    net = OpticalNetwork(ring, OpticalSpec(slots=16, k_paths=3))
+    rng = random.Random(3)
+    held = [net.allocate("1", "9", slots=3), net.allocate("2", "13", bitrate_gbps=100,
+                                                          policy="random_fit", rng=rng)]
+    assert all(lp is not None for lp in held)
+    net.fail_link("9", "10")
+    net.block_slots("1", "3", 5, 2)
+    before = _state(net)
+    cp = net.copy()
+    assert _state(cp) == before
+    assert cp.candidate_paths("1", "9") == net.candidate_paths("1", "9")
+    # the same requests on both get the same answers (and lightpath ids)
+    a = net.allocate("6", "13", slots=4, policy="random_fit", rng=random.Random(5))
+    b = cp.allocate("6", "13", slots=4, policy="random_fit", rng=random.Random(5))
+    assert a == b and a is not None and a.id == b.id  # type: ignore[union-attr]
+    net.release(a)  # type: ignore[arg-type]
+    assert _state(net) == before != _state(cp)
+    # changes on the copy stay there: release, cut, repair, loss, set-up
+    cp.release(held[0])  # type: ignore[arg-type]
+    cp.fail_link("1", "2")
+    cp.repair_link("9", "10")
+    cp.unblock_slots("1", "3", 5, 2)
+    cp.block_slots("13", "14", 0, 16)
+    assert cp.allocate("1", "9", slots=2) is not None
+    assert _state(net) == before
+    assert held[0] is not None and held[0].id in net.lightpaths
+    assert net.is_failed("9", "10") and not net.is_failed("1", "2")
+    # ... and changes here do not show in a copy
+    cp2 = net.copy()
+    net.repair_link("9", "10")
+    net.release(held[1])  # type: ignore[arg-type]
+    assert cp2.is_failed("9", "10") and held[1].id in cp2.lightpaths  # type: ignore[union-attr]
+    assert _state(cp2) == before
+
+
+def test_copy_refuses_an_attribute_it_has_no_rule_for() -> None:
+    net = OpticalNetwork(line(100), OpticalSpec(slots=4))
+    net.planner_notes = object()  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="planner_notes"):
+        net.copy()
+
+
+def test_keep_paths_takes_a_copys_routes_unless_fibres_changed() -> None:
+    net = OpticalNetwork(load_library("nsfnet"), OpticalSpec(slots=8, k_paths=3))
+    cp = net.copy()
+    routes = cp.candidate_paths("1", "14")
+    net.keep_paths(cp)
+    assert net.candidate_paths("1", "14") is routes  # not computed again
+    cp2 = net.copy()
+    other = cp2.candidate_paths("2", "12")
+    net.fail_link("1", "2")  # routes computed before the cut are stale
+    net.keep_paths(cp2)
+    fresh = net.candidate_paths("2", "12")
+    assert fresh is not other
+    assert not any({a, b} == {"1", "2"} for p in fresh for a, b in p.fibres)

@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "~/.local/state/lightpipe/controller.db)")
     parser.add_argument("--layout", default=None,
                         help="data-plane layout JSON (else PUT /layout later)")
+    parser.add_argument("--place-timeout-s", type=float, default=None,
+                        help="longest a POST /jobs placement may compute; then 503 and its "
+                        "result is discarded (default: $LIGHTPIPE_CTL_PLACE_TIMEOUT_S, else 20)")
+    parser.add_argument("--max-placements", type=int, default=None,
+                        help="POST /jobs placements computing at once; one more gets 503 "
+                        "busy (default: $LIGHTPIPE_CTL_MAX_PLACEMENTS, else 4)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
             read_token(Path(args.token_file))
         except ValueError as exc:
             raise InputError("--token-file", str(exc)) from None
+    from controllers.placing import place_limits_env
+
+    try:
+        place_limits_env(os.environ, args.place_timeout_s, args.max_placements)
+    except ValueError as exc:
+        field, _, msg = str(exc).partition(": ")
+        raise InputError(field, msg) from None
     load_scenario(args.spec)  # bad spec: one line, exit 2, before anything listens
     for name, port in (("--port", args.port), ("--rest-port", args.rest_port)):
         if not 0 <= port <= 65535:
@@ -91,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
         argv += ["--token-file", args.token_file]
     if args.layout:
         argv += ["--layout", args.layout]
+    if args.place_timeout_s is not None:
+        argv += ["--place-timeout-s", repr(args.place_timeout_s)]
+    if args.max_placements is not None:
+        argv += ["--max-placements", str(args.max_placements)]
     if args.verbose:
         argv += ["-" + "v" * args.verbose]
     return main(argv, announce=announce)

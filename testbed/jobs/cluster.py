@@ -79,6 +79,44 @@ class Cluster:
         return cls([DC.from_spec(i, d) for i, d in enumerate(scenario.dcs)],
                    OpticalNetwork.from_scenario(scenario))
 
+    def snapshot(self) -> Cluster:
+        """An independent copy to plan on: free GPUs and the optical state
+        (`OpticalNetwork.copy`) copied, DCs and distances shared; what the copy takes or
+        frees leaves this cluster as it is. `commit_planned` then takes the plan here."""
+        new = object.__new__(Cluster)
+        new.dcs = self.dcs
+        new.network = self.network.copy()
+        new.free = list(self.free)
+        new.total_gpus = self.total_gpus
+        new.distance_km = self.distance_km
+        new._paths = dict(self._paths)
+        new._paths_version = self._paths_version
+        return new
+
+    def state_key(self) -> tuple[object, ...]:
+        """Free GPUs per DC and the optical state key: equal keys, same placements."""
+        return (tuple(self.free), *self.network.state_key())
+
+    def keep_paths(self, snap: Cluster) -> None:
+        """Keep the candidate routes a snapshot computed (unless fibres were cut or repaired
+        since), so that the next placement sees the same route cache as if it had been
+        planned here."""
+        if snap._paths_version == self._paths_version \
+                and snap.network.paths_version == self.network.paths_version:
+            for key, paths in snap._paths.items():
+                self._paths.setdefault(key, paths)
+        self.network.keep_paths(snap.network)
+
+    def commit_planned(self, alloc: Allocation, gpus_per_stage: int) -> Allocation:
+        """Take here what `alloc`, planned on a snapshot, holds there: the same DC per stage
+        and the same route and slot block per boundary (`commit`: ValueError, and nothing
+        taken, if the GPUs or any of the slots are gone or a fibre of a route is cut)."""
+        links = [None if lp is None else LinkChoice(lp.path, lp.first_slot, lp.n_slots)
+                 for lp in alloc.lightpaths]
+        got = self.commit(alloc.stage_dcs, gpus_per_stage, links)
+        got.short_gbps = dict(alloc.short_gbps)
+        return got
+
     @property
     def used_gpus(self) -> int:
         return self.total_gpus - sum(self.free)

@@ -109,6 +109,44 @@ class OpticalNetwork:
 
         return cls(topology_of(scenario), scenario.optical)
 
+    # Set at construction and never changed afterwards: a copy shares them.
+    _SHARED = frozenset({"topology", "optical", "fixed_grid", "slots", "guard_slots", "k_paths",
+                         "per_direction", "modulations", "full", "graph", "_link_index",
+                         "_link_ends"})
+
+    def copy(self) -> OpticalNetwork:
+        """An independent copy of the spectrum and fibre state, to plan on (e.g. a job
+        placement outside the SDN controller's lock) without touching this network.
+
+        Occupancy, blocked slots, cut fibres, live lightpaths, the lightpath id counter and
+        the candidate-route cache are copied (bitmaps are ints, lightpaths and routes are
+        frozen: a shallow copy of each container suffices); the topology, its graph and the
+        fibre index are shared (never changed after construction). A lightpath the copy
+        sets up gets the id this network would give it next, so both number alike.
+        """
+        new = object.__new__(type(self))
+        for name, value in vars(self).items():
+            if name in self._SHARED or isinstance(value, int):
+                new.__dict__[name] = value
+            elif isinstance(value, list | dict | set):
+                new.__dict__[name] = type(value)(value)
+            else:  # a new attribute: decide whether it is shared or copied
+                raise TypeError(f"OpticalNetwork.copy: no rule for attribute {name!r}")
+        return new
+
+    def state_key(self) -> tuple[tuple[int, ...], frozenset[int]]:
+        """What allocation looks at: the busy (held or out of service) slot bitmap of every
+        spectrum and the cut fibres. Equal keys: every find_block/allocate answers alike."""
+        return tuple(self._busy), frozenset(self._failed)
+
+    def keep_paths(self, other: OpticalNetwork) -> None:
+        """Take the candidate routes a copy computed (same cut fibres since the copy: the
+        same routes); routes already cached here stay."""
+        if other._paths_version != self._paths_version:
+            return
+        for key, paths in other._paths.items():
+            self._paths.setdefault(key, paths)
+
     # ---- topology and paths -------------------------------------------------------
     def link_id(self, u: str, v: str) -> int:
         """Index of the fibre u-v (either order); KeyError if there is none."""

@@ -62,6 +62,18 @@ def job_request(scenario: Scenario, job: Any, mode: str) -> dict[str, Any]:
             "policy": scenario.policy.placement, "schedule": sched}
 
 
+def place_timeout_s() -> float:
+    """The controller's POST /jobs time limit as this environment sets it."""
+    import os
+
+    from controllers.placing import DEFAULT_TIMEOUT_S, PlaceLimits
+
+    try:
+        return PlaceLimits.from_env(os.environ).timeout_s
+    except ValueError:  # the controller refuses to start with it anyway
+        return DEFAULT_TIMEOUT_S
+
+
 def place_via_controller(scenario: Scenario, net: LiveNetwork, hosts: dict[str, Host],
                          mode: str) -> tuple[list[EmuJob], list[list[Host]], list[int]]:
     """POST /jobs for the scenario's jobs; (jobs, stage hosts per job, controller ids)."""
@@ -83,10 +95,15 @@ def place_via_controller(scenario: Scenario, net: LiveNetwork, hosts: dict[str, 
     jobs: list[EmuJob] = []
     placement: list[list[Host]] = []
     ids: list[int] = []
+    # The controller answers 503 once a placement passes its limit (the child inherits
+    # this environment): wait a little longer than that for the answer.
+    post_timeout_s = max(float(getattr(client, "request_timeout_s", 0.0)),
+                         place_timeout_s() + 10.0)
     for job in resolve_jobs(wl, generate_jobs(wl)):
         if len(jobs) >= em.max_jobs:
             break
-        status, reply = client.request("POST", "/jobs", job_request(scenario, job, mode))
+        status, reply = client.request("POST", "/jobs", job_request(scenario, job, mode),
+                                       timeout_s=post_timeout_s)
         if status != 201:
             reason = reply.get("reason") or reply.get("error") if isinstance(reply, dict) \
                 else reply
