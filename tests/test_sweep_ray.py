@@ -186,3 +186,31 @@ def test_importing_lightpipe_does_not_import_ray() -> None:
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+def test_two_node_cluster_runs_every_point_on_the_other_node(tmp_path: Path) -> None:
+    """A Ray cluster of two nodes (two raylets; here on one machine): the head has no
+    CPUs, so every point runs as a task on the worker node and its results travel back
+    through the object store; the rows are the local run's."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        local, on_ray = tmp_path / "local", tmp_path / "ray"
+        assert main(["sweep", str(QUICKSTART), *GRID, "--jobs", "2", "--quiet",
+                     "--out", str(local)]) == 0
+        proc = subprocess.run([sys.executable, "-c", CLI, "sweep", str(QUICKSTART), *GRID,
+                               "--ray-address", cluster.address, "--out", str(on_ray)],
+                              env=_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert _rows(on_ray / "sweep.csv") == _rows(local / "sweep.csv")
+        executor = json.loads((on_ray / "manifest.json").read_text())["executor"]
+        assert executor["kind"] == "ray" and executor["address"] == cluster.address
+    finally:
+        cluster.shutdown()
