@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -237,3 +239,31 @@ def test_backend_supports_names_the_reason(quickstart: dict[str, Any]) -> None:
     assert not ok and "bandwidth_divisor" in why
     quickstart["emulation"]["bandwidth_divisor"] = 10000
     assert EmuBackend().supports(parse_scenario(quickstart)) == (True, "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("iperf3") or not
+                    shutil.which("unshare") or not shutil.which("nsenter"),
+                    reason="needs root, iperf3, unshare and nsenter")
+def test_iperf3_client_waits_for_a_server_that_listens_late() -> None:
+    """The client is retried until the server listens (up to SERVER_WAIT_S). iperf3 3.12
+    with -J exits 0 when it cannot connect, so the retry must read its JSON: a CI run
+    failed on "unable to connect to server: Connection refused" at the first try. The
+    pair runs in a private network namespace (its own loopback, port 5201 free)."""
+    import subprocess
+    import time
+
+    from testbed.emu.probes import run_iperf3
+
+    holder = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep 120"])
+    try:
+        ns = ["nsenter", f"--net=/proc/{holder.pid}/ns/net"]
+        deadline = time.monotonic() + 10
+        while subprocess.run([*ns, "ip", "-o", "link", "show", "lo", "up"], capture_output=True,
+                             text=True).stdout.strip() == "" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        late = [*ns, "sh", "-c", 'sleep 1.5; exec "$@"', "sh"]  # listens 1.5 s late
+        res = run_iperf3(late, ns, "127.0.0.1", seconds=1.0, warmup_s=0.2)
+        assert res.goodput_mbps > 0
+    finally:
+        holder.kill()
+        holder.wait()

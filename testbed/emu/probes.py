@@ -276,6 +276,16 @@ def iperf3_argv(dst_ip: str, seconds: float, port: int, udp_mbps: float | None =
 SERVER_WAIT_S = 15.0
 
 
+def _refused(out: str) -> bool:
+    """iperf3 -J output of a client that found no server listening (yet)."""
+    try:
+        data = json.loads(out)
+    except ValueError:
+        return "Connection refused" in out or "unable to connect" in out
+    err = str(data.get("error", "")) if isinstance(data, dict) else ""
+    return "Connection refused" in err or "unable to connect" in err
+
+
 def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float,
                warmup_s: float = 1.0, port: int = 5201, udp_mbps: float | None = None,
                timeout_s: float | None = None) -> IperfResult:
@@ -293,11 +303,9 @@ def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float
                                capture_output=True, text=True,
                                timeout=timeout_s or seconds + 30, check=False)
             out = r.stdout
-            if r.returncode == 0:
-                break
-            if "Connection refused" not in out and "unable to connect" not in out:
-                break
-            if time.monotonic() > deadline:
+            # Not the exit code: iperf3 3.12 with -J exits 0 when it cannot connect (its
+            # JSON carries "error"), so a server not listening yet shows only there.
+            if not _refused(out) or time.monotonic() > deadline:
                 break
         return parse_iperf3(out, warmup_s)
     finally:
