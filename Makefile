@@ -9,7 +9,7 @@ OUT ?= runs/quickstart
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml requirements.lock scripts/setup.sh
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 
