@@ -118,8 +118,9 @@ def bounded_number(option: str, value: float, low: float, high: float, *,
 
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(option, f"must be a finite number, got {value}")
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
     if value < low or (low_open and value == low):
-        raise InputError(option, f"must be {'>' if low_open else '>='} {low:g}, got {value:g}")
+        raise InputError(option, f"must be {'>' if low_open else '>='} {low:g}, got {shown}")
     if value > high:
-        raise InputError(option, f"must be at most {high:g}{what}, got {value:g}")
+        raise InputError(option, f"must be at most {high:g}{what}, got {shown}")
     return value

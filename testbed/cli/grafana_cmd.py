@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
             atomic_write_text(gdir / "dashboards" / name, text)
             print(f"wrote {gdir / 'dashboards' / name}")
         return 0
+    from testbed.cli.common import bounded_number
+
+    bounded_number("--since-s", args.since_s, 0.0, 366 * 86_400.0, low_open=True)
     end = time.time()
     values = {"run": args.run}
     empty = 0
