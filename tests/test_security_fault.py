@@ -31,7 +31,6 @@ from testbed.orchestrate.faultctl import (
 from testbed.spec import Scenario, parse_scenario
 from testbed.termsafe import safe_line, safe_text
 
-from .conftest import load_yaml
 from .test_faultctl import _raw, controller, quick, short_dir  # noqa: F401 (fixtures)
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\x9b1m\u202e"
@@ -367,3 +366,60 @@ def test_network_json_of_another_user_is_refused(cli: Any, held: Path,
     (held / "network.json").symlink_to(theirs / "network.json")
     res = cli("fault", "fiber_cut", "1", "3", "--network", str(held))
     assert res.code == 2 and "symbolic link" in res.err, res.err
+
+
+# ---- the same principle elsewhere: every number that reaches a timer or a loop -----------
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("argv,option", [
+    (["route", "--fat-tree", "100000"], "--fat-tree"),  # hung building the graph
+    (["route", "--clos", "100000x100000", "--jobs", "2"], "--clos"),
+    (["route", "--clos", "2x2", "--hosts-per-leaf", "100000000", "--jobs", "2"],
+     "--hosts-per-leaf"),
+    (["route", "--clos", "2x2", "--jobs", "2", "--policy", "sa", "--time-budget-s", "nan"],
+     "--time-budget-s"),
+    (["route", "--clos", "2x2", "--jobs", "2", "--policy", "sa", "--max-moves", "10" * 8],
+     "--max-moves"),
+    (["grafana", "check", "--url", "http://127.0.0.1:9", "--since-s", "inf"], "--since-s"),
+    (["monitor", "up", "--scrape-interval-s", "nan"], "--scrape-interval-s"),
+])
+def test_cli_numbers_are_bounded(cli: Any, argv: list[str], option: str) -> None:
+    res = cli(*argv)
+    lines = res.err.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1 and f"{option}: " in lines[0], (argv, res.err)
+
+
+def test_sweep_processes_are_bounded(cli: Any, tmp_path: Path) -> None:
+    res = cli("sweep", str(Path("scenarios/quickstart.yaml").resolve()), "--set",
+              "workload.seed=1", "--jobs", "100000", "--out", str(tmp_path / "s"))
+    assert res.code == 2 and "--jobs: must be 1..256" in res.err, res.err
+
+
+def test_fibre_emulator_control_numbers_are_bounded() -> None:
+    from testbed.emu.forwarder import MAX_DELAY_MS, bounded
+
+    assert bounded("delay_ms", 20, 0.0, MAX_DELAY_MS) == 20.0
+    for bad in (1e300, float("nan"), float("inf"), -1, "1e400", True, None, [1]):
+        with pytest.raises(ValueError, match="delay_ms"):
+            bounded("delay_ms", bad, 0.0, MAX_DELAY_MS)
+
+
+def test_controller_layout_rates_are_bounded() -> None:
+    from pydantic import ValidationError
+
+    from controllers.layout import Layout
+
+    base = {"switches": [{"name": "s1", "dpid": 1, "kind": "dc", "dc": "dc-a"}]}
+    Layout.model_validate(base)
+    for extra in ({"mbps_per_gbps": 1e300}, {"mbps_per_gbps": 0}):
+        with pytest.raises(ValidationError, match="mbps_per_gbps"):
+            Layout.model_validate({**base, **extra})
+
+
+def test_log_lines_carry_no_control_characters() -> None:
+    import logging
+
+    from testbed.termsafe import SafeFormatter
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "peer said %s", (ESCAPES,),
+                               None)
+    assert _clean(SafeFormatter("%(message)s").format(record))
