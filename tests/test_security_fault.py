@@ -361,6 +361,9 @@ def test_network_json_of_another_user_is_refused(cli: Any, held: Path,
     lines = res.err.strip().splitlines()
     assert res.code == 2 and len(lines) == 1 and "owned by uid" in lines[0], res.err
     assert _clean(res.out + res.err)
+    # `lightpipe exec` (which enters a host's namespaces by network.json's PID) likewise.
+    res = cli("exec", "dc-a-h0", "--network", str(theirs), "--", "true")
+    assert res.code == 2 and "owned by uid" in res.err, res.err
     # Nor through a link to it, from a directory of root's.
     (held / "network.json").unlink()
     (held / "network.json").symlink_to(theirs / "network.json")
