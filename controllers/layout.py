@@ -23,7 +23,7 @@ Dpid = Annotated[int, Field(ge=1, lt=2**64)]
 Port = Annotated[int, Field(ge=1, lt=0xFFFFFF00)]
 # Numbers and list sizes that reach loops, tc and the fibre emulators are bounded (a
 # PUT /layout body is the controller's input): see docs/security.md.
-MAX_RATE_MBPS = 1e7   # emulated link rate (the fibre emulator refuses more too)
+MAX_RATE_MBPS = 1e7   # emulated rate of a host or fabric link (HTB)
 MAX_ITEMS = 65_536    # switches, links, hosts
 
 

@@ -63,7 +63,7 @@ MIN_QUEUE_BYTES = 256 * 1024
 MAX_BATCH = 256
 
 
-MAX_RATE_MBPS = 1e7        # a control request's rate_mbps: finite, > 0 and at most this
+MAX_RATE_MBPS = 1e9        # a control request's rate_mbps: finite, > 0 and at most this
 MAX_DELAY_MS = 1e9         # delay_ms / correction_ms: finite, at most this (11.6 days)
 MAX_QUEUE_BYTES = 1 << 30  # queue_bytes / limit_bytes
 
