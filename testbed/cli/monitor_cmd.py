@@ -39,13 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _print_status(st: object, as_json: bool) -> None:
+    from testbed.cli.common import emit  # no control characters from the monitor's files
+
     d = st.as_dict()  # type: ignore[attr-defined]
     if as_json:
-        print(json.dumps(d, indent=1))
+        emit(json.dumps(d, indent=1))
         return
     state = f"up at {d['url']} (pid {d['pid']})" if d["running"] else f"down ({d['detail']})"
-    print(f"prometheus {state}; data in {d['dir']}/data")
-    print(f"registered runs: {', '.join(d['runs']) if d['runs'] else 'none'}")
+    emit(f"prometheus {state}; data in {d['dir']}/data")
+    emit(f"registered runs: {', '.join(d['runs']) if d['runs'] else 'none'}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,8 +60,11 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args)
     mon = Monitor(args.dir)
     if args.action == "up":
-        if args.scrape_interval_s <= 0:
-            raise InputError("--scrape-interval-s", "must be > 0")
+        from math import isfinite
+
+        if not (isfinite(args.scrape_interval_s) and 0 < args.scrape_interval_s <= 3600):
+            raise InputError("--scrape-interval-s", "must be a number of seconds in (0, "
+                             f"3600], got {args.scrape_interval_s}")
         st = mon.up(args.port, scrape_interval_s=args.scrape_interval_s,
                     retention=args.retention, host=args.listen)
         _print_status(st, args.json)
