@@ -271,12 +271,14 @@ def test_down_never_kills_a_process_that_is_not_its_prometheus(other_user: User,
         mdir.mkdir(mode=0o750)
         for p in procs:
             (mdir / "prometheus.pid").write_text(f"{p.pid}\n")
+            down = _cli("monitor", "down", "--dir", str(mdir))
+            assert p.poll() is None, f"monitor down killed pid {p.pid}"
+            line = _one_line_error(down, 1)
+            assert f"not stopping pid {p.pid}" in line
+            assert not (mdir / "prometheus.pid").exists()
+            (mdir / "prometheus.pid").write_text(f"{p.pid}\n")
             st = _cli("monitor", "status", "--dir", str(mdir))
             assert st.returncode == 3 and "stale PID file" in st.stdout
-            line = _one_line_error(_cli("monitor", "down", "--dir", str(mdir)), 1)
-            assert f"not stopping pid {p.pid}" in line
-            assert p.poll() is None, f"monitor down killed pid {p.pid}"
-            assert not (mdir / "prometheus.pid").exists()
     finally:
         for p in procs:
             p.kill()
@@ -285,11 +287,14 @@ def test_down_never_kills_a_process_that_is_not_its_prometheus(other_user: User,
 
 # ---- finding 12: --listen ----------------------------------------------------------------------
 def test_listen_must_be_an_ip_literal_and_the_url_is_the_one_bound(tmp_path: Path) -> None:
-    for args in (("monitor", "up", "--dir", str(tmp_path / "m")),
-                 ("monitor", "serve", str(tmp_path))):
-        for bad in ("", "localhost", "127.0.0.1 ", "0"):
-            line = _one_line_error(_cli(*args, "--listen", bad))
-            assert line.startswith("lightpipe: error: --listen:"), line
+    try:
+        for args in (("monitor", "up", "--dir", str(tmp_path / "m"), "--port", "0"),
+                     ("monitor", "serve", str(tmp_path), "--port", "0")):
+            for bad in ("", "localhost", "127.0.0.1 ", "0"):
+                line = _one_line_error(_cli(*args, "--listen", bad))
+                assert line.startswith("lightpipe: error: --listen:"), line
+    finally:
+        _cli("monitor", "down", "--dir", str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()
     with _monitor(tmp_path / "m", "--listen", "127.0.0.2") as st:
         assert st["url"].startswith("http://127.0.0.2:")
