@@ -169,11 +169,12 @@ def test_umask_000_leaves_nothing_another_user_can_write(other_user: User,
     from testbed.metrics.query import wait_for
     from testbed.monitor.server import Monitor
 
-    mdir = open_base / "m"
+    mdir = open_base / "lib" / "m"  # lib/ is made too, like /var/lib/lightpipe
     res = _cli("monitor", "up", "--dir", str(mdir), "--port", "0", "--json", umask=0)
     assert res.returncode == 0, res.stderr
     try:
         st = json.loads(res.stdout)
+        assert stat.S_IMODE(os.stat(mdir.parent).st_mode) == 0o755
         for p in (mdir, mdir / "targets", mdir / "data", mdir / "prometheus.yml",
                   mdir / "prometheus.log", mdir / "monitor.json"):
             s = os.lstat(p)

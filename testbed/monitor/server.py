@@ -167,7 +167,7 @@ class Monitor:
         if not re.fullmatch(r"\d+[smhdwy]", retention):
             raise InputError("--retention", f"{retention!r} is not a duration like 30d")
         host = trust.check_listen(host)
-        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        trust.make_parents(self.dir)
         user = trust.prometheus_user(self.dir)
         gid = user[1] if user else None
         dmode = 0o2750 if user else 0o750  # setgid: files inherit the server's group

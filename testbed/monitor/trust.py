@@ -68,8 +68,7 @@ def safe_dir(path: Path, mode: int, field: str = "--dir", *, group: int | None =
     except FileNotFoundError:
         lst = None
     if lst is None:
-        if not path.parent.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)  # ordinary parents (0755)
+        make_parents(path)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:  # raced: check what is there now
@@ -87,6 +86,17 @@ def safe_dir(path: Path, mode: int, field: str = "--dir", *, group: int | None =
         os.chown(path, -1, group)
         os.chmod(path, stat.S_IMODE(st.st_mode) | (mode & 0o7070))
     return path
+
+
+def make_parents(path: Path) -> None:
+    """Create the missing directories above `path` 0755 whatever the umask."""
+    missing = [d for d in Path(path).absolute().parents if not os.path.lexists(d)]
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o755)
 
 
 def port_holder(host: str, port: int) -> str | None:
