@@ -323,6 +323,9 @@ def test_foreground_serves_registers_and_stops_cleanly_on_sigterm(tmp_path: Path
         assert _cli("monitor", "status", "--dir", str(mdir)).returncode == 0
         again = _cli("monitor", "up", "--dir", str(mdir), "--json")
         assert json.loads(again.stdout)["pid"] == prom_pid  # found, not started twice
+        twice = _cli("monitor", "up", "--foreground", "--dir", str(mdir), "--port",
+                     str(_free_port()))
+        assert "already runs" in _one_line_error(twice, 1)
         mon = running_monitor(mdir)  # what every run does
         assert mon is not None
         mon.register("fg-run", [(f"127.0.0.1:{port}", {"run": "fg-run"})])
@@ -337,6 +340,31 @@ def test_foreground_serves_registers_and_stops_cleanly_on_sigterm(tmp_path: Path
     assert not (mdir / "prometheus.pid").exists()
     assert not Path(f"/proc/{prom_pid}").exists()
     assert not _ready(url)
+
+
+def test_foreground_exit_status_is_prometheus_s(tmp_path: Path) -> None:
+    """Prometheus killed under the supervisor: it exits 128+9 (systemd's on-failure
+    restarts it) and leaves no PID file."""
+    mdir = tmp_path / "m"
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, "monitor", "up", "--foreground",
+                             "--dir", str(mdir), "--port", str(_free_port()), "--json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # `--json`: the status, printed once ready
+            lines.append(line)
+            if line == "}\n":
+                break
+        st = json.loads("".join(lines))
+        assert st["running"] and Path(f"/proc/{st['pid']}").exists()
+        os.kill(st["pid"], signal.SIGKILL)
+        assert proc.wait(60) == 128 + signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (mdir / "prometheus.pid").exists()
 
 
 def test_foreground_port_is_strict(tmp_path: Path) -> None:

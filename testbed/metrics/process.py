@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.atomicio import atomic_write_text
-from testbed.errors import RuntimeFailure
+from testbed.errors import InputError, RuntimeFailure
 from testbed.outdir import pid_alive
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,10 @@ def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
     """Start `binary args --storage.tsdb.path=data_dir --web.listen-address=host:port`
     on the first port of `ports` it can bind; wait until it is ready and ours.
     user: (uid, gid) to run it as (root only), with no supplementary groups."""
+    try:
+        ipaddress.ip_address(host)  # "" would bind every interface
+    except ValueError:
+        raise InputError("--listen", f"{host!r} is not an IP address literal") from None
     ids = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
     last = ""
     for port in ports:
