@@ -246,6 +246,16 @@ def test_registrations_of_other_users_are_not_trusted(other_user: User,
         os.chown(forged, other_user.uid, other_user.gid)
         res = _cli("monitor", "status", "--dir", str(mdir), "--json")
         assert res.returncode == 0 and json.loads(res.stdout)["runs"] == []
+        # targets/ opened to others later: a run no longer registers there
+        from testbed.errors import InputError
+        from testbed.monitor.server import Monitor, running_monitor
+
+        assert running_monitor(mdir) is not None
+        (mdir / "targets").chmod(0o777)
+        assert running_monitor(mdir) is None
+        with pytest.raises(InputError, match="writable"):
+            Monitor(mdir).register("r1", [("127.0.0.1:9", {"run": "r1"})])
+        (mdir / "targets").chmod(0o750)
 
 
 # ---- finding 6: `monitor down` and the PID file -----------------------------------------------
