@@ -193,7 +193,8 @@ class Monitor:
                 or lst.st_mode & 0o022):
             raise InputError("--dir", f"{self.data_dir} is not a directory of this user "
                              "(or a link, or writable by others); refused")
-        if user and (lst.st_uid, lst.st_gid) != user:
+        os.chmod(self.data_dir, 0o700)  # an older one was 0755
+        if user:  # every file: blocks written while it ran as root included
             trust.chown_tree(self.data_dir, *user)
 
     def _record(self, started: process.Started, **extra: Any) -> None:
