@@ -1,7 +1,7 @@
 """Hunt flaky tests: run the root, emulation and controller tests N times in a row while
 another process keeps one core busy, and report every failure with its test and cause.
 
-    python scripts/stress.py                 # 5 rounds of `-m stress` (what `make test-stress` runs)
+    python scripts/stress.py              # 5 rounds of `-m stress` (`make test-stress`)
     python scripts/stress.py --rounds 2 -- tests/test_emu_link.py   # other pytest arguments
 
 Each round's JUnit XML and the summary (stress.md) go to --out (default runs/stress).
