@@ -37,7 +37,7 @@ lock:
 	bash scripts/lock.sh
 
 lint: setup
-	$(BIN)/ruff check testbed controllers workloads tests bench grafana
+	$(BIN)/ruff check testbed controllers workloads tests bench grafana scripts
 
 # Regenerate grafana/dashboards/*.json from grafana/lightpipe_dashboards.py.
 grafana: setup
