@@ -170,7 +170,17 @@ class DirReader:
                           f"directory of uid {self.owner}")
 
     def lstat(self, name: str) -> os.stat_result | None:
-        """The member's own status (links not followed), None when absent."""
+        """The member's own status (links not followed, in `name` nor on the way to it),
+        None when absent."""
+        if "/" in name:
+            head, _, tail = name.rpartition("/")
+            d = self.sub(head, quiet=True)
+            if d is None:
+                return None
+            try:
+                return d.lstat(tail)
+            finally:
+                d.close()
         try:
             return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
@@ -194,8 +204,11 @@ class DirReader:
     def sub(self, name: str, quiet: bool = False) -> DirReader | None:
         """The subdirectory `name` (components separated by '/', none followed when it is
         a link), None when absent or refused (recorded unless quiet)."""
+        parts = [x for x in name.split("/") if x]
+        if not parts:
+            return None
         cur = self
-        for part in [x for x in name.split("/") if x]:
+        for part in parts:
             if part in (".", ".."):
                 self.skip(name, "a path outside the directory")
                 return None

@@ -37,8 +37,11 @@ def _has_block(tsdb: DirReader) -> bool:
     """Whether a TSDB directory holds a block (a subdirectory with a meta.json)."""
     for name in tsdb.names()[:1000]:
         sub = tsdb.sub(name, quiet=True) if tsdb.is_dir(name) else None
-        if sub is not None and sub.is_file("meta.json"):
-            return True
+        if sub is not None:
+            found = sub.is_file("meta.json")
+            sub.close()
+            if found:
+                return True
     return False
 
 
