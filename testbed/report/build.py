@@ -26,8 +26,9 @@ def detect_kind(d: DirReader) -> str:
     summ = read_json(d, "summary.json")
     if isinstance(summ, dict) and ("experiment" in summ or "reproduces" in summ):
         return "reproduction"
-    if d.has("sim/summary.json") and d.has("emu/summary.json"):
-        return "both"
+    if d.has("sim") and d.has("emu") and (d.has("sim/summary.json")
+                                          or d.has("emu/summary.json")):
+        return "both"  # (a side that cannot be read is said on the page)
     man = read_json(d, "manifest.json")
     if isinstance(man, dict) and man.get("backend") in ("sim", "emu"):
         return str(man["backend"])
@@ -94,7 +95,7 @@ def build_report_with_skips(run_dir: str | Path) -> tuple[Path, list[tuple[str, 
         elif kind == "both":
             secs = []
             for sub in ("sim", "emu"):
-                sd = d.sub(sub)
+                sd = d.sub(sub)  # (a link is refused and recorded)
                 if sd is not None:
                     secs += sections.run(sd, sub)
             secs += sections.agreement(d)
