@@ -219,9 +219,6 @@ def test_manifest_fifo_does_not_hang(tmp_path: Path, other_user: tuple[int, int]
 def test_million_row_probes_are_capped(tmp_path: Path, other_user: tuple[int, int]) -> None:
     """1M probe rows (the review's run took 12 GB and had not ended after 580 s): the read
     stops at CSV_MAX_ROWS, the table at TABLE_MAX_ROWS, the bars become a histogram."""
-    from testbed.boundedio import CSV_MAX_ROWS
-    from testbed.report.readers import TABLE_MAX_ROWS
-
     d = emu_run(tmp_path / "run")
     with open(d / "probes.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -231,6 +228,9 @@ def test_million_row_probes_are_capped(tmp_path: Path, other_user: tuple[int, in
     res = subprocess.run([str(LIGHTPIPE), "report", str(d)], capture_output=True, text=True,
                          timeout=HANG_GUARD_S, env=ENV, preexec_fn=limited(3 << 30))
     assert res.returncode == 0, res.stderr[-2000:]
+    from testbed.boundedio import CSV_MAX_ROWS
+    from testbed.report.readers import TABLE_MAX_ROWS
+
     html = page(d)
     assert html.count("<tr><td>lp") == TABLE_MAX_ROWS
     assert f"only its first {CSV_MAX_ROWS} rows read" in html

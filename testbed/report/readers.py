@@ -22,6 +22,8 @@ FIGURE_MAX_LINES = 12
 """Lines (series, groups) of one figure."""
 FIGURE_MAX_SPANS = 5_000
 """Bars of one timeline figure."""
+PIPELINE_MAX_OPS = 64 * 1024
+"""Stages x micro-batches of a pipeline timeline the report has the engine time."""
 MARKDOWN_MAX_FILES = 16
 """A reproduction's Markdown tables shown (its *.md files)."""
 TRACE_MAX_BYTES = 64 << 20
@@ -80,3 +82,9 @@ def thin(xs: Sequence[float], ys: Sequence[float],
     step = (n - 1) / (max_points - 1)
     idx = sorted({round(i * step) for i in range(max_points)})
     return [xs[i] for i in idx], [ys[i] for i in idx]
+
+
+def small_pipeline(stages: Any, microbatches: Any) -> bool:
+    """Whether a recorded pipeline is small enough to time and draw (PIPELINE_MAX_OPS)."""
+    return (isinstance(stages, int) and isinstance(microbatches, int) and stages >= 1
+            and microbatches >= 1 and stages * microbatches <= PIPELINE_MAX_OPS)

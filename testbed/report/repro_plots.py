@@ -86,8 +86,12 @@ def _timelines(name: str, summ: dict[str, Any]) -> list[Figure]:
         cut = int(s["cut_after_stage"])
         intra = s.get("intra_dc_hop") or {"latency_ms": 0.005, "bandwidth_gbps": 400.0}
         bw = float(s.get("latency_sweep_bandwidth_gbps", 100.0))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return []
+    from testbed.report.readers import small_pipeline
+
+    if not small_pipeline(p, m):
+        return []  # (not a reproduction's set-up: too large to draw)
     lat = 25.0
     hops = tuple(Hop(lat, bw) if h == cut else Hop(intra["latency_ms"], intra["bandwidth_gbps"])
                  for h in range(p - 1))

@@ -188,14 +188,13 @@ def _lightpath_sections(d: DirReader, scen: Any, backend: str) -> list[Section]:
         if len(labels) > FIGURE_MAX_BARS:
             d.skip("requests.csv", f"{len(labels)} distinct bit rates: no bar chart of "
                    f"them (the limit is {FIGURE_MAX_BARS})")
-            labels = []
-        figs.extend(Figure(F.data_uri(F.bars(
-            [f"{b} Gbit/s" for b in labels], [by_rate[b][1] / by_rate[b][0] for b in labels],
-            None, "blocking ratio", "blocking ratio per requested bit rate",
-            "requested bit rate")),
-            "Wider requests need more contiguous slots, so they are blocked more often; a "
-            "large spread here is the bandwidth unfairness of the spectrum policy.")
-            for _ in labels[:1])
+        else:
+            figs.append(Figure(F.data_uri(F.bars(
+                [f"{b} Gbit/s" for b in labels],
+                [by_rate[b][1] / by_rate[b][0] for b in labels], None, "blocking ratio",
+                "blocking ratio per requested bit rate", "requested bit rate")),
+                "Wider requests need more contiguous slots, so they are blocked more often; "
+                "a large spread here is the bandwidth unfairness of the spectrum policy."))
     secs.append(Section(f"{backend}: lightpaths and spectrum",
                         f"{len(rows)} requests, {len(acc)} accepted.", figs))
     return secs
@@ -393,6 +392,8 @@ def _engine_gantt(scen: Any) -> Figure | None:
     if not seen:
         return None
     f, b, hops, act, m, sched_name = max(seen, key=lambda k: (len(k[2]) > 0, seen[k]))
+    if not readers.small_pipeline(len(f), m):
+        return None
     prob = PipelineProblem(f, b, tuple(Hop(lat, bw) for lat, bw in hops), act, m)
     timing = time_schedule(prob, build_schedule(sched_name, prob), check_memory_cap=False)
     worst = max(hops, key=lambda h: h[0], default=(0.0, 0.0))
@@ -546,6 +547,11 @@ def _job_timelines(d: DirReader, trace: dict[str, Any], summ: dict[str, Any],
         factor = float(w.get("time_factor") or 1.0)
         t0 = min(e["ts"] for e in mine)
         pipe = w.get("pipeline")
+        if isinstance(pipe, dict) and not readers.small_pipeline(
+                len(pipe.get("forward_ms") or []), pipe.get("microbatches")):
+            d.skip("summary.json", f"{name}: its pipeline is too large to time (more than "
+                   f"{readers.PIPELINE_MAX_OPS} stage x micro-batch steps)")
+            pipe = None
         if isinstance(pipe, dict):
             problem = PipelineProblem(
                 tuple(pipe["forward_ms"]), tuple(pipe["backward_ms"]),
