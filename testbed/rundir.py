@@ -21,6 +21,7 @@ import csv
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,7 +30,14 @@ from typing import IO, Any
 from testbed.atomicio import atomic_write_json, check_out_target, make_stage
 from testbed.boundedio import CSV_MAX_BYTES, DirReader
 from testbed.errors import InputError
-from testbed.outdir import install_dir, lock_owner, out_lock, put_back, remove_stale_siblings
+from testbed.outdir import (
+    install_dir,
+    lock_owner,
+    lock_path,
+    out_lock,
+    put_back,
+    remove_stale_siblings,
+)
 from testbed.records import manifest
 from testbed.spec import Scenario
 
@@ -177,6 +185,16 @@ def _open_dir(path: str | os.PathLike[str] | DirReader) -> tuple[DirReader | Non
         return None, False
 
 
+def _regular_or_absent(path: Path) -> bool:
+    """Whether path is absent or a regular file (checked without following a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def read_manifest(path: str | os.PathLike[str] | DirReader) -> dict[str, Any] | None:
     d, opened = _open_dir(path)
     if d is None:
@@ -199,7 +217,9 @@ def run_status(path: str | os.PathLike[str] | DirReader) -> dict[str, Any]:
         return {"status": "unknown", "pid": None, "error": "no readable manifest.json"}
     status = m.get("status", "finished")
     pid = m.get("pid")
-    if status == "running" and lock_owner(p) is None:
+    if status == "running" and not _regular_or_absent(lock_path(p)):
+        status = "killed"  # (a FIFO or a link where the lock goes is no LightPipe lock)
+    elif status == "running" and lock_owner(p) is None:
         status = "killed"
     return {"status": status, "pid": pid, "error": m.get("error")}
 

@@ -303,3 +303,18 @@ def test_tsdb_copy_limit_and_cleanup(tmp_path: Path, other_user: tuple[int, int]
     with DirReader.open(data) as src:
         assert copy_tree(src, tmp_path / "copy2", "RUNDIR") == 600_000
     assert (tmp_path / "copy2" / "wal").stat().st_mode & 0o777 == 0o700
+
+
+def test_fifo_where_the_lock_goes_does_not_hang(tmp_path: Path,
+                                                other_user: tuple[int, int]) -> None:
+    """A run that says "running" with a FIFO where its lock file goes: the status check
+    does not open it (it is no LightPipe lock) and the report refuses the unfinished run."""
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    d = emu_run(parent / "run")
+    (d / "manifest.json").write_text(json.dumps({"backend": "emu", "status": "running",
+                                                 "pid": 1}))
+    os.mkfifo(parent / ".run.lightpipe-lock")
+    give(parent, *other_user)
+    res = report(d)
+    assert res.returncode == 2 and "did not finish" in res.stderr, res.stderr[-2000:]
