@@ -152,7 +152,9 @@ class DirReader:
         self.close()
 
     def where(self, name: str) -> str:
-        return f"{self.shown}/{name}"
+        """The member's path for messages (control characters shown as '?': a name
+        chosen by another user reaches a terminal)."""
+        return "".join(c if c.isprintable() else "?" for c in f"{self.shown}/{name}")
 
     def skip(self, name: str, why: str) -> None:
         """Record a member that is not (wholly) read, and log it once."""

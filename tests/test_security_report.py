@@ -122,11 +122,13 @@ def test_reproduction_markdown_link(tmp_path: Path, other_user: tuple[int, int],
     d.mkdir()
     (d / "summary.json").write_text(json.dumps({"experiment": "other", "reproduces": "x"}))
     (d / "table.md").symlink_to(target)
+    (d / "x\x1b]2;owned\x07.md").symlink_to(target)  # a name that drives a terminal
     give(d, *other_user)
     res = report(d)
     assert res.returncode == 0, res.stderr[-2000:]
     assert mark not in page(d)
     assert_skipped(d, res, "table.md", "a symbolic link: not followed")
+    assert "\x1b" not in res.stderr and "x?]2;owned?.md" in res.stderr
 
 
 def test_sweep_mean_link(tmp_path: Path, other_user: tuple[int, int],
