@@ -320,3 +320,37 @@ def test_fifo_where_the_lock_goes_does_not_hang(tmp_path: Path,
     give(parent, *other_user)
     res = report(d)
     assert res.returncode == 2 and "did not finish" in res.stderr, res.stderr[-2000:]
+
+
+def test_hostile_numbers_in_records_stay_bounded(tmp_path: Path,
+                                                 other_user: tuple[int, int]) -> None:
+    """Slot indices of 10**9, times of +-1e300 (requests.csv) and a stage of 10**9 in a
+    worker trace: the spectrum and the timelines are drawn within their limits and say
+    so, instead of allocating 10**9 slots or ticks."""
+    d = tmp_path / "sim"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"backend": "sim", "status": "finished"}))
+    (d / "summary.json").write_text(json.dumps({"backend": "sim"}))
+    (d / "requests.csv").write_text(
+        "id,arrival_s,holding_s,bitrate,accepted,path,first_slot,slots\n"
+        "0,0,10,100,1,1-2-3,1000000000,4\n1,-1e300,1e300,100,1,1-2,0,4\n"
+        "2,1,5,100,1,1-2,2,2\n")
+    e = tmp_path / "emu"
+    emu_run(e)
+    pipe = {"forward_ms": [1.0, 1.0], "backward_ms": [2.0, 2.0], "hops": [[1.0, 10.0]],
+            "activation_mb": 1.0, "microbatches": 2}
+    (e / "summary.json").write_text(json.dumps({"backend": "emu", "worker_jobs": [
+        {"job": "0", "schedule": "1f1b", "time_factor": 1.0, "pipeline": pipe}]}))
+    (e / "trace.json").write_text(json.dumps({"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "job 0"}},
+        {"ph": "X", "pid": 1, "tid": 10**9, "ts": 0, "dur": 5, "name": "F0",
+         "args": {"iteration": 0}}]}))
+    give(d, *other_user)
+    give(e, *other_user)
+    for run, words in ((d, "the spectrum drawn for the first 4096 slots only"),
+                       (e, "no span on a stage 0..1023")):
+        res = subprocess.run([str(LIGHTPIPE), "report", str(run)], capture_output=True,
+                             text=True, timeout=HANG_GUARD_S, env=ENV,
+                             preexec_fn=limited(3 << 30))
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert words in page(run), run

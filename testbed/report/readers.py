@@ -26,7 +26,7 @@ PIPELINE_MAX_OPS = 64 * 1024
 """Stages x micro-batches of a pipeline timeline the report has the engine time."""
 MARKDOWN_MAX_FILES = 16
 """A reproduction's Markdown tables shown (its *.md files)."""
-TRACE_MAX_BYTES = 64 << 20
+TRACE_MAX_BYTES = 32 << 20
 """Largest trace.json read (a Chrome trace of the emulated workers)."""
 
 

@@ -487,6 +487,7 @@ def _emu_sections(d: DirReader, scen: Any) -> list[Section]:
 
 
 MAX_TIMELINE_JOBS = 6  # one side-by-side figure per emulated job, at most this many
+MAX_TIMELINE_STAGES = 1024  # (the spec's limit on a pipeline's stages)
 
 
 def _span_kind(e: dict[str, Any]) -> str:
@@ -543,6 +544,11 @@ def _job_timelines(d: DirReader, trace: dict[str, Any], summ: dict[str, Any],
         it = measured.get(job, iters[0])
         mine = _spans(d, [e for e in evs if e.get("args", {}).get("iteration") == it] or evs,
                       name)
+        mine = [e for e in mine if isinstance(e.get("tid"), int)
+                and 0 <= e["tid"] < MAX_TIMELINE_STAGES]
+        if not mine:
+            d.skip("trace.json", f"{name}: no span on a stage 0..{MAX_TIMELINE_STAGES - 1}")
+            continue
         w = info.get(job, {})
         factor = float(w.get("time_factor") or 1.0)
         t0 = min(e["ts"] for e in mine)
