@@ -22,14 +22,23 @@ import io
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from testbed.atomicio import atomic_write_json, check_out_target, make_stage
+from testbed.boundedio import CSV_MAX_BYTES, DirReader
 from testbed.errors import InputError
-from testbed.outdir import install_dir, lock_owner, out_lock, put_back, remove_stale_siblings
+from testbed.outdir import (
+    install_dir,
+    lock_owner,
+    lock_path,
+    out_lock,
+    put_back,
+    remove_stale_siblings,
+)
 from testbed.records import manifest
 from testbed.spec import Scenario
 
@@ -175,65 +184,121 @@ def run_dir(out: str | os.PathLike[str], scenario: Scenario, backend: str,
 
 
 # ---- readers --------------------------------------------------------------------------
-def read_manifest(path: Path) -> dict[str, Any] | None:
-    import json
-
+# A run directory may be another user's: its files are read through DirReader (no links
+# followed, regular files of the directory's owner only, bounded; see testbed.boundedio).
+def _open_dir(path: str | os.PathLike[str] | DirReader) -> tuple[DirReader | None, bool]:
+    """(a reader of the directory or None, whether this call opened it)."""
+    if isinstance(path, DirReader):
+        return path, False
     try:
-        m = json.loads((Path(path) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        return DirReader.open(Path(path)), True
+    except InputError:
+        return None, False
+
+
+def _regular_or_absent(path: Path) -> bool:
+    """Whether path is absent or a regular file (checked without following a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def read_manifest(path: str | os.PathLike[str] | DirReader) -> dict[str, Any] | None:
+    d, opened = _open_dir(path)
+    if d is None:
         return None
+    try:
+        m = d.read_json("manifest.json")
+    finally:
+        if opened:
+            d.close()
     return m if isinstance(m, dict) else None
 
 
-def run_status(path: str | os.PathLike[str]) -> dict[str, Any]:
+def run_status(path: str | os.PathLike[str] | DirReader) -> dict[str, Any]:
     """{"status": finished | running | killed | failed | unknown, "pid", "error"}: a
     manifest saying running whose lock nobody holds is a killed run. A manifest without
     a status (written before statuses existed) is a finished run."""
-    p = Path(path).resolve()
-    m = read_manifest(p)
+    p = Path(path.shown if isinstance(path, DirReader) else path).resolve()
+    m = read_manifest(path)
     if m is None:
         return {"status": "unknown", "pid": None, "error": "no readable manifest.json"}
     status = m.get("status", "finished")
     pid = m.get("pid")
-    if status == "running" and lock_owner(p) is None:
+    if status == "running" and not _regular_or_absent(lock_path(p)):
+        status = "killed"  # (a FIFO or a link where the lock goes is no LightPipe lock)
+    elif status == "running" and lock_owner(p) is None:
         status = "killed"
     return {"status": status, "pid": pid, "error": m.get("error")}
 
 
-def complete_text(path: Path) -> str:
-    """A record file's text up to its last complete line (a torn last line is dropped)."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-        text = fh.read()
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    return text
+def complete_text(path: Path, max_bytes: int = CSV_MAX_BYTES) -> str:
+    """A record file's text up to its last complete line (a torn last line is dropped),
+    at most max_bytes of it; FileNotFoundError when it is absent or refused (a link, a
+    FIFO, a device, another user's file: see DirReader)."""
+    path = Path(path)
+    with DirReader.open(path.parent, "record file") as d:
+        lines = d.read_lines(path.name, max_bytes)
+        if lines is None:
+            raise FileNotFoundError(f"{path}: absent or refused")
+        return "".join(lines)
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, str]]:
-    """The records of a CSV record file, complete lines only ([] when it is missing)."""
-    import io
-
-    try:
-        text = complete_text(Path(path))
-    except FileNotFoundError:
-        return []
-    return list(csv.DictReader(io.StringIO(text, newline="")))
-
-
-def describe_unfinished(path: str | os.PathLike[str]) -> str | None:
-    """None for a finished run; else one line: its status and its partial records."""
+    """The records of a CSV record file, complete lines only ([] when it is missing or
+    refused), at most CSV_MAX_ROWS of them."""
     p = Path(path)
-    st = run_status(p)
-    if st["status"] in ("finished", "unknown"):
+    try:
+        d = DirReader.open(p.parent, "record file")
+    except InputError:
+        return []
+    with d:
+        return d.read_csv(p.name)
+
+
+def _count_rows(d: DirReader, name: str) -> int:
+    """Records of a CSV record file (its header not counted), read as a stream."""
+    lines = d.read_lines(name)
+    if lines is None:
+        return 0
+    try:
+        return max(0, sum(1 for _ in csv.reader(lines)) - 1)
+    except csv.Error:
+        return 0
+
+
+def describe_unfinished(path: str | os.PathLike[str] | DirReader) -> str | None:
+    """None for a finished run; else one line: its status and its partial records."""
+    d, opened = _open_dir(path)
+    if d is None:
         return None
-    how = {"running": f"still running (pid {st['pid']})",
-           "killed": f"did not finish: its process (pid {st['pid']}) ended without "
-                     "finishing (killed?)",
-           "failed": f"failed: {st['error']}"}.get(st["status"], st["status"])
-    parts = [f"{f.name} {len(read_records(f))} rows" for f in sorted(p.glob("*.csv"))]
-    workers = sorted(p.glob("workers/*/*.jsonl"))  # emulated workers' iteration records
-    if workers:
-        lines = sum(complete_text(f).count("\n") for f in workers)
-        parts.append(f"workers/*/*.jsonl {lines} lines")
-    kept = f"; partial records: {', '.join(parts)}" if parts else "; no records"
-    return f"the run in {path} {how}{kept}"
+    try:
+        st = run_status(d)
+        if st["status"] in ("finished", "unknown"):
+            return None
+        how = {"running": f"still running (pid {st['pid']})",
+               "killed": f"did not finish: its process (pid {st['pid']}) ended without "
+                         "finishing (killed?)",
+               "failed": f"failed: {st['error']}"}.get(st["status"], st["status"])
+        names = d.names()
+        parts = [f"{n} {_count_rows(d, n)} rows" for n in names
+                 if n.endswith(".csv") and d.is_file(n)]
+        lines = files = 0
+        workers = d.sub("workers", quiet=True) if "workers" in names else None
+        for w in workers.names() if workers is not None else []:
+            wd = workers.sub(w, quiet=True) if workers is not None else None
+            for f in wd.names() if wd is not None else []:
+                got = wd.read_lines(f) if wd is not None and f.endswith(".jsonl") else None
+                if got is not None:  # emulated workers' iteration records
+                    files += 1
+                    lines += sum(1 for _ in got)
+        if files:
+            parts.append(f"workers/*/*.jsonl {lines} lines")
+        kept = f"; partial records: {', '.join(parts)}" if parts else "; no records"
+        return f"the run in {d.shown} {how}{kept}"
+    finally:
+        if opened:
+            d.close()

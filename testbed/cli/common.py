@@ -69,18 +69,20 @@ def check_out(out: str, force: bool = False) -> None:
 
 
 def describe_run(path: Path) -> str:
-    """'scenario NAME, COMMAND, written TIME' from a run's manifest.json (best effort)."""
-    import json
+    """'scenario NAME, COMMAND, written TIME' from a run's manifest.json (best effort; read
+    as testbed.rundir reads a run directory: no link followed, bounded)."""
+    from testbed.rundir import read_manifest
 
-    try:
-        m = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return "unreadable manifest.json"
-    if not isinstance(m, dict):
+    m = read_manifest(path)
+    if m is None:
         return "unreadable manifest.json"
     import time
 
-    parts = [f"scenario {m.get('scenario', '?')}", f"backend {m.get('backend', '?')}"]
+    def shown(v: object) -> str:  # (no control characters to the terminal)
+        return "".join(c if c.isprintable() else "?" for c in str(v)[:100])
+
+    parts = [f"scenario {shown(m.get('scenario', '?'))}",
+             f"backend {shown(m.get('backend', '?'))}"]
     started = m.get("started_unix_s")
     if isinstance(started, (int, float)) and not isinstance(started, bool):
         parts.append("started " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)))

@@ -16,11 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from testbed.report.build import build_report
+    from testbed.report.build import build_report_with_skips
 
-    path = build_report(args.dir)
+    path, skipped = build_report_with_skips(args.dir)
     shown = f"{args.dir.rstrip('/')}/report.html"
     emit(f"report: {shown}")
+    if skipped:
+        emit(f"report: {len(skipped)} input(s) skipped (listed at the top of the page)")
     if args.open:
         import webbrowser
 

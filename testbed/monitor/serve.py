@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.boundedio import DirReader, copy_tree
 from testbed.errors import InputError, RuntimeFailure
 from testbed.metrics import process
 from testbed.metrics.process import Started
@@ -25,37 +26,45 @@ from testbed.metrics.prometheus import find_binary
 log = logging.getLogger(__name__)
 
 
-def run_tsdb(run_dir: Path) -> Path:
-    """The run's TSDB directory; InputError naming what is missing."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError("RUNDIR", f"{run_dir} is not a directory")
-    data = run_dir / "prometheus" / "data"
-    if not data.is_dir() or not any(data.iterdir()):
-        raise InputError("RUNDIR", f"{run_dir} has no Prometheus data (prometheus/data): "
-                         "only emulation runs record one")
+def run_tsdb(d: DirReader) -> DirReader:
+    """The TSDB directory of the run directory d (no link followed: see DirReader);
+    InputError naming what is missing or refused."""
+    data = d.sub("prometheus/data")
+    if data is None or not data.names(limit=1):
+        why = "; ".join(f"{p}: {w}" for p, w in d.skipped)
+        raise InputError("RUNDIR", f"{d.shown} has no Prometheus data (prometheus/data"
+                         + (f"; skipped {why}" if why else "") + "): only emulation runs "
+                         "record one")
     return data
 
 
 @contextmanager
 def serving(run_dir: Path, port: int = 0, host: str = "127.0.0.1") -> Iterator[Started]:
-    """A Prometheus serving a copy of run_dir's TSDB while the block runs."""
-    data = run_tsdb(run_dir)
+    """A Prometheus serving a copy of run_dir's TSDB while the block runs. The copy holds
+    regular files only (no link followed, at most TREE_MAX_BYTES) and is removed
+    whatever happens."""
     binary = find_binary("prometheus")
     if binary is None:
         raise RuntimeFailure("prometheus binary not found (apt-get install prometheus)")
-    with tempfile.TemporaryDirectory(prefix="lightpipe-serve-") as tmp:
-        work = Path(tmp)
-        copy = work / "data"
-        shutil.copytree(data, copy, ignore=shutil.ignore_patterns("lock"))
-        cfg = work / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump({"global": {"scrape_interval": "15s"},
-                                       "scrape_configs": []}))
-        started = process.launch(binary, [f"--config.file={cfg}",
-                                          "--storage.tsdb.retention.time=100y"],
-                                 copy.resolve(), work / "prometheus.log",
-                                 process.port_candidates(port), host=host)
+    with DirReader.open(Path(run_dir), "RUNDIR") as d:
+        data = run_tsdb(d)
+        tmp = tempfile.mkdtemp(prefix="lightpipe-serve-")
         try:
-            yield started
+            work = Path(tmp)
+            copy = work / "data"
+            copy_tree(data, copy, "RUNDIR", skip=("lock",))
+            for where, why in data.skipped:
+                log.warning("monitor serve: %s not copied: %s", where, why)
+            cfg = work / "prometheus.yml"
+            cfg.write_text(yaml.safe_dump({"global": {"scrape_interval": "15s"},
+                                           "scrape_configs": []}))
+            started = process.launch(binary, [f"--config.file={cfg}",
+                                              "--storage.tsdb.retention.time=100y"],
+                                     copy.resolve(), work / "prometheus.log",
+                                     process.port_candidates(port), host=host)
+            try:
+                yield started
+            finally:
+                process.stop_pid(started.proc.pid)
         finally:
-            process.stop_pid(started.proc.pid)
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -232,9 +233,14 @@ def histograms(groups: Mapping[str, Sequence[float]], xlabel: str, title: str,
 
 def series(lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel: str,
            ylabel: str, title: str, step: bool = False) -> Figure:
-    """One line per named series (x, y)."""
+    """One line per named series (x, y): at most 2 x FIGURE_MAX_LINES lines of at most
+    FIGURE_MAX_POINTS points each (longer series thinned evenly)."""
+    from testbed.report.readers import FIGURE_MAX_LINES, thin
+
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    for i, (name, (xs, ys)) in enumerate(lines.items()):
+    for i, (name, (xs0, ys0)) in enumerate(itertools.islice(lines.items(),
+                                                             FIGURE_MAX_LINES * 2)):
+        xs, ys = thin(xs0, ys0)  # (a few thousand points per line at most)
         kw: dict[str, Any] = {"color": PALETTE[i % len(PALETTE)], "label": name, "lw": 1.5}
         if len(xs) <= 30:
             kw["marker"] = "os^vDPX*"[i % 8]

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure as MplFigure
 
+from testbed.boundedio import DirReader
 from testbed.report import figures as F
 from testbed.report.page import Figure
+from testbed.report.readers import FIGURE_MAX_BARS, FIGURE_MAX_LINES, FIGURE_MAX_POINTS
+
+SWEEP_MAX_FIGURES = 8
+"""Swept fields drawn (one figure each)."""
 
 # experiment -> panels (key, axis label with unit, scale): the same units as summary.md
 PANELS: dict[str, list[tuple[str, str, float]]] = {
@@ -33,18 +37,22 @@ def reproduction_figure(experiment: str, rows: Sequence[dict[str, Any]]) -> MplF
     return fig
 
 
-def schedule_figures(root: Path, summ: dict[str, Any]) -> list[Figure]:
+def schedule_figures(root: DirReader, summ: dict[str, Any]) -> list[Figure]:
     """crosspipe/geopipe: iteration time per schedule over each sweep, and two timelines."""
     from testbed.report.readers import num, read_csv
 
     name = "crosspipe" if "max_reduction_vs_1f1b_same_memory_pct" in summ else "geopipe"
-    rows = read_csv(root / f"{name}.csv")
+    rows = read_csv(root, f"{name}.csv")
     figs: list[Figure] = []
     for sweep, x, xlabel in (("latency", "latency_ms", "one-way cross-DC latency (ms)"),
                              ("bandwidth", "bandwidth_gbps", "cross-DC bandwidth (Gbit/s)")):
         mine = [r for r in rows if r.get("sweep") == sweep]
         lines = {}
-        for sched in dict.fromkeys(r["schedule"] for r in mine):
+        scheds = list(dict.fromkeys(r["schedule"] for r in mine))
+        if len(scheds) > FIGURE_MAX_LINES:
+            root.skip(f"{name}.csv", f"{len(scheds)} schedules: the first "
+                      f"{FIGURE_MAX_LINES} drawn")
+        for sched in scheds[:FIGURE_MAX_LINES]:
             pts = sorted((num(r[x]), num(r["iteration_time_ms"])) for r in mine
                          if r["schedule"] == sched)
             lines[sched] = ([p[0] for p in pts], [p[1] for p in pts])
@@ -78,8 +86,12 @@ def _timelines(name: str, summ: dict[str, Any]) -> list[Figure]:
         cut = int(s["cut_after_stage"])
         intra = s.get("intra_dc_hop") or {"latency_ms": 0.005, "bandwidth_gbps": 400.0}
         bw = float(s.get("latency_sweep_bandwidth_gbps", 100.0))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return []
+    from testbed.report.readers import small_pipeline
+
+    if not small_pipeline(p, m):
+        return []  # (not a reproduction's set-up: too large to draw)
     lat = 25.0
     hops = tuple(Hop(lat, bw) if h == cut else Hop(intra["latency_ms"], intra["bandwidth_gbps"])
                  for h in range(p - 1))
@@ -101,15 +113,20 @@ def _timelines(name: str, summ: dict[str, Any]) -> list[Figure]:
     return out
 
 
-def sweep_figures(root: Path, meta: dict[str, Any]) -> list:  # type: ignore[type-arg]
-    """One figure per swept field: a line over numeric values, bars over categorical ones."""
+def sweep_figures(root: DirReader, meta: dict[str, Any]) -> list:  # type: ignore[type-arg]
+    """One figure per swept field: a line over numeric values, bars over categorical ones
+    (at most SWEEP_MAX_FIGURES fields, FIGURE_MAX_LINES lines, FIGURE_MAX_BARS categories)."""
     from testbed.report.page import Section
     from testbed.report.readers import read_csv
 
-    agg = read_csv(root / "sweep_mean.csv")
+    agg = read_csv(root, "sweep_mean.csv")
     metric = str(meta.get("metric", "blocking_ratio"))
-    figs = [Figure(F.data_uri(fig), cap) for fig, cap in sweep_plots(agg, list(meta.get("set")
-                                                                        or {}), metric)]
+    keys = [str(k) for k in (meta.get("set") if isinstance(meta.get("set"), dict) else {})]
+    if len(keys) > SWEEP_MAX_FIGURES:
+        root.skip("sweep.json", f"{len(keys)} swept fields: the first {SWEEP_MAX_FIGURES} "
+                  "drawn")
+    figs = [Figure(F.data_uri(fig), cap)
+            for fig, cap in sweep_plots(agg, keys[:SWEEP_MAX_FIGURES], metric, root)]
     return [Section("figures", "", figs)]
 
 
@@ -129,8 +146,9 @@ def _is_number(v: Any) -> bool:
 
 
 def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
-                metric: str) -> list[tuple[MplFigure, str]]:
-    """(figure, caption) per swept key; other keys' values are separate lines, never joined."""
+                metric: str, root: DirReader | None = None) -> list[tuple[MplFigure, str]]:
+    """(figure, caption) per swept key; other keys' values are separate lines, never joined.
+    At most FIGURE_MAX_LINES lines and FIGURE_MAX_BARS categories (cuts noted in root)."""
     from testbed.report.readers import num
 
     out = []
@@ -144,6 +162,11 @@ def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
         for r in agg:
             label = ", ".join(f"{k.split('.')[-1]}={_show(r[k])}" for k in others) or metric
             groups.setdefault(label, []).append(r)
+        if len(groups) > FIGURE_MAX_LINES:
+            if root is not None:
+                root.skip("sweep_mean.csv", f"{key}: {len(groups)} lines, the first "
+                          f"{FIGURE_MAX_LINES} drawn")
+            groups = dict(list(groups.items())[:FIGURE_MAX_LINES])
         numeric = all(_is_number(r[key]) for r in agg)
         if numeric:
             import matplotlib.pyplot as plt
@@ -152,6 +175,7 @@ def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
             for i, (label, rs) in enumerate(groups.items()):
                 pts = sorted((num(r[key]), num(r[metric]), num(r.get(ci_key)) if r.get(ci_key)
                               not in (None, "") else 0.0) for r in rs)
+                pts = pts[::max(1, -(-len(pts) // FIGURE_MAX_POINTS))]
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                             marker="o", capsize=3, label=label,
                             color=F.PALETTE[i % len(F.PALETTE)])
@@ -163,6 +187,11 @@ def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
             ax.set_title(f"{metric} vs {key} (mean over seeds, 95 % CI)")
         else:
             cats = list(dict.fromkeys(_show(r[key]) for r in agg))
+            if len(cats) > FIGURE_MAX_BARS:
+                if root is not None:
+                    root.skip("sweep_mean.csv", f"{key}: {len(cats)} categories, the first "
+                              f"{FIGURE_MAX_BARS} drawn")
+                cats = cats[:FIGURE_MAX_BARS]
             bars_by: dict[str, tuple[list[float], list[float]]] = {}
             for label, rs in groups.items():
                 by_cat = {_show(r[key]): r for r in rs}

@@ -6,29 +6,69 @@ import itertools
 import json
 import logging
 import math
+import os
 from collections import defaultdict
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+from testbed.boundedio import DirReader
 from testbed.report import figures as F
 from testbed.report import readers
 from testbed.report.page import Figure, Section, Table, markdown_html
-from testbed.report.readers import read_json
+from testbed.report.readers import (
+    FIGURE_MAX_BARS,
+    FIGURE_MAX_LINES,
+    FIGURE_MAX_SPANS,
+    MARKDOWN_MAX_FILES,
+    read_json,
+    table_rows,
+)
 
 log = logging.getLogger(__name__)
 
+MAX_FIBRES = 400
+"""Fibres (rows) of a spectrum heat map; the busiest are kept."""
+MAX_SLOTS = 4096
+"""Spectrum slots of a heat map (the spec allows no more)."""
+SPECTRUM_MAX_WORK = 10_000_000
+"""Cell updates spent on one spectrum figure (the lightpaths past it are left out)."""
+ENGINE_GANTT_MAX_JOBS = 2_000
+"""Jobs re-simulated to find a run's most frequent pipeline."""
 
-def scenario_name(run_dir: Path) -> str:
-    man = read_json(run_dir / "manifest.json")
-    return str(man.get("scenario", "")) if isinstance(man, dict) else ""
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
-def _scenario(run_dir: Path) -> Any:
-    """The run's validated scenario from its manifest, or None."""
+def scenario_name(d: DirReader) -> str:
+    man = read_json(d, "manifest.json")
+    return str(man.get("scenario", ""))[:200] if isinstance(man, dict) else ""
+
+
+def _outside_files(spec: dict[str, Any]) -> list[str]:
+    """The files outside the run directory that a recorded spec names."""
+    out = []
+    for section, key in (("topology", "file"), ("workload", "trace")):
+        ref = _dict(spec.get(section)).get(key)
+        if ref:
+            out.append(f"{section}.{key} {str(ref)[:100]!r}")
+    return out
+
+
+def _scenario(d: DirReader) -> Any:
+    """The run's validated scenario from its manifest, or None. A spec naming files
+    outside the directory (a topology file, a trace) is used only when the directory is
+    root's or the caller's: root reads no file on another user's say-so."""
     from testbed.spec import parse_scenario
 
-    man = read_json(run_dir / "manifest.json")
+    man = read_json(d, "manifest.json")
     if not isinstance(man, dict) or not isinstance(man.get("spec"), dict):
+        return None
+    outside = _outside_files(man["spec"])
+    if outside and d.owner not in (0, os.geteuid()):
+        d.skip("manifest.json", f"its spec names {', '.join(outside)} outside the run "
+               f"directory: not read for a directory of uid {d.owner} (no topology map, "
+               "no re-simulated timeline)")
         return None
     try:
         return parse_scenario(man["spec"])
@@ -48,27 +88,26 @@ def _safe(fn: Any, *args: Any) -> list[Section]:
 
 
 # ------------------------------------------------------------------ runs
-def run(run_dir: Path, backend: str) -> list[Section]:
-    secs = _safe(_summary_section, run_dir, backend)
-    scen = _scenario(run_dir)
-    if (run_dir / "requests.csv").exists():
-        secs += _safe(_lightpath_sections, run_dir, scen, backend)
-    if (run_dir / "jobs.csv").exists():
-        secs += _safe(_jobs_sections, run_dir, scen, backend)
+def run(d: DirReader, backend: str) -> list[Section]:
+    secs = _safe(_summary_section, d, backend)
+    scen = _scenario(d)
+    if d.has("requests.csv"):
+        secs += _safe(_lightpath_sections, d, scen, backend)
+    if d.has("jobs.csv"):
+        secs += _safe(_jobs_sections, d, scen, backend)
     if backend == "emu":
-        secs += _safe(_emu_sections, run_dir, scen)
+        secs += _safe(_emu_sections, d, scen)
     return secs
 
 
-def _summary_section(run_dir: Path, backend: str) -> list[Section]:
-    io = readers
-    man = io.read_json(run_dir / "manifest.json") or {}
-    summ = io.read_json(run_dir / "summary.json") or {}
-    spec = man.get("spec") or {}
-    topo = spec.get("topology") or {}
-    dcs = ", ".join(f"{d['name']} (node {d['node']}, {d.get('gpus', '?')} GPUs)"
-                    for d in spec.get("dcs", []))
-    pol = ", ".join(f"{k}={v}" for k, v in (spec.get("policy") or {}).items())
+def _summary_section(d: DirReader, backend: str) -> list[Section]:
+    man = _dict(read_json(d, "manifest.json"))
+    summ = _dict(read_json(d, "summary.json"))
+    spec = _dict(man.get("spec"))
+    topo = _dict(spec.get("topology"))
+    dcs = ", ".join(f"{x['name']} (node {x['node']}, {x.get('gpus', '?')} GPUs)"
+                    for x in list(spec.get("dcs") or [])[:50])
+    pol = ", ".join(f"{k}={v}" for k, v in list(_dict(spec.get("policy")).items())[:50])
     kv = [("backend", backend), ("scenario", man.get("scenario")),
           ("description", spec.get("description")),
           ("topology", topo.get("library") or topo.get("file") or
@@ -79,8 +118,9 @@ def _summary_section(run_dir: Path, backend: str) -> list[Section]:
           ("LightPipe version", man.get("lightpipe_version"))]
     kv += [(k, v) for k, v in summ.items()
            if isinstance(v, int | float | str | bool) and k not in ("backend", "scenario")]
-    return [Section(f"{backend}: scenario and summary",
-                    tables=[Table([], [(k, v) for k, v in kv if v not in (None, "")])])]
+    shown, note = table_rows(d, [(k, v) for k, v in kv if v not in (None, "")],
+                             "summary.json")
+    return [Section(f"{backend}: scenario and summary", tables=[Table([], shown, note)])]
 
 
 def _topology(scen: Any) -> tuple[Any, dict[str, str]]:
@@ -103,9 +143,9 @@ def _path_links(path: str) -> list[frozenset]:
     return [frozenset((a, b)) for a, b in itertools.pairwise(nodes)]
 
 
-def _lightpath_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]:
+def _lightpath_sections(d: DirReader, scen: Any, backend: str) -> list[Section]:
     io = readers
-    rows = io.read_csv(run_dir / "requests.csv")
+    rows = io.read_csv(d, "requests.csv")
     acc = [r for r in rows if r.get("accepted") == "1" and r.get("path")]
     secs: list[Section] = []
     end = max((io.num(r["arrival_s"]) + io.num(r["holding_s"]) for r in acc), default=1.0)
@@ -125,7 +165,7 @@ def _lightpath_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]
             "that blocking comes from."))
     holds = [(r["path"], int(r["first_slot"]), int(r["slots"]), io.num(r["arrival_s"]),
               io.num(r["arrival_s"]) + io.num(r["holding_s"])) for r in acc]
-    figs += _spectrum_figures(holds, scen, end, "lightpaths")
+    figs += _spectrum_figures(d, holds, scen, end, "lightpaths")
     # blocking over time
     xs, ys, blocked = [], [], 0
     for i, r in enumerate(rows, 1):
@@ -144,25 +184,38 @@ def _lightpath_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]
                            "Fraction of the requests so far that were blocked. It should "
                            "settle: a curve still drifting at the end means the run was too "
                            "short for a steady-state figure."))
-        labels = sorted(by_rate, key=lambda x: float(x))
-        figs.append(Figure(F.data_uri(F.bars(
-            [f"{b} Gbit/s" for b in labels], [by_rate[b][1] / by_rate[b][0] for b in labels],
-            None, "blocking ratio", "blocking ratio per requested bit rate",
-            "requested bit rate")),
-            "Wider requests need more contiguous slots, so they are blocked more often; a "
-            "large spread here is the bandwidth unfairness of the spectrum policy."))
+        labels = sorted(by_rate, key=lambda x: io.num(x))
+        if len(labels) > FIGURE_MAX_BARS:
+            d.skip("requests.csv", f"{len(labels)} distinct bit rates: no bar chart of "
+                   f"them (the limit is {FIGURE_MAX_BARS})")
+        else:
+            figs.append(Figure(F.data_uri(F.bars(
+                [f"{b} Gbit/s" for b in labels],
+                [by_rate[b][1] / by_rate[b][0] for b in labels], None, "blocking ratio",
+                "blocking ratio per requested bit rate", "requested bit rate")),
+                "Wider requests need more contiguous slots, so they are blocked more often; "
+                "a large spread here is the bandwidth unfairness of the spectrum policy."))
     secs.append(Section(f"{backend}: lightpaths and spectrum",
                         f"{len(rows)} requests, {len(acc)} accepted.", figs))
     return secs
 
 
-def _spectrum_figures(holds: list[tuple[str, int, int, float, float]], scen: Any,
-                      end: float, what: str) -> list[Figure]:
+def _spectrum_figures(d: DirReader, holds: list[tuple[str, int, int, float, float]],
+                      scen: Any, end: float, what: str) -> list[Figure]:
     """Slots x fibre at the busiest instant and slots x time on the busiest fibre, from
-    (route 'a-b-c', first slot, slot count, set-up s, tear-down s) of every lightpath."""
+    (route 'a-b-c', first slot, slot count, set-up s, tear-down s) of every lightpath.
+    Bounded whatever the records say: at most MAX_SLOTS slots, MAX_FIBRES fibres and
+    SPECTRUM_MAX_WORK cell updates per figure (what is left out is recorded)."""
     figs: list[Figure] = []
+    holds = [h for h in holds if all(math.isfinite(x) for x in (h[3], h[4]))]
+    if not math.isfinite(end) or end <= 0:
+        end = max((h[4] for h in holds), default=1.0)
     slots = int(getattr(getattr(scen, "optical", None), "slots", 0) or
                 max((first + n for _p, first, n, _a, _b in holds), default=1))
+    if slots > MAX_SLOTS:
+        d.skip(what, f"slot indices up to {slots}: the spectrum drawn for the first "
+               f"{MAX_SLOTS} slots only")
+        slots = MAX_SLOTS
     events = sorted([(a, 1) for _p, _f, _n, a, _b in holds] +
                     [(b, -1) for _p, _f, _n, _a, b in holds])
     live, busiest_t, busiest_n = 0, 0.0, -1
@@ -174,17 +227,27 @@ def _spectrum_figures(holds: list[tuple[str, int, int, float, float]], scen: Any
                     key=lambda k: tuple(sorted(k)))
     if not fibres:
         return figs
+    use: dict[frozenset, float] = defaultdict(float)
+    for path, _first, n, a, b in holds:
+        for lk in _path_links(path):
+            use[lk] += n * (b - a)
+    if len(fibres) > MAX_FIBRES:
+        d.skip(what, f"{len(fibres)} fibres: the spectrum drawn for the {MAX_FIBRES} "
+               "busiest")
+        keep = set(sorted(fibres, key=lambda k: -use[k])[:MAX_FIBRES])
+        fibres = [k for k in fibres if k in keep]
     names = ["-".join(sorted(k, key=lambda x: (len(x), x))) for k in fibres]
     idx = {k: i for i, k in enumerate(fibres)}
     snap = [[0.0] * slots for _ in fibres]
-    use: dict[frozenset, float] = defaultdict(float)
+    work = 0
     for path, first, n, a, b in holds:
-        for lk in _path_links(path):
-            use[lk] += n * (b - a)
         if a <= busiest_t < b:
+            lo, hi = max(0, first), min(slots, first + n)
             for lk in _path_links(path):
-                for s in range(first, min(slots, first + n)):
-                    snap[idx[lk]][s] = 1.0
+                if lk in idx and work < SPECTRUM_MAX_WORK:
+                    work += max(0, hi - lo)
+                    for s in range(lo, hi):
+                        snap[idx[lk]][s] = 1.0
     figs.append(Figure(F.data_uri(F.spectrum_heatmap(
         snap, names, "spectrum slot index", None,
         f"spectrum occupancy per fibre at t = {busiest_t:.1f} s ({busiest_n} {what} live)",
@@ -192,17 +255,27 @@ def _spectrum_figures(holds: list[tuple[str, int, int, float, float]], scen: Any
         "Which slots of each fibre are occupied at the busiest instant of the run (yellow "
         "occupied, purple free). First-fit packs the low slot indices; a fibre whose row "
         "is full blocks every new request routed over it."))
-    top = max(use, key=lambda k: use[k])
+    if work >= SPECTRUM_MAX_WORK:
+        d.skip(what, f"more than {SPECTRUM_MAX_WORK} slot updates: the busiest-instant "
+               "spectrum leaves some lightpaths out")
+    top = max(fibres, key=lambda k: use[k])
     bins = 400
     width = (end or 1.0) / bins
     grid = [[0.0] * bins for _ in range(slots)]
+    work = 0
     for path, first, n, a, b in holds:
         if top not in _path_links(path):
             continue
-        b0, b1 = int(a / width), min(bins - 1, int(b / width))
+        b0, b1 = max(0, int(max(a, 0.0) / width)), min(bins - 1, int(min(b, end) / width))
+        lo, hi = max(0, first), min(slots, first + n)
+        work += max(0, b1 - b0 + 1) * max(0, hi - lo)
+        if work > SPECTRUM_MAX_WORK:
+            d.skip(what, f"more than {SPECTRUM_MAX_WORK} slot-time updates: the slots x "
+                   "time figure leaves some lightpaths out")
+            break
         for k in range(b0, b1 + 1):
             frac = (min(b, (k + 1) * width) - max(a, k * width)) / width
-            for s in range(first, min(slots, first + n)):
+            for s in range(lo, hi):
                 grid[s][k] += max(frac, 0.0)
     step = max(1, slots // 10)
     labels = [str(s) if s % step == 0 else "" for s in range(slots)]
@@ -217,16 +290,27 @@ def _spectrum_figures(holds: list[tuple[str, int, int, float, float]], scen: Any
     return figs
 
 
-def _jobs_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]:
+def _jobs_sections(d: DirReader, scen: Any, backend: str) -> list[Section]:
     io = readers
-    rows = io.read_csv(run_dir / "jobs.csv")
+    rows = io.read_csv(d, "jobs.csv")
     figs: list[Figure] = []
     ran = [r for r in rows if r.get("blocked") in ("0", "", "False")]
-    models = list(dict.fromkeys(r["model"] for r in rows))
+    ran_ids = {id(r) for r in ran}
+    by_model: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for r in rows:
+        by_model[r["model"]].append(r)
+    models = list(by_model)
+    if len(models) > FIGURE_MAX_LINES:
+        d.skip("jobs.csv", f"{len(models)} models: the first {FIGURE_MAX_LINES} drawn and "
+               "tabled")
+        models = models[:FIGURE_MAX_LINES]
+    ran_by_model: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for r in ran:
+        ran_by_model[r["model"]].append(r)
     stats = []
     for m in models:
-        mine = [r for r in rows if r["model"] == m]
-        ok = [r for r in mine if r in ran]
+        mine = by_model[m]
+        ok = [r for r in mine if id(r) in ran_ids]
         its = [io.num(r["iteration_time_s"]) for r in ok]
         jct = [io.num(r["jct_s"]) for r in ok]
         stats.append((m, len(mine), len(mine) - len(ok),
@@ -238,13 +322,13 @@ def _jobs_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]:
                     stats, "Means are over the accepted jobs only; the blocked share is next "
                     "to them.")]
     figs.append(Figure(F.data_uri(F.histograms(
-        {m: [io.num(r["iteration_time_s"]) for r in ran if r["model"] == m] for m in models},
+        {m: [io.num(r["iteration_time_s"]) for r in ran_by_model[m]] for m in models},
         "iteration time (s)", "iteration time per job, by model (accepted jobs)")),
         "Distribution of the per-job iteration time: one curve per model. A second hump "
         "within one model means some of its jobs got a slower placement (a longer or thinner "
         "lightpath between stages)."))
     figs.append(Figure(F.data_uri(F.histograms(
-        {m: [io.num(r["jct_s"]) / 3600.0 for r in ran if r["model"] == m] for m in models},
+        {m: [io.num(r["jct_s"]) / 3600.0 for r in ran_by_model[m]] for m in models},
         "job completion time (h)", "job completion time, by model (accepted jobs)")),
         "Job completion time including queueing; blocked jobs are not in it (see the table "
         "for their share)."))
@@ -261,12 +345,12 @@ def _jobs_sections(run_dir: Path, scen: Any, backend: str) -> list[Section]:
             f"{scen.name}: fibres used by the jobs' lightpaths")),
             "Datacentres (orange) and the fibres carrying the jobs' inter-DC lightpaths, "
             "wider for more jobs. With no blue fibre, every job fitted inside one DC."))
-    lps = io.read_csv(run_dir / "lightpaths.csv")
+    lps = io.read_csv(d, "lightpaths.csv")
     if lps:
         holds = [(r["path"], int(r["first_slot"]), int(r["slots"]), io.num(r["setup_s"]),
                   io.num(r["teardown_s"])) for r in lps if r.get("teardown_s")]
-        end = max((h[4] for h in holds), default=1.0)
-        figs += _spectrum_figures(holds, scen, end, "job lightpaths")
+        end = max((h[4] for h in holds if math.isfinite(h[4])), default=1.0)
+        figs += _spectrum_figures(d, holds, scen, end, "job lightpaths")
     if scen is not None:
         gantt = _engine_gantt(scen)
         if gantt is not None:
@@ -289,6 +373,10 @@ def _engine_gantt(scen: Any) -> Figure | None:
     from testbed.schedule.timer import time_schedule
 
     seen: dict[tuple, int] = defaultdict(int)
+    wl = getattr(scen, "workload", None)
+    if isinstance(getattr(wl, "jobs", None), int) and wl.jobs > ENGINE_GANTT_MAX_JOBS:
+        scen = scen.model_copy(update={"workload": wl.model_copy(
+            update={"jobs": ENGINE_GANTT_MAX_JOBS})})
 
     class Recording(Timer):
         def time(self, forward_ms, backward_ms, hops, activation_mb, microbatches,  # type: ignore[no-untyped-def,override]
@@ -304,6 +392,8 @@ def _engine_gantt(scen: Any) -> Figure | None:
     if not seen:
         return None
     f, b, hops, act, m, sched_name = max(seen, key=lambda k: (len(k[2]) > 0, seen[k]))
+    if not readers.small_pipeline(len(f), m):
+        return None
     prob = PipelineProblem(f, b, tuple(Hop(lat, bw) for lat, bw in hops), act, m)
     timing = time_schedule(prob, build_schedule(sched_name, prob), check_memory_cap=False)
     worst = max(hops, key=lambda h: h[0], default=(0.0, 0.0))
@@ -317,74 +407,87 @@ def _engine_gantt(scen: Any) -> Figure | None:
                   "pipeline waits on the inter-DC link.")
 
 
-def _emu_sections(run_dir: Path, scen: Any) -> list[Section]:
+def _emu_sections(d: DirReader, scen: Any) -> list[Section]:
     io = readers
+    d = readers.open_run(d)
     figs: list[Figure] = []
     tables: list[Table] = []
-    probes = io.read_csv(run_dir / "probes.csv")
+    probes = io.read_csv(d, "probes.csv")
     if probes:
-        keys = list(probes[0])
+        keys = [k for k in probes[0] if k is not None][:50]
         label_key = next((k for k in ("lightpath", "name", "pair") if k in keys), keys[0])
         ratio_key = next((k for k in keys if "ratio" in k), None)
-        if ratio_key:
+        caption = ("TCP goodput measured with iperf3 over each emulated lightpath, as a "
+                   "fraction of its configured rate. About 0.95 is the TCP/IP header limit; "
+                   "much lower means the emulator could not keep up.")
+        if ratio_key and len(probes) <= FIGURE_MAX_BARS:
             figs.append(Figure(F.data_uri(F.bars(
-                [p[label_key] for p in probes], [io.num(p[ratio_key]) for p in probes], None,
+                [str(p.get(label_key)) for p in probes],
+                [io.num(p.get(ratio_key)) for p in probes], None,
                 "measured / configured goodput", "iperf3 goodput per emulated lightpath",
-                "lightpath")),
-                "TCP goodput measured with iperf3 over each emulated lightpath, as a fraction "
-                "of its configured rate. About 0.95 is the TCP/IP header limit; much lower "
-                "means the emulator could not keep up."))
-        tables.append(Table(keys, [[p[k] for k in keys] for p in probes], "probes.csv"))
-    summ = io.read_json(run_dir / "summary.json") or {}
+                "lightpath")), caption))
+        elif ratio_key:
+            figs.append(Figure(F.data_uri(F.histograms(
+                {"lightpaths": [io.num(p.get(ratio_key)) for p in probes]},
+                "measured / configured goodput",
+                f"iperf3 goodput of {len(probes)} emulated lightpaths", "lightpaths")),
+                caption + f" {len(probes)} lightpaths: their distribution, not a bar each."))
+        shown, note = table_rows(d, probes, "probes.csv")
+        tables.append(Table(keys, [[p.get(k) for k in keys] for p in shown],
+                            "probes.csv" + note))
+    summ = _dict(io.read_json(d, "summary.json"))
     agr = summ.get("agreement")
     if isinstance(agr, dict):
         tables.append(Table(["requests replayed", "identical decisions", "compared"],
                             [(agr.get("requests"), agr.get("same"),
-                              ", ".join(agr.get("compared", [])))],
+                              ", ".join(map(str, list(agr.get("compared") or [])[:20])))],
                             "Simulator vs controller: the same request stream, decision by "
                             "decision."))
-    its = io.read_csv(run_dir / "iterations.csv")
+    its = io.read_csv(d, "iterations.csv")
     if its:
         by_job: dict[str, list[float]] = defaultdict(list)
         for r in its:
             if r.get("warmup") != "1":
                 by_job[r["job"]].append(io.num(r["iteration_time_s"]))
+        by_job = _first_groups(d, by_job, "iterations.csv", "jobs")
         figs.append(Figure(F.data_uri(F.histograms(
             by_job, "measured iteration time (s, real-time units)",
             "measured iterations per job (emulated workers, warm-up excluded)",
             "iterations")),
             "Every measured iteration of the real PyTorch workers, one curve per job: the "
             "spread is what one averaged number hides."))
-    trace = io.read_json(run_dir / "trace.json")
+    trace = io.read_json(d, "trace.json")
     text = ""
     if isinstance(trace, dict):
-        timelines, left_out = _job_timelines(trace, summ, its)
+        timelines, left_out = _job_timelines(d, trace, summ, its)
         figs += timelines
         if left_out:
             text = (f"Timelines drawn for the first {MAX_TIMELINE_JOBS} jobs; {left_out} more "
                     "job(s) left out (all are in trace.json, open it in Perfetto).")
     if isinstance(summ.get("agreement"), list):
-        rows = summ["agreement"]
-        cols = list(dict.fromkeys(k for r in rows for k in r))
+        rows, more = table_rows(d, [r for r in summ["agreement"] if isinstance(r, dict)],
+                                "summary.json agreement")
+        cols = list(dict.fromkeys(k for r in rows for k in r))[:50]
 
         def cell(v: Any) -> Any:
             return "; ".join(map(str, v)) if isinstance(v, list) else v
 
-        verdict = summ.get("agreement_verdict") or {}
-        note = "" if not verdict or verdict.get("reliable") else (
-            " UNRELIABLE: " + "; ".join(verdict.get("reasons", [])))
+        verdict = _dict(summ.get("agreement_verdict"))
+        note = more + ("" if not verdict or verdict.get("reliable") else (
+            " UNRELIABLE: " + "; ".join(map(str, list(verdict.get("reasons") or [])[:20]))))
         tables.append(Table(cols, [[cell(r.get(c)) for c in cols] for r in rows],
                             "Simulated vs emulated iteration time per job (p10/p90: signed "
                             "errors of the measured iterations' spread)." + note))
     from testbed.report.prom import prometheus_figures
 
-    figs += prometheus_figures(run_dir)
+    figs += prometheus_figures(d)
     if not figs and not tables:
         return []
     return [Section("emulation: measurements", text, figs, tables)]
 
 
 MAX_TIMELINE_JOBS = 6  # one side-by-side figure per emulated job, at most this many
+MAX_TIMELINE_STAGES = 1024  # (the spec's limit on a pipeline's stages)
 
 
 def _span_kind(e: dict[str, Any]) -> str:
@@ -394,7 +497,24 @@ def _span_kind(e: dict[str, Any]) -> str:
     return "forward" if name.startswith("F") else "backward" if name[:1] in "BIW" else name[:8]
 
 
-def _job_timelines(trace: dict[str, Any], summ: dict[str, Any],
+def _first_groups(d: DirReader, groups: dict[str, list[float]], what: str,
+                  kind: str) -> dict[str, list[float]]:
+    """The first FIGURE_MAX_LINES groups of a figure (a cut recorded)."""
+    if len(groups) <= FIGURE_MAX_LINES:
+        return groups
+    d.skip(what, f"{len(groups)} {kind}: the first {FIGURE_MAX_LINES} drawn")
+    return dict(itertools.islice(groups.items(), FIGURE_MAX_LINES))
+
+
+def _spans(d: DirReader, spans: Sequence[Any], name: str) -> list[Any]:
+    if len(spans) <= FIGURE_MAX_SPANS:
+        return list(spans)
+    d.skip("trace.json", f"{name}: {len(spans)} spans in one iteration, the first "
+           f"{FIGURE_MAX_SPANS} drawn")
+    return list(spans[:FIGURE_MAX_SPANS])
+
+
+def _job_timelines(d: DirReader, trace: dict[str, Any], summ: dict[str, Any],
                    its: list[dict[str, str]]) -> tuple[list[Figure], int]:
     """Per emulated job (at most MAX_TIMELINE_JOBS): the schedule engine's timeline of its
     pipeline beside the workers' measured first measured iteration on one time scale;
@@ -402,7 +522,7 @@ def _job_timelines(trace: dict[str, Any], summ: dict[str, Any],
     timeline alone."""
     from testbed.schedule import Hop, PipelineProblem, build_schedule, time_schedule
 
-    events = trace.get("traceEvents", [])
+    events = [e for e in trace.get("traceEvents") or [] if isinstance(e, dict)]
     pid_of = {e["args"]["name"]: e["pid"] for e in events
               if e.get("ph") == "M" and e.get("name") == "process_name"}
     spans_of: dict[Any, list[dict[str, Any]]] = defaultdict(list)
@@ -422,11 +542,22 @@ def _job_timelines(trace: dict[str, Any], summ: dict[str, Any],
         iters = sorted({e.get("args", {}).get("iteration") for e in evs},
                        key=lambda x: (x is None, x))
         it = measured.get(job, iters[0])
-        mine = [e for e in evs if e.get("args", {}).get("iteration") == it] or evs
+        mine = _spans(d, [e for e in evs if e.get("args", {}).get("iteration") == it] or evs,
+                      name)
+        mine = [e for e in mine if isinstance(e.get("tid"), int)
+                and 0 <= e["tid"] < MAX_TIMELINE_STAGES]
+        if not mine:
+            d.skip("trace.json", f"{name}: no span on a stage 0..{MAX_TIMELINE_STAGES - 1}")
+            continue
         w = info.get(job, {})
         factor = float(w.get("time_factor") or 1.0)
         t0 = min(e["ts"] for e in mine)
         pipe = w.get("pipeline")
+        if isinstance(pipe, dict) and not readers.small_pipeline(
+                len(pipe.get("forward_ms") or []), pipe.get("microbatches")):
+            d.skip("summary.json", f"{name}: its pipeline is too large to time (more than "
+                   f"{readers.PIPELINE_MAX_OPS} stage x micro-batch steps)")
+            pipe = None
         if isinstance(pipe, dict):
             problem = PipelineProblem(
                 tuple(pipe["forward_ms"]), tuple(pipe["backward_ms"]),
@@ -462,11 +593,11 @@ def _job_timelines(trace: dict[str, Any], summ: dict[str, Any],
     return figs, max(0, len(names) - MAX_TIMELINE_JOBS)
 
 
-def agreement(root: Path) -> list[Section]:
+def agreement(root: DirReader) -> list[Section]:
     io = readers
-    text = (root / "agreement.md").read_text() if (root / "agreement.md").exists() else ""
-    sim = io.read_csv(root / "sim" / "jobs.csv")
-    emu_its = io.read_csv(root / "emu" / "iterations.csv")
+    text = root.read_text("agreement.md") or ""
+    sim = io.read_csv(root, "sim/jobs.csv")
+    emu_its = io.read_csv(root, "emu/iterations.csv")
     figs = []
     if sim and emu_its:
         pred = {r["job_id"]: io.num(r["iteration_time_s"]) for r in sim}
@@ -479,6 +610,7 @@ def agreement(root: Path) -> list[Section]:
             p = pred.get(job) or pred.get(job.split("-")[-1])
             if p:
                 groups[f"job {job}"] = [v / p - 1.0 for v in vals]
+        groups = _first_groups(root, groups, "emu/iterations.csv", "jobs")
         if groups:
             figs.append(Figure(F.data_uri(F.histograms(
                 groups, "measured / simulated iteration time - 1",
@@ -493,23 +625,30 @@ def agreement(root: Path) -> list[Section]:
 
 
 # ------------------------------------------------------------------ reproductions
-def reproduction(root: Path) -> list[Section]:
+def reproduction(root: DirReader) -> list[Section]:
     from testbed.report.headline import headline_rows
 
     io = readers
-    summ = io.read_json(root / "summary.json") or {}
-    secs = [Section("headline against the paper", summ.get("reproduces", ""),
-                    tables=[Table(["figure", "this run", "paper"], headline_rows(summ),
+    summ = _dict(io.read_json(root, "summary.json"))
+    secs = [Section("headline against the paper", str(summ.get("reproduces", ""))[:500],
+                    tables=[Table(["figure", "this run", "paper"],
+                                  table_rows(root, headline_rows(summ), "summary.json")[0],
                                   "The largest effect over the sweep: for cba and bace the "
                                   "paired change against the named baseline, mean over "
                                   "seeds, at the load where it is largest.")])]
     secs += _safe(_reproduction_figures, root, summ)
-    for md in sorted(p for p in root.glob("*.md") if p.name != "README.md"):
-        secs.append(Section(f"table: {md.name}", "", [], [], markdown_html(md.read_text())))
+    mds = [n for n in root.names() if n.endswith(".md") and n != "README.md"]
+    if len(mds) > MARKDOWN_MAX_FILES:
+        root.skip("*.md", f"{len(mds)} Markdown files: the first {MARKDOWN_MAX_FILES} shown")
+    for name in mds[:MARKDOWN_MAX_FILES]:
+        text = root.read_text(name)
+        if text is not None:
+            secs.append(Section(f"table: {name}", "", [], [], markdown_html(text)))
     setup = summ.get("setup")
     if isinstance(setup, dict):
-        secs.append(Section("set-up", tables=[Table([], [(k, json.dumps(v) if isinstance(
-            v, dict | list) else v) for k, v in setup.items()])]))
+        rows, note = table_rows(root, [(k, json.dumps(v)[:2000] if isinstance(
+            v, dict | list) else v) for k, v in setup.items()], "summary.json setup")
+        secs.append(Section("set-up", tables=[Table([], rows, note)]))
     return secs
 
 
@@ -526,10 +665,22 @@ CAPTIONS = {
 }
 
 
-def _reproduction_figures(root: Path, summ: dict[str, Any]) -> list[Section]:
+REPRO_MAX_ROWS = 5_000
+"""Rows of a reproduction's summary drawn as its policy comparison."""
+
+
+def _reproduction_figures(root: DirReader, summ: dict[str, Any]) -> list[Section]:
     figs: list[Figure] = []
     exp = summ.get("experiment")
     rows = summ.get("rows")
+    if isinstance(rows, list):
+        rows = [r for r in rows if isinstance(r, dict)]
+        lines = len({(r.get("policy"), r.get("case")) for r in rows})
+        if len(rows) > REPRO_MAX_ROWS or lines > FIGURE_MAX_LINES * 2:
+            root.skip("summary.json", f"{len(rows)} rows, {lines} policy lines: the "
+                      f"comparison is drawn for at most {REPRO_MAX_ROWS} rows and "
+                      f"{FIGURE_MAX_LINES * 2} lines")
+            return [Section("figures", "(not drawn: too many rows; see summary.json)")]
     if exp in CAPTIONS and isinstance(rows, list):
         from testbed.report.repro_plots import reproduction_figure
 
@@ -542,17 +693,20 @@ def _reproduction_figures(root: Path, summ: dict[str, Any]) -> list[Section]:
 
 
 # ------------------------------------------------------------------ sweeps
-def sweep(root: Path) -> list[Section]:
+def sweep(root: DirReader) -> list[Section]:
     from testbed.report.repro_plots import sweep_figures
 
     io = readers
-    meta = io.read_json(root / "sweep.json") or {}
-    secs = [Section("sweep", f"{meta.get('points')} runs, {meta.get('seeds')} seed(s) per "
-                    f"point; metric {meta.get('metric')}.",
-                    tables=[Table([], [(k, v) for k, v in (meta.get("set") or {}).items()])])]
+    meta = _dict(io.read_json(root, "sweep.json"))
+    sets, note = table_rows(root, list(_dict(meta.get("set")).items()), "sweep.json set")
+    secs = [Section("sweep", f"{str(meta.get('points'))[:40]} runs, "
+                    f"{str(meta.get('seeds'))[:40]} seed(s) per point; metric "
+                    f"{str(meta.get('metric'))[:100]}.", tables=[Table([], sets, note)])]
     secs += _safe(sweep_figures, root, meta)
-    agg = io.read_csv(root / "sweep_mean.csv")
+    agg = io.read_csv(root, "sweep_mean.csv")
     if agg:
-        secs.append(Section("mean per point", tables=[Table(list(agg[0]),
-                                                            [list(r.values()) for r in agg])]))
+        cols = [k for k in agg[0] if k is not None][:50]
+        rows, note = table_rows(root, agg, "sweep_mean.csv")
+        secs.append(Section("mean per point", tables=[Table(cols, [[r.get(k) for k in cols]
+                                                                   for r in rows], note)]))
     return secs
