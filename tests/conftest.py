@@ -49,6 +49,13 @@ def ppjobs() -> dict[str, Any]:
     return load_yaml("pp-jobs.yaml")
 
 
+# Root tests that build no emulated network and time no packets (second users, file
+# modes, `vagrant validate`): they may run beside other tests under xdist.
+ROOT_BUT_NOT_TIMED = frozenset({"test_security_report", "test_security_fault",
+                                "test_security_monitor", "test_security_clean",
+                                "test_vagrant"})
+
+
 def _needs_root(item: pytest.Item) -> bool:
     """Marked `root`, or skipped unless root (a skipif whose reason names root)."""
     if item.get_closest_marker("root") is not None:
@@ -61,11 +68,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     fast tier, `make test-fast`), and `stress` on the root, VM and controller tests
     (`make test-stress` runs those again and again with a core kept busy)."""
     for item in items:
-        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
         root = _needs_root(item)
         if root and item.get_closest_marker("root") is None:
             item.add_marker(pytest.mark.root)
-        if root:
+        if root and module not in ROOT_BUT_NOT_TIMED:
             # Under `make test` (pytest-xdist, --dist loadgroup) the root tests run one at
             # a time on one worker: emulations time packets, and two at once on a 2-core
             # machine would measure each other. The other workers take the rest.
