@@ -135,8 +135,16 @@ def signal_if(pid: int, sig: int, still_ours: Callable[[int], bool]) -> bool:
     a PID reused between the check and the signal gets nothing. True when sent."""
     try:
         pfd = os.pidfd_open(pid)
-    except OSError:
+    except ProcessLookupError:
         return False
+    except (AttributeError, OSError):  # no pidfds (kernel < 5.3): check, then kill
+        if not still_ours(pid):
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
     try:
         if not still_ours(pid):
             return False
