@@ -27,6 +27,7 @@ from testbed.emu.state import (
     kill_procs,
     new_state,
     release_held,
+    signal_if,
 )
 
 IP_A, IP_B = "10.0.0.1", "10.0.0.2"
@@ -121,9 +122,8 @@ class LinkTestbed:
         st = self.state
         if st is not None:
             for r in st.procs:
-                if r.role == "node-shell" and alive(r):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(r.pid, signal.SIGKILL)
+                if r.role == "node-shell":
+                    signal_if(r.pid, signal.SIGKILL, lambda _p, r=r: alive(r))
             kill_procs(list(reversed(st.procs)), grace_s=2.0)
             kill_in_held(Path(st.state_dir))  # by the namespaces the run still holds
         close_nodes(self.nodes)

@@ -41,6 +41,7 @@ from testbed.emu.state import (
     kill_procs,
     new_state,
     release_held,
+    signal_if,
 )
 from testbed.errors import RuntimeFailure
 
@@ -399,9 +400,7 @@ class EmuNetwork:
             # Node shells are interactive bash (they ignore SIGTERM): SIGKILL them.
             shells = [r for r in st.procs if r.role.endswith("-shell")]
             for r in shells:
-                if alive(r):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(r.pid, signal.SIGKILL)
+                signal_if(r.pid, signal.SIGKILL, lambda _p, r=r: alive(r))
             kill_procs([r for r in reversed(st.procs) if not r.role.endswith("-shell")],
                        grace_s=2.0)
             kill_in_held(Path(st.state_dir))  # by the namespaces the run still holds
