@@ -24,8 +24,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | No
     The file gets ordinary permissions (0644 less the umask: never writable by others,
     even under umask 000), not mkstemp's private 0600; pass mode=0o600 for a secret.
     """
+    from testbed.safefs import make_dirs
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         os.fchmod(fd, (0o644 & ~_umask()) if mode is None else mode)
@@ -65,7 +67,9 @@ def check_out_target(target: Path) -> None:
 
 def make_stage(target: Path) -> Path:
     """A new hidden sibling `.NAME.PID.XXXX.partial` of target, with ordinary permissions."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    from testbed.safefs import make_dirs
+
+    make_dirs(target.parent)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial",
                                   dir=target.parent))
     # mkdtemp makes the directory private (0700); a run directory is ordinary output,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.safefs import OPEN_SAFE, dir_problem
+from testbed.safefs import OPEN_SAFE, dir_problem, make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def out_lock(target: Path) -> Iterator[None]:
             _held[key][1] -= 1
         return
     path = lock_path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tries = 0
     while True:
         try:

@@ -43,7 +43,10 @@ class RecordStream:
     def __init__(self, path: Path, columns: Sequence[str], flush_s: float = 0.0,
                  fsync_s: float = FSYNC_S, buffer_bytes: int = 1 << 16) -> None:
         self.path = Path(path)
-        self.fh: IO[str] = open(self.path, "w", encoding="utf-8", newline="",
+        # 0644 less the umask at most (never writable by others), never through a link.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o644)
+        self.fh: IO[str] = open(fd, "w", encoding="utf-8", newline="",
                                 buffering=buffer_bytes)
         self.writer = csv.writer(self.fh, lineterminator="\n")
         self.flush_s, self.fsync_s = flush_s, fsync_s

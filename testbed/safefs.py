@@ -70,6 +70,28 @@ def make_private_dir(path: str | os.PathLike[str], field: str, mode: int = 0o700
     return p
 
 
+def make_dirs(path: str | os.PathLike[str], mode: int = 0o755) -> Path:
+    """mkdir -p, each directory it makes at `mode` less the umask and never writable by
+    group or others (not even under umask 000); existing ones are left as they are."""
+    p = Path(path)
+    missing = []
+    q = p
+    while not q.is_dir():
+        missing.append(q)
+        if q.parent == q:
+            break
+        q = q.parent
+    mask = os.umask(0)
+    os.umask(mask)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode & ~mask & ~0o022)
+    return p
+
+
 def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY,
                  dir_fd: int | None = None, owner_uid: int | None = None,
                  mode: int = 0o600) -> int:

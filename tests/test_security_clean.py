@@ -509,3 +509,21 @@ def test_state_dirs_lightpipe_makes_are_private(tmp_path: Path,
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     assert stat.S_IMODE((Path(st.state_dir) / "state.json").stat().st_mode) == 0o600
     shutil.rmtree(st.state_dir)
+
+
+def test_directories_and_records_made_under_umask_000_are_not_writable_by_others(
+        tmp_path: Path) -> None:
+    """Under umask 000 the old code made --out's parents, the run directory and its files
+    world-writable: another user could then plant links for root's later writes."""
+    out = tmp_path / "a" / "b" / "r"
+    code = ("import os, sys; os.umask(0); from testbed.cli.main import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "sim", str(small_spec(tmp_path)),
+                        "--out", str(out), "-q"], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=HANG_S)
+    assert r.returncode == 0, r.stderr
+    for d in (tmp_path / "a", tmp_path / "a" / "b", out):
+        assert stat.S_IMODE(d.stat().st_mode) & 0o022 == 0, (d, oct(d.stat().st_mode))
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert files and all(stat.S_IMODE(p.stat().st_mode) & 0o022 == 0 for p in files), \
+        {p.name: oct(p.stat().st_mode) for p in files}
