@@ -91,7 +91,15 @@ def other_user() -> Iterator[User]:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
             p.wait()
-        subprocess.run(["userdel", "-r", name], capture_output=True)
+        for _ in range(100):  # /etc/passwd may be locked by a useradd elsewhere: again
+            r = subprocess.run(["userdel", "-r", name], capture_output=True, text=True)
+            if r.returncode in (0, 6) and name not in Path("/etc/passwd").read_text():
+                break
+            import time
+
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"userdel -r {name}: {r.stderr.strip()}")
 
 
 def userns_works(user: User) -> bool:
