@@ -5,22 +5,39 @@ STAMP := $(VENV)/.lightpipe-setup
 SCENARIO ?= scenarios/quickstart.yaml
 OUT ?= runs/quickstart
 
-.PHONY: setup demo test lint clean-runs grafana
+.PHONY: setup demo test test-fast test-stress lock lint clean-runs grafana
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml requirements.lock scripts/setup.sh
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 
 demo: setup
 	$(BIN)/lightpipe run $(SCENARIO) --out $(OUT) --force
 
+# The full suite (what CI runs): TEST_JOBS pytest-xdist workers; the root tests run one
+# at a time on one of them (tests/conftest.py), the rest are shared out.
+TEST_JOBS ?= 3
 test: setup
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -n $(TEST_JOBS) --dist loadgroup
+
+# While developing: every test that needs neither root, a network namespace nor a VM.
+test-fast: setup
+	$(BIN)/python -m pytest tests -m "not root and not vm and not slow" -n $(TEST_JOBS) -q
+
+# Hunt flaky tests: the root, emulation and controller tests 5 times in a row with one
+# core kept busy; every failure listed with its test and cause (runs/stress/stress.md).
+test-stress: setup
+	$(BIN)/python scripts/stress.py --rounds 5 --busy 1
+
+# Move the lock (requirements.lock) to the newest releases pyproject.toml allows, then run
+# the suite against them. Commit requirements.lock only when it passes.
+lock:
+	bash scripts/lock.sh
 
 lint: setup
-	$(BIN)/ruff check testbed controllers workloads tests bench grafana
+	$(BIN)/ruff check testbed controllers workloads tests bench grafana scripts
 
 # Regenerate grafana/dashboards/*.json from grafana/lightpipe_dashboards.py.
 grafana: setup

@@ -21,6 +21,10 @@ from testbed.spec.models import Scenario
 MAC_RE = r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$"
 Dpid = Annotated[int, Field(ge=1, lt=2**64)]
 Port = Annotated[int, Field(ge=1, lt=0xFFFFFF00)]
+# Numbers and list sizes that reach loops, tc and the fibre emulators are bounded (a
+# PUT /layout body is the controller's input): see docs/security.md.
+MAX_RATE_MBPS = 1e7   # emulated rate of a host or fabric link (HTB)
+MAX_ITEMS = 65_536    # switches, links, hosts
 
 
 class _Frozen(BaseModel):
@@ -56,7 +60,7 @@ class LinkSpec(_Frozen):
     control: str | None = Field(default=None, description="fibre emulator control socket "
                                 "(per-lightpath capacity), or 'netem:<descriptor file>' for a "
                                 "netem/HTB fibre (testbed.emu.links.NetemLink), if any")
-    rate_mbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+    rate_mbps: Annotated[float, Field(gt=0, le=MAX_RATE_MBPS, allow_inf_nan=False)] | None = Field(
         default=None, description="emulated rate of a fabric link (HTB both ways), if limited")
 
 
@@ -69,7 +73,7 @@ class HostSpec(_Frozen):
     mac: Annotated[str, Field(pattern=MAC_RE)]
     switch: str
     port: Port
-    rate_mbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+    rate_mbps: Annotated[float, Field(gt=0, le=MAX_RATE_MBPS, allow_inf_nan=False)] | None = Field(
         default=None, description="emulated rate of the host's link, if limited")
 
     @model_validator(mode="after")
@@ -81,10 +85,10 @@ class HostSpec(_Frozen):
 class Layout(_Frozen):
     """The whole data plane: validated so that every reference resolves."""
 
-    switches: Annotated[list[SwitchSpec], Field(min_length=1)]
-    links: list[LinkSpec] = Field(default_factory=list)
-    hosts: list[HostSpec] = Field(default_factory=list)
-    mbps_per_gbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+    switches: Annotated[list[SwitchSpec], Field(min_length=1, max_length=MAX_ITEMS)]
+    links: Annotated[list[LinkSpec], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
+    hosts: Annotated[list[HostSpec], Field(max_length=MAX_ITEMS)] = Field(default_factory=list)
+    mbps_per_gbps: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] = Field(
         default=1.0, description="emulated Mb/s per real Gb/s of lightpath capacity "
         "(testbed.emu.scale.Scale.mbps_per_gbps)")
 

@@ -36,6 +36,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
 fi
-log "installing lightpipe[dev] (torch==2.13.0 pinned; ray for sweeps on Ray)"
-"$VENV/bin/pip" install -q -e '.[dev]'
+LOCK=requirements.lock
+if [ "${LIGHTPIPE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; then
+  # Unlocked: the newest releases pyproject.toml allows (what `make lock` resolves).
+  log "installing lightpipe[dev] unlocked (torch==2.13.0 pinned; ray for sweeps on Ray)"
+  "$VENV/bin/pip" install -q -e '.[dev]'
+else
+  # Locked: exactly what was tested (requirements.lock: versions and sha256 hashes), so
+  # that a fresh machine gets the same PyYAML, pydantic, ... as CI. torch on its own: the
+  # CPU build where the machine has it (pip's find-links), PyPI's 2.13.0 elsewhere.
+  log "installing the locked dependencies (requirements.lock) and torch==2.13.0"
+  "$VENV/bin/pip" install -q --no-deps torch==2.13.0
+  "$VENV/bin/pip" install -q --no-deps --require-hashes -r "$LOCK"
+  "$VENV/bin/pip" install -q --no-deps -e .
+  "$VENV/bin/pip" check >/dev/null || { "$VENV/bin/pip" check >&2; exit 1; }
+fi
 log "done: $VENV/bin/lightpipe"

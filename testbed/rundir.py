@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import logging
 import os
 import shutil
@@ -43,17 +44,24 @@ class RecordStream:
     def __init__(self, path: Path, columns: Sequence[str], flush_s: float = 0.0,
                  fsync_s: float = FSYNC_S, buffer_bytes: int = 1 << 16) -> None:
         self.path = Path(path)
-        # 0644 less the umask at most (never writable by others), never through a link.
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o644)
-        self.fh: IO[str] = open(fd, "w", encoding="utf-8", newline="",
+        # The file appears with its header whole or not at all: a run killed between the
+        # open and the header's write left an empty record file that readers refused.
+        header = io.StringIO(newline="")
+        csv.writer(header, lineterminator="\n").writerow(columns)
+        tmp = self.path.with_name(f".{self.path.name}.header-{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, header.getvalue().encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        self.fh: IO[str] = open(self.path, "a", encoding="utf-8", newline="",
                                 buffering=buffer_bytes)
         self.writer = csv.writer(self.fh, lineterminator="\n")
         self.flush_s, self.fsync_s = flush_s, fsync_s
         self.rows = 0
-        self.writer.writerow(columns)
         self._flushed = self._synced = time.monotonic()
-        self.sync()
 
     def write(self, values: Sequence[Any]) -> None:
         """One record (a row of cells); reaches the OS per `flush_s` (0: at once)."""

@@ -47,3 +47,28 @@ def quickstart() -> dict[str, Any]:
 @pytest.fixture
 def ppjobs() -> dict[str, Any]:
     return load_yaml("pp-jobs.yaml")
+
+
+def _needs_root(item: pytest.Item) -> bool:
+    """Marked `root`, or skipped unless root (a skipif whose reason names root)."""
+    if item.get_closest_marker("root") is not None:
+        return True
+    return any("root" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tiers: `root` on every test that needs root (so `-m "not root and not vm"` is the
+    fast tier, `make test-fast`), and `stress` on the root, VM and controller tests
+    (`make test-stress` runs those again and again with a core kept busy)."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+        root = _needs_root(item)
+        if root and item.get_closest_marker("root") is None:
+            item.add_marker(pytest.mark.root)
+        if root:
+            # Under `make test` (pytest-xdist, --dist loadgroup) the root tests run one at
+            # a time on one worker: emulations time packets, and two at once on a 2-core
+            # machine would measure each other. The other workers take the rest.
+            item.add_marker(pytest.mark.xdist_group("root"))
+        if root or module.startswith("test_controller_"):
+            item.add_marker(pytest.mark.stress)

@@ -19,7 +19,13 @@ from controllers.api import RestApi
 from controllers.core import ControllerCore
 from controllers.jobs import JobService
 from controllers.layout import default_layout
-from controllers.placing import ENV_MAX, ENV_TIMEOUT, PlaceLimits, place_limits_env
+from controllers.placing import (
+    ENV_MAX,
+    ENV_TIMEOUT,
+    MAX_TIMEOUT_S,
+    PlaceLimits,
+    place_limits_env,
+)
 from controllers.store import Store
 from testbed.cli.main import main
 from testbed.orchestrate.ctl_process import rest_call
@@ -44,6 +50,10 @@ def served(tmp: Path, limits: PlaceLimits | None = None) -> Iterator[RestApi]:
     sc = scenario()
     core = ControllerCore(sc, Store(tmp / "c.db"), layout=default_layout(sc),
                           southbound=Recorder())
+    # The time limit is a test of its own (limits given): elsewhere a placement on a busy
+    # 2-core machine may take longer than the default 20 s, and a race test must not
+    # turn into a time-limit test (a CI run answered 503 to both racers).
+    limits = limits or PlaceLimits(timeout_s=MAX_TIMEOUT_S)
     api = RestApi(core, port=0, token=TOKEN, jobs=JobService(core, limits))
     api.serve()
     try:
@@ -180,7 +190,7 @@ def test_over_the_time_limit_is_503_and_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_more_placements_than_the_limit_get_503_busy(tmp_path: Path) -> None:
-    with served(tmp_path, PlaceLimits(max_concurrent=1)) as api:
+    with served(tmp_path, PlaceLimits(timeout_s=MAX_TIMEOUT_S, max_concurrent=1)) as api:
         ev = Events()
         ev.start("big", api, "POST", "/jobs", BIG)
         wait_for(api, "lightpipe_job_placements_planning", lambda v: v == 1)

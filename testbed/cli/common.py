@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,30 @@ def load(args: argparse.Namespace) -> Scenario:
 
 
 def emit(text: str) -> None:
-    """Command output (not logging) goes to stdout."""
+    """Command output (not logging) goes to stdout, with no terminal control characters
+    (it may quote files, sockets or replies another user wrote; testbed.termsafe)."""
+    from testbed.termsafe import safe_text
+
+    text = safe_text(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def emit_json(data: Any) -> None:
     emit(json.dumps(data, indent=2))
+
+
+def bounded_number(option: str, value: float, low: float, high: float, *,
+                   low_open: bool = False, what: str = "") -> float:
+    """`value` when it is a finite number in [low, high] ((low, high] with low_open);
+    else InputError naming the option (a number that reaches a timer, a sleep or a loop
+    must be bounded: docs/security.md)."""
+    from testbed.errors import InputError
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(option, f"must be a finite number, got {value}")
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    if value < low or (low_open and value == low):
+        raise InputError(option, f"must be {'>' if low_open else '>='} {low:g}, got {shown}")
+    if value > high:
+        raise InputError(option, f"must be at most {high:g}{what}, got {shown}")
+    return value

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from pathlib import Path
 from typing import Any
 
 from testbed.cli.held import add_network_arg, find_network
@@ -61,16 +64,32 @@ def build_request(args: argparse.Namespace) -> dict[str, Any]:
                        ("down_s", down_s), ("first_slot", args.first_slot),
                        ("slots", args.slots)):
         if value is not None:
-            req[key] = value
+            req[key] = check_option(key, value)
     return req
+
+
+def check_option(key: str, value: float) -> float:
+    """The value of an event field given on the command line, within the bounds of
+    testbed.spec.models.EventSpec (checked here before anything is sent; the run checks
+    them again); InputError naming the option."""
+    from testbed.cli.common import bounded_number
+    from testbed.spec.models import MAX_FAULT_S
+
+    day = " (one day on the scenario clock)"
+    bounds: dict[str, tuple[float, float, bool, str]] = {
+        "period_s": (0.0, MAX_FAULT_S, True, day), "down_s": (0.0, MAX_FAULT_S, True, day),
+        "count": (1, 1000, False, ""), "first_slot": (0, 4095, False, ""),
+        "slots": (1, 4096, False, "")}
+    low, high, low_open, what = bounds[key]
+    return bounded_number(OPTIONS[key], value, low, high, low_open=low_open, what=what)
 
 
 def socket_of(net: dict[str, object]) -> str:
     """The held run's fault channel: `faults.sock` in its own state directory (checked
-    against network.json's prefix and the run's state), RuntimeFailure when it is gone."""
-    from pathlib import Path
+    against network.json's prefix, this LightPipe's state root, the directory's owner
+    and mode, and the run's state), RuntimeFailure when it is gone or not trusted."""
 
-    from testbed.emu.state import PREFIX_RE, RunState, run_is_live
+    from testbed.emu.state import PREFIX_RE, RunState, run_is_live, state_root
     from testbed.errors import RuntimeFailure
     from testbed.orchestrate.faultctl import SOCKET_NAME
 
@@ -78,6 +97,12 @@ def socket_of(net: dict[str, object]) -> str:
     state_dir = Path(str(net.get("state_dir") or ""))
     if not PREFIX_RE.fullmatch(prefix) or state_dir.name != prefix:
         raise RuntimeFailure("network.json names no LightPipe run state directory")
+    root = state_root()
+    if os.path.abspath(state_dir) != os.path.abspath(root / prefix):
+        raise RuntimeFailure(f"network.json's state directory {state_dir} is not in this "
+                             f"LightPipe's state root {root} (a run held with another "
+                             "LIGHTPIPE_STATE_DIR, or not a LightPipe run): refused")
+    check_state_dir(state_dir)
     try:
         live = run_is_live(RunState.load(state_dir))
     except (OSError, ValueError, TypeError):
@@ -91,9 +116,54 @@ def socket_of(net: dict[str, object]) -> str:
     return str(path)
 
 
+def check_state_dir(state_dir: Path) -> None:
+    """RuntimeFailure unless the run's state directory is a directory itself (no link),
+    owned by root or this user and writable by no one else: its socket and state files
+    are then theirs."""
+    import stat
+
+    from testbed.errors import RuntimeFailure
+    from testbed.orchestrate.faultctl import trusted_uids
+
+    try:
+        st = os.lstat(state_dir)
+    except FileNotFoundError:
+        raise RuntimeFailure(f"the held run {state_dir.name} is gone (its network was "
+                             "torn down)") from None
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot use {state_dir}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeFailure(f"{state_dir} is not a directory (a link?): refused")
+    if st.st_uid not in trusted_uids():
+        raise RuntimeFailure(f"{state_dir} is owned by uid {st.st_uid}, not by root or "
+                             "you: refused")
+    if st.st_mode & 0o022:
+        raise RuntimeFailure(f"{state_dir} is writable by other users "
+                             f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
+
+
+def time_factor_of(net: dict[str, object]) -> float:
+    """network.json's time_factor (1 when absent), within the spec's bounds."""
+    from testbed.errors import RuntimeFailure
+
+    factor = net.get("time_factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
+            math.isfinite(factor) and 0 < factor <= 1e6):
+        raise RuntimeFailure(f"network.json: time_factor {factor!r} is not a number in "
+                             "(0, 1e6]")
+    return float(factor)
+
+
 def answer_timeout_s(req: dict[str, Any], time_factor: float) -> float:
+    """How long to wait for the answer: the fault's own span on the wall clock (at most
+    the run's MAX_FAULT_WALL_S: it refuses longer ones) and a margin."""
+    from testbed.orchestrate.faultctl import MAX_FAULT_WALL_S
+
     span = req.get("down_s", 0.0) + req.get("period_s", 0.0) * req.get("count", 0)
-    return span * time_factor + ANSWER_MARGIN_S
+    wall_s = span * time_factor
+    if not (math.isfinite(wall_s) and wall_s <= MAX_FAULT_WALL_S):
+        wall_s = MAX_FAULT_WALL_S
+    return wall_s + ANSWER_MARGIN_S
 
 
 def describe_row(row: dict[str, Any]) -> str:
@@ -106,20 +176,15 @@ def describe_row(row: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import math
 
     from testbed.cli.common import emit
     from testbed.errors import InputError
     from testbed.orchestrate.faultctl import request_fault
 
     req = build_request(args)
-    for key in ("period_s", "down_s"):
-        if key in req and not math.isfinite(req[key]):
-            raise InputError(OPTIONS[key], f"must be a finite number, got {req[key]}")
     net = find_network(args.network)
     path = socket_of(net)
-    factor = net.get("time_factor")
-    scale = float(factor) if isinstance(factor, (int, float)) else 1.0
+    scale = time_factor_of(net)
     try:
         row = request_fault(path, req, answer_timeout_s(req, scale))
     except InputError as exc:  # the run's field names -> this command's options

@@ -31,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from testbed.atomicio import atomic_write_text
+    from testbed.cli.common import emit
     from testbed.monitor import dashboards as dash
 
     gdir = args.dir or dash.grafana_dir()
@@ -41,13 +42,16 @@ def run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"lightpipe: error: out of date: {', '.join(bad)} "
                                  "(run `lightpipe grafana build`)\n")
                 return 1
-            print("grafana/dashboards is up to date")
+            emit("grafana/dashboards is up to date")
             return 0
         (gdir / "dashboards").mkdir(parents=True, exist_ok=True)
         for name, text in dash.build(gdir).items():
             atomic_write_text(gdir / "dashboards" / name, text)
-            print(f"wrote {gdir / 'dashboards' / name}")
+            emit(f"wrote {gdir / 'dashboards' / name}")
         return 0
+    from testbed.cli.common import bounded_number
+
+    bounded_number("--since-s", args.since_s, 0.0, 366 * 86_400.0, low_open=True)
     end = time.time()
     values = {"run": args.run}
     empty = 0
@@ -55,5 +59,5 @@ def run(args: argparse.Namespace) -> int:
         for q in dash.queries(name, d):
             n = dash.run_query(args.url, q, values, end - args.since_s, end)
             empty += n == 0
-            print(f"{'ok   ' if n else 'EMPTY'} {n:4d}  {name}: {q.kind} {q.title}")
+            emit(f"{'ok   ' if n else 'EMPTY'} {n:4d}  {name}: {q.kind} {q.title}")
     return 1 if empty else 0

@@ -32,6 +32,7 @@ from testbed.cli import (
     validate_cmd,
 )
 from testbed.errors import InputError, LightPipeError
+from testbed.termsafe import SafeFormatter, safe_line
 
 log = logging.getLogger("lightpipe")
 
@@ -111,12 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         if debug:
             log.exception("input error")
-        sys.stderr.write(f"lightpipe: error: {exc.line()}\n")
+        sys.stderr.write(f"lightpipe: error: {safe_line(exc.line())}\n")
         return 2
     except LightPipeError as exc:
         if debug:
             log.exception("failure")
-        sys.stderr.write(f"lightpipe: error: {exc}\n")
+        sys.stderr.write(f"lightpipe: error: {safe_line(str(exc))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("lightpipe: interrupted\n")
@@ -127,20 +128,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        sys.stderr.write(f"lightpipe: error: {where}{(exc.strerror or str(exc)).lower()}\n")
+        text = f"{where}{(exc.strerror or str(exc)).lower()}"
+        sys.stderr.write(f"lightpipe: error: {safe_line(text)}\n")
         return 1
     except Exception as exc:
         if debug:
             raise
-        sys.stderr.write(f"lightpipe: error: internal error ({type(exc).__name__}: {exc}); "
-                         "please report it with the output of --debug\n")
+        text = f"internal error ({type(exc).__name__}: {exc})"
+        sys.stderr.write(f"lightpipe: error: {safe_line(text)}; please report it with the "
+                         "output of --debug\n")
         return 1
 
 
 def _setup_logging(verbosity: int) -> None:
     level = logging.WARNING - 10 * min(verbosity, 2)
-    logging.basicConfig(level=level, format="lightpipe: %(levelname)s: %(message)s",
-                        stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("lightpipe: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def entry() -> None:

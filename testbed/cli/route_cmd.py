@@ -64,6 +64,36 @@ def _fabric(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                 args.oversubscription), None
 
 
+# Fabric sizes, job counts and search bounds reach loops and timers: each is bounded
+# (far beyond what docs/routing.md runs) so that a typo cannot hang the machine.
+MAX_FABRIC_NODES = 1024      # --clos S and L, --hosts-per-leaf, --fat-tree K
+MAX_JOBS = 100_000           # --jobs, --ring-size
+MAX_TIME_BUDGET_S = 86_400.0
+MAX_MOVES = 10**9
+
+
+def check_bounds(args: argparse.Namespace) -> None:
+    """InputError naming the first option out of its bounds."""
+    from testbed.cli.common import bounded_number
+    from testbed.errors import InputError
+
+    if args.fat_tree is not None:
+        bounded_number("--fat-tree", args.fat_tree, 2, 64)
+    if args.clos is not None:
+        s, _, leaf = args.clos.lower().partition("x")
+        if s.isdigit() and leaf.isdigit() and max(int(s), int(leaf)) > MAX_FABRIC_NODES:
+            raise InputError("--clos", f"at most {MAX_FABRIC_NODES} spines and leaves, got "
+                             f"{args.clos!r}")
+    bounded_number("--hosts-per-leaf", args.hosts_per_leaf, 1, MAX_FABRIC_NODES)
+    bounded_number("--jobs", args.jobs, 1, MAX_JOBS)
+    bounded_number("--ring-size", args.ring_size, 2, MAX_JOBS)
+    if args.time_budget_s is not None:
+        bounded_number("--time-budget-s", args.time_budget_s, 0.0, MAX_TIME_BUDGET_S,
+                       low_open=True)
+    if args.max_moves is not None:
+        bounded_number("--max-moves", args.max_moves, 0, MAX_MOVES)
+
+
 def run(args: argparse.Namespace) -> int:
     import math
 
@@ -77,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
             raise InputError(f"--{name.replace('_', '-')}", f"must be > 0, got {value}")
+    check_bounds(args)
     policy = args.policy
     if policy is not None:
         get_policy(policy)  # unknown names fail before any work

@@ -10,6 +10,7 @@ import time
 
 from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
 
+MAX_JOBS = 256  # --jobs: worker processes (or Ray CPUs) at once
 HELP = "run a grid of spec values x seeds in parallel (sweep.csv + METRIC_vs_FIELD.png)"
 
 
@@ -51,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 1 or args.seeds > 1000:
         raise InputError("--seeds", f"must be 1..1000, got {args.seeds}")
-    if args.jobs < 1:
-        raise InputError("--jobs", f"must be >= 1, got {args.jobs}")
+    if not 1 <= args.jobs <= MAX_JOBS:  # processes started: bounded like every count
+        raise InputError("--jobs", f"must be 1..{MAX_JOBS}, got {args.jobs}")
     if args.ray_address is not None:
         from testbed.experiments import sweep_ray
 

@@ -29,6 +29,7 @@ import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import random
 import select
@@ -60,6 +61,25 @@ _VNET = struct.Struct("<BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_sta
 GSO_NONE = 0
 MIN_QUEUE_BYTES = 256 * 1024
 MAX_BATCH = 256
+
+
+MAX_RATE_MBPS = 1e9        # a control request's rate_mbps: finite, > 0 and at most this
+MAX_DELAY_MS = 1e9         # delay_ms / correction_ms: finite, at most this (11.6 days)
+MAX_QUEUE_BYTES = 1 << 30  # queue_bytes / limit_bytes
+
+
+def bounded(name: str, value: object, low: float, high: float) -> float:
+    """`value` as a finite float in [low, high]; ValueError naming the field otherwise
+    (a control request's numbers reach the loop's timers and queues)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a number, got {value!r}"[:200])
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {value!r}"[:200]) from None
+    if not (math.isfinite(x) and low <= x <= high):
+        raise ValueError(f"{name} must be a finite number in [{low:g}, {high:g}], got {x!r}")
+    return x
 
 
 def default_queue_bytes(rate_mbps: float, delay_ms: float) -> int:
@@ -178,8 +198,11 @@ class Forwarder:
 
     # -- lightpath caps ------------------------------------------------------------
     def set_vlan(self, vlan: int, rate_mbps: float, limit_bytes: int | None = None) -> None:
-        if not 1 <= vlan <= 4094 or not rate_mbps > 0:
+        if not 1 <= vlan <= 4094 or not (math.isfinite(rate_mbps)
+                                         and 0 < rate_mbps <= MAX_RATE_MBPS):
             raise ValueError(f"bad lightpath cap vlan={vlan} rate_mbps={rate_mbps}")
+        if limit_bytes is not None:
+            limit_bytes = int(bounded("limit_bytes", limit_bytes, 1500, MAX_QUEUE_BYTES))
         limit = limit_bytes or default_queue_bytes(rate_mbps, self.delay_s * 1000)
         for d in self.dirs.values():
             cls = d.vlans.get(vlan)
@@ -353,31 +376,31 @@ class Forwarder:
             return {"ok": True, "stats": self.stats()}
         if cmd == "set":
             if "rate_mbps" in req:
-                rate = float(req["rate_mbps"])
+                rate = bounded("rate_mbps", req["rate_mbps"], 0.0, MAX_RATE_MBPS)
                 if not rate > 0:
                     raise ValueError("rate_mbps must be > 0")
                 self.rate_bps = rate * 1e6
             if "delay_ms" in req:
-                self.delay_s = max(0.0, float(req["delay_ms"])) / 1000.0
+                self.delay_s = bounded("delay_ms", req["delay_ms"], 0.0, MAX_DELAY_MS) / 1000.0
             if "loss" in req:
-                loss = float(req["loss"])
-                if not 0 <= loss <= 1:
-                    raise ValueError("loss must be in [0, 1]")
-                self.loss = loss
+                self.loss = bounded("loss", req["loss"], 0.0, 1.0)
             if "queue_bytes" in req:
-                self.queue_bytes = max(1500, int(req["queue_bytes"]))
+                self.queue_bytes = int(bounded("queue_bytes", req["queue_bytes"], 1500,
+                                               MAX_QUEUE_BYTES))
             if "down" in req:
                 self.down = bool(req["down"])
             return {"ok": True}
         if cmd == "vlan_delay":
-            self.set_vlan_correction(int(req["vlan"]), float(req["correction_ms"]))
+            self.set_vlan_correction(int(req["vlan"]), bounded(
+                "correction_ms", req["correction_ms"], -MAX_DELAY_MS, MAX_DELAY_MS))
             return {"ok": True}
         if "vlan" in req:
             vlan = int(req["vlan"])
             if req.get("remove"):
                 self.remove_vlan(vlan)
             else:
-                self.set_vlan(vlan, float(req["rate_mbps"]), req.get("limit_bytes"))
+                self.set_vlan(vlan, bounded("rate_mbps", req["rate_mbps"], 0.0, MAX_RATE_MBPS),
+                              req.get("limit_bytes"))
             return {"ok": True}
         raise ValueError(f"unknown request {req!r}")
 
@@ -516,8 +539,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="", help="fibre name for metric labels, e.g. 1-2")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s forwarder %(message)s")
-    if not args.rate_mbps > 0 or not 0 <= args.loss <= 1:
-        p.error("rate must be > 0 and loss in [0, 1]")
+    try:
+        bounded("--rate-mbps", args.rate_mbps, 0.0, MAX_RATE_MBPS)
+        bounded("--delay-ms", args.delay_ms, 0.0, MAX_DELAY_MS)
+        bounded("--loss", args.loss, 0.0, 1.0)
+    except ValueError as exc:
+        p.error(str(exc))
+    if not args.rate_mbps > 0:
+        p.error("--rate-mbps must be > 0")
     fwd = Forwarder(args.if_a, args.if_b, args.rate_mbps, args.delay_ms, args.loss,
                     args.queue_bytes, args.seed, args.control)
     for vlan, rate in args.vlan:

@@ -14,8 +14,10 @@ each a single JSON line of at most MAX_REQUEST_BYTES / MAX_RESPONSE_BYTES:
               requests at once)
 
 A request is validated like a scenario's `events` entry (the same model, the same
-cross-field checks against the run's scenario, so the same fields and messages) and
-applied by the run's FaultInjector (FaultInjector.apply_now), the same code that plays a
+cross-field checks against the run's scenario, so the same fields and messages: down_s
+and period_s at most a day on the scenario clock, count at most 1000), and its span on
+the wall clock (x the run's time_factor) is at most MAX_FAULT_WALL_S; it is then applied
+by the run's FaultInjector (FaultInjector.apply_now), the same code that plays a
 scenario's events; the rows go into the run's summary.json when it ends. worker_kill is
 refused: a held network runs no workers.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import socket
 import stat
@@ -51,6 +54,8 @@ READ_TIMEOUT_S = 5.0      # a client has this long to send its request line
 MAX_CLIENTS = 4           # requests served at once; more are answered "busy"
 APPLY_MARGIN_S = 120.0    # beyond the fault's own duration: restoration, restart, scrape
 SUN_PATH_MAX = 107        # bytes of a Unix socket path (Linux sun_path, NUL excluded)
+MAX_FAULT_WALL_S = 86_400.0  # a request's own span on the wall clock (scaled): one day
+MAX_MESSAGE_CHARS = 500   # of a refusal's field or message shown from the reply
 
 
 class _HeldEvents(BaseModel):
@@ -92,7 +97,23 @@ def parse_request(line: bytes, scenario: Scenario) -> EventSpec:
         check_scenario(scenario.model_copy(update={"events": [ev]}))
     except InputError as exc:
         raise InputError(_field(exc.path), exc.message) from None
+    check_wall_span(ev, scenario.emulation.time_factor)
     return ev
+
+
+def fault_span_s(ev: EventSpec) -> float:
+    """The fault's own duration on the scenario clock (a restart's wait, a flap's cycles)."""
+    return (ev.down_s or 0.0) + (ev.period_s or 0.0) * (ev.count or 0)
+
+
+def check_wall_span(ev: EventSpec, scale: float) -> None:
+    """InputError naming the field when the fault would last over MAX_FAULT_WALL_S on the
+    wall clock (its timers, and the answer's wait, must stay finite and sane)."""
+    wall_s = fault_span_s(ev) * scale
+    if not (math.isfinite(wall_s) and wall_s <= MAX_FAULT_WALL_S):
+        field = "down_s" if ev.down_s is not None else "period_s"
+        raise InputError(field, f"the fault would last {wall_s:g} s of wall-clock time "
+                         f"(x time_factor {scale:g}); the limit is {MAX_FAULT_WALL_S:g} s")
 
 
 def _field(path: str) -> str:
@@ -102,9 +123,10 @@ def _field(path: str) -> str:
 
 
 def apply_timeout_s(ev: EventSpec, scale: float) -> float:
-    """How long a request may take: the fault's own span (scaled) and a margin."""
-    span = (ev.down_s or 0.0) + (ev.period_s or 0.0) * (ev.count or 0)
-    return span * scale + APPLY_MARGIN_S
+    """How long a request may take: the fault's own span (scaled, at most
+    MAX_FAULT_WALL_S) and a margin."""
+    span_s = min(fault_span_s(ev) * scale, MAX_FAULT_WALL_S)
+    return (span_s if math.isfinite(span_s) else MAX_FAULT_WALL_S) + APPLY_MARGIN_S
 
 
 class FaultServer:
@@ -181,6 +203,10 @@ class FaultServer:
                 _send(conn, self._answer(conn))
         except OSError as exc:  # the client went away; the fault (if any) is recorded
             log.info("fault channel: %s", exc)
+        except Exception as exc:  # answer, log, and go on serving the next request
+            log.exception("fault channel: request failed")
+            with contextlib.suppress(OSError):
+                _send(conn, _error("runtime", "", f"internal error: {type(exc).__name__}"))
         finally:
             self._slots.release()
 
@@ -196,6 +222,10 @@ class FaultServer:
             row = self.apply(ev)
         except (TimeoutError, RuntimeFailure) as exc:
             return _error("runtime", "", str(exc))
+        except Exception as exc:  # a bug must not leave the client without an answer
+            log.exception("fault channel: %s", ev.kind)
+            return _error("runtime", "", f"internal error applying {ev.kind}: "
+                          f"{type(exc).__name__}: {exc}")
         self.served += 1
         with self._after_lock:
             if self.after is not None and not self._stop.is_set():
@@ -231,11 +261,39 @@ def _read_line(conn: socket.socket, limit: int) -> bytes:
     return line
 
 
-def _peer_allowed(conn: socket.socket) -> bool:
-    """The connecting process runs as root or as this process's user (SO_PEERCRED)."""
+def trusted_uids() -> tuple[int, int]:
+    """Who may be on the other end of the channel: root and this process's user."""
+    return (0, os.geteuid())
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The user the process at the other end of a connected Unix socket runs as (the
+    kernel's SO_PEERCRED, taken when it called connect or listen)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid in (0, os.geteuid())
+    return int(uid)
+
+
+def _peer_allowed(conn: socket.socket) -> bool:
+    """The connecting process runs as root or as this process's user (SO_PEERCRED)."""
+    return peer_uid(conn) in trusted_uids()
+
+
+def check_socket_file(path: str | Path) -> None:
+    """RuntimeFailure unless `path` is a Unix socket itself (not a link to one) owned by
+    root or this user: a network.json must not send us to another user's server."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise RuntimeFailure("the held run is gone (no fault channel at "
+                             f"{path}); is `lightpipe emu --hold` still running?") from None
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot use the fault channel {path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise RuntimeFailure(f"{path} is not a socket (a link or a file): refused")
+    if st.st_uid not in trusted_uids():
+        raise RuntimeFailure(f"{path} is owned by uid {st.st_uid}, not by root or you: "
+                             "refused")
 
 
 def _bind_private(path: Path) -> socket.socket:
@@ -273,6 +331,10 @@ def request_fault(path: str | Path, request: dict[str, Any], timeout_s: float
     line = json.dumps(request).encode() + b"\n"
     if len(line) > MAX_REQUEST_BYTES:
         raise InputError("request", f"over {MAX_REQUEST_BYTES} bytes")
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= threading.TIMEOUT_MAX):
+        raise ValueError(f"timeout_s must be in (0, {threading.TIMEOUT_MAX:g}], got "
+                         f"{timeout_s!r}")
+    check_socket_file(path)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout_s)
         try:
@@ -284,6 +346,10 @@ def request_fault(path: str | Path, request: dict[str, Any], timeout_s: float
         except PermissionError:
             raise RuntimeFailure(f"no permission to use {path} (the held run's fault "
                                  "channel is root only)") from None
+        uid = peer_uid(sock)  # who serves it (a socket file can be swapped after lstat)
+        if uid not in trusted_uids():
+            raise RuntimeFailure(f"the fault channel {path} is served by uid {uid}, not by "
+                                 "root or you: refused (nothing was sent)")
         sock.sendall(line)
         try:
             raw = _read_line(sock, MAX_RESPONSE_BYTES)
@@ -297,13 +363,27 @@ def request_fault(path: str | Path, request: dict[str, Any], timeout_s: float
         raise RuntimeFailure("the held run closed the fault channel without answering "
                              "(did it end?)")
     try:
-        reply = json.loads(raw)
-    except ValueError:
+        reply = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
         raise RuntimeFailure("the held run answered something that is not JSON") from None
+    if not isinstance(reply, dict):
+        raise RuntimeFailure("the held run answered something that is not a JSON object")
     if reply.get("ok"):
-        row: dict[str, Any] = reply["row"]
+        row = reply.get("row")
+        if not isinstance(row, dict):
+            raise RuntimeFailure("the held run answered without a faults row")
         return row
-    err = reply.get("error") or {}
+    err = reply.get("error")
+    err = err if isinstance(err, dict) else {}
+    message = _shown(err.get("message", "refused"))
     if err.get("type") == "input":
-        raise InputError(str(err.get("field", "")), str(err.get("message", "refused")))
-    raise RuntimeFailure(str(err.get("message", "the held run could not apply the fault")))
+        raise InputError(_shown(err.get("field", "")), message)
+    raise RuntimeFailure(_shown(err.get("message", "the held run could not apply the "
+                                        "fault")))
+
+
+def _shown(value: object) -> str:
+    """A string from the reply, made safe for one terminal line and cut short."""
+    from testbed.termsafe import safe_line
+
+    return safe_line(str(value)[:MAX_MESSAGE_CHARS])

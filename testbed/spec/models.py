@@ -12,6 +12,19 @@ from testbed.catalog import GPUS
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+# Every number that reaches a timer, a sleep or a loop has a finite upper bound (docs/
+# security.md, "Numbers and strings"): Python's timers refuse more than ~9.2e9 s
+# (threading.TIMEOUT_MAX) with an OverflowError, and a loop over an unbounded count
+# never ends. These are far beyond any real scenario.
+MAX_EVENT_AT_S = 1e9
+"""Latest event time, scenario seconds (about 31 years)."""
+MAX_FAULT_S = 86_400.0
+"""Longest down_s and period_s of a fault, scenario seconds (one day)."""
+MAX_EVENTS = 1000
+"""Most entries in a scenario's `events`."""
+MAX_DURATION_S = 1e9
+"""Largest mean time (holding, inter-arrival) of a generated workload, seconds."""
+
 
 def _checked(regex, what):  # type: ignore[no-untyped-def]
     def validate(value: str) -> str:
@@ -178,8 +191,8 @@ class LightpathRequestsWorkload(Frozen):
     """Classic dynamic RMSA traffic: Poisson arrivals, exponential holding times."""
 
     kind: Literal["lightpath_requests"]
-    load_erlang: PositiveFloat = 50.0
-    mean_holding_s: PositiveFloat = 1.0
+    load_erlang: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] = 50.0
+    mean_holding_s: Annotated[float, Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)] = 1.0
     requests: Annotated[int, Field(ge=1, le=100_000_000)] = 10_000
     bitrate_gbps: list[PositiveFloat] = Field(default_factory=lambda: [100.0, 200.0, 400.0])
     endpoints: Literal["all_nodes", "dcs"] = "all_nodes"
@@ -204,8 +217,8 @@ class ModelSpec(Frozen):
     micro_batch: Annotated[int, Field(ge=1, le=65_536)] = 1
     bytes_per_value: Annotated[int, Field(ge=1, le=8)] = 2
     heads: Annotated[int, Field(ge=1, le=4096)] = 32
-    ffn_hidden: Annotated[int, Field(ge=1)] | None = None
-    vocab: Annotated[int, Field(ge=1)] = 50257
+    ffn_hidden: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    vocab: Annotated[int, Field(ge=1, le=10_000_000)] = 50257
 
 
 class JobTemplate(Frozen):
@@ -216,7 +229,7 @@ class JobTemplate(Frozen):
     gpus_per_stage: Annotated[int, Field(ge=1, le=65_536)] = 8
     microbatches: Annotated[int, Field(ge=1, le=100_000)] = 8
     iterations: Annotated[int, Field(ge=1, le=100_000_000)] = 100
-    weight: PositiveFloat = 1.0
+    weight: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] = 1.0
 
 
 class PPJobsWorkload(Frozen):
@@ -224,7 +237,8 @@ class PPJobsWorkload(Frozen):
 
     kind: Literal["pp_jobs"]
     jobs: Annotated[int, Field(ge=1, le=10_000_000)] = 100
-    mean_interarrival_s: PositiveFloat = 600.0
+    mean_interarrival_s: Annotated[float, Field(gt=0, le=MAX_DURATION_S,
+                                                allow_inf_nan=False)] = 600.0
     mix: list[JobTemplate] = Field(default_factory=list)
     trace: str | None = Field(default=None, description="job trace CSV (see docs/traces.md)")
     models: list[ModelSpec] = Field(default_factory=list, description="extra catalogue entries")
@@ -314,8 +328,9 @@ class PolicySpec(Frozen):
         default=16, description="pp_jobs: most slots one stage-boundary lightpath may take")
     mfu: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
         default=0.4, description="pp_jobs: model FLOPs utilisation of every stage")
-    ilp_time_limit_s: PositiveFloat = Field(
-        default=5.0, description="pp_jobs cba-ilp: HiGHS time limit per job (s)")
+    ilp_time_limit_s: Annotated[float, Field(gt=0, le=86_400, allow_inf_nan=False)] = Field(
+        default=5.0, description="pp_jobs cba-ilp: HiGHS time limit per job (s, at most "
+        "one day)")
     routing: Literal["ecmp", "shortest", "edge-coloring", "greedy", "greedy-ls", "sa",
                      "ilp"] = Field(
         default="ecmp", description="how flows are routed over multi-path DC fabrics "
@@ -341,20 +356,20 @@ class EventSpec(Frozen):
     fibre, or a fault of the testbed itself (its Prometheus, SDN controller or a worker
     killed)."""
 
-    at_s: NonNegFloat
+    at_s: Annotated[float, Field(ge=0, le=MAX_EVENT_AT_S, allow_inf_nan=False)]
     kind: Literal["fiber_cut", "fiber_repair", "wavelength_loss", "wavelength_repair",
                   "link_flap", "prometheus_kill", "controller_kill", "worker_kill"]
     link: Annotated[list[NodeName], Field(min_length=2, max_length=2)] | None = None
-    first_slot: Annotated[int, Field(ge=0)] | None = None
-    slots: Annotated[int, Field(ge=1)] | None = None
-    period_s: PositiveFloat | None = Field(
+    first_slot: Annotated[int, Field(ge=0, le=4095)] | None = None
+    slots: Annotated[int, Field(ge=1, le=4096)] | None = None
+    period_s: Annotated[float, Field(gt=0, le=MAX_FAULT_S, allow_inf_nan=False)] | None = Field(
         default=None, description="link_flap: one down/up cycle (down for period_s / 2), "
-        "on the scenario clock like at_s")
+        "on the scenario clock like at_s (at most one day)")
     count: Annotated[int, Field(ge=1, le=1000)] | None = Field(
         default=None, description="link_flap: how many down/up cycles")
-    down_s: PositiveFloat | None = Field(
+    down_s: Annotated[float, Field(gt=0, le=MAX_FAULT_S, allow_inf_nan=False)] | None = Field(
         default=None, description="prometheus_kill / controller_kill: seconds (scenario "
-        "clock) until the run's Prometheus / SDN controller is restarted")
+        "clock) until the run's Prometheus / SDN controller is restarted (at most one day)")
     job: int | str | None = Field(
         default=None, description="worker_kill: the job, as an index into the run's "
         "emulated jobs (0 = first) or its name in the run's records (e.g. job0)")
@@ -426,7 +441,7 @@ class EmulationSpec(Frozen):
     hosts_per_dc: Annotated[int, Field(ge=1, le=64)] = 2
     dc_fabric: Literal["single", "leaf_spine"] = "single"
     leaf_spine: LeafSpineSpec = Field(default_factory=LeafSpineSpec)
-    max_rate_mbps: Annotated[float, Field(gt=0, le=100_000)] = Field(
+    max_rate_mbps: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)] = Field(
         default=1000.0, description="refuse to emulate a link faster than this (one machine)"
     )
     lightpath_gbps: PositiveFloat = Field(
@@ -485,7 +500,8 @@ class Scenario(Frozen):
     optical: OpticalSpec = Field(default_factory=OpticalSpec)
     workload: Workload
     policy: PolicySpec = Field(default_factory=PolicySpec)
-    events: list[EventSpec] = Field(default_factory=list)
+    events: Annotated[list[EventSpec], Field(max_length=MAX_EVENTS)] = Field(
+        default_factory=list)
     emulation: EmulationSpec = Field(default_factory=EmulationSpec)
 
     @field_validator("name")
