@@ -21,14 +21,16 @@ def _umask() -> int:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
     """Write data to path via a temporary file in the same directory and a rename.
 
-    The file gets ordinary permissions (0666 less the umask, so 0644 by default), not
-    mkstemp's private 0600; pass mode=0o600 for a secret.
+    The file gets ordinary permissions (0644 less the umask: never writable by others,
+    even under umask 000), not mkstemp's private 0600; pass mode=0o600 for a secret.
     """
+    from testbed.safefs import make_dirs
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        os.fchmod(fd, (0o666 & ~_umask()) if mode is None else mode)
+        os.fchmod(fd, (0o644 & ~_umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -65,11 +67,15 @@ def check_out_target(target: Path) -> None:
 
 def make_stage(target: Path) -> Path:
     """A new hidden sibling `.NAME.PID.XXXX.partial` of target, with ordinary permissions."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    from testbed.safefs import make_dirs
+
+    make_dirs(target.parent)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial",
                                   dir=target.parent))
-    # mkdtemp makes the directory private (0700); a run directory is ordinary output.
-    stage.chmod(0o777 & ~_umask())
+    # mkdtemp makes the directory private (0700); a run directory is ordinary output,
+    # readable by the umask's leave but never writable by others (not even umask 000:
+    # another user could plant links for root's writes there).
+    stage.chmod(0o755 & ~_umask())
     return stage
 
 

@@ -286,13 +286,18 @@ def test_lock_is_taken_even_when_the_check_raced(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the final swap
+# As a writer does it: under --out's lock (which lists the writer's PID: the proof that
+# `clean` later needs), with the staging directory named after the writer's PID.
 KILL_BETWEEN = """
 import os, signal, sys
 from pathlib import Path
-from testbed.outdir import install_dir
+from testbed.outdir import install_dir, out_lock
 new, target, exchange = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
-install_dir(new, target, use_exchange=exchange,
-            between=lambda: os.kill(os.getpid(), signal.SIGKILL))
+with out_lock(target):
+    stage = new.with_name(new.name.replace("999999999", str(os.getpid())))
+    os.rename(new, stage)
+    install_dir(stage, target, use_exchange=exchange,
+                between=lambda: os.kill(os.getpid(), signal.SIGKILL))
 """
 
 
@@ -307,12 +312,12 @@ def _two_runs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_kill_between_the_renames_never_leaves_no_out(tmp_path: Path) -> None:
     new, target = _two_runs(tmp_path)
-    r = subprocess.run([sys.executable, "-c", KILL_BETWEEN, str(new), str(target), "1"],
-                       env=ENV)
-    assert r.returncode == -signal.SIGKILL
+    r = subprocess.Popen([sys.executable, "-c", KILL_BETWEEN, str(new), str(target), "1"],
+                         env=ENV)
+    assert r.wait() == -signal.SIGKILL
     assert json.loads((target / "manifest.json").read_text()) == {"run": "new"}
-    left = find_leftovers([tmp_path], depth=0)  # the replaced run, owner dead
-    assert [x.path.name for x in left] == [new.name]
+    left = find_leftovers([tmp_path], depth=0)  # the replaced run, owner dead; its lock
+    assert [x.path.name for x in left] == [f".out.{r.pid}.abc.partial", ".out.lightpipe-lock"]
 
 
 def test_fallback_swap_rolls_back_an_exception_and_clean_restores_after_a_kill(
@@ -358,8 +363,9 @@ def test_clean_removes_stale_staging_and_dry_run_lists_the_same(tmp_path: Path) 
         kills.append(proc.pid)
         hidden = [p.name for p in (tmp_path / "res").iterdir() if p.name.endswith(".partial")]
         assert len(hidden) == 1 and f".r.{proc.pid}." in hidden[0]  # ... the next removes it
-    (tmp_path / "res" / ".r.old-999999999").mkdir()  # an old-style leftover
-    (tmp_path / "res" / ".r.lightpipe-lock").write_text("999999999\n")
+    (tmp_path / "res" / ".r.old-999999999").mkdir()  # an old-style leftover, whose
+    with (tmp_path / "res" / ".r.lightpipe-lock").open("a") as fh:  # writer's PID the
+        fh.write("999999999\n")  # lock lists (the proof that it is LightPipe's)
     stale = sorted(x.path.name for x in find_leftovers([tmp_path]))
     assert len(stale) == 3 and sum(f".r.{kills[-1]}." in s for s in stale) == 1
     # a live run's staging is not stale

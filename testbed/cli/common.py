@@ -57,7 +57,9 @@ def check_out(out: str, force: bool = False) -> None:
         emit(f"--force: replacing the run in {out} ({what})")
     parent = p.absolute().parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        from testbed.safefs import make_dirs
+
+        make_dirs(parent)  # (never writable by others, even under umask 000)
     except OSError as exc:
         raise InputError("--out", f"cannot create {out}: {exc.strerror.lower()}") from None
     import tempfile

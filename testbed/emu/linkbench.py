@@ -17,11 +17,18 @@ from typing import Any
 
 from testbed.emu import calibrate as cal
 from testbed.emu import links as linkemu
-from testbed.emu.netns import netns_inode, pids_in_netns
 from testbed.emu.network import HOST_SYSCTLS, choose_link_mode, close_nodes
 from testbed.emu.plan import FibrePlan, new_prefix
 from testbed.emu.probes import IperfResult, PingStats, icmp_ping, run_iperf3
-from testbed.emu.state import RunState, alive, kill_procs, new_state
+from testbed.emu.state import (
+    RunState,
+    alive,
+    kill_in_held,
+    kill_procs,
+    new_state,
+    release_held,
+    signal_if,
+)
 
 IP_A, IP_B = "10.0.0.1", "10.0.0.2"
 MAC_A, MAC_B = "02:00:00:00:00:01", "02:00:00:00:00:02"
@@ -46,7 +53,6 @@ class LinkTestbed:
         self.state: RunState | None = None
         self.nodes: dict[str, Any] = {}
         self.emu: linkemu.LinkEmulator | None = None
-        self._home = netns_inode("/proc/thread-self/ns/net")
 
     def __enter__(self) -> LinkTestbed:
         try:
@@ -70,8 +76,7 @@ class LinkTestbed:
             node = cls(name, inNamespace=True)
             self.nodes[name] = node
             self.state.add_proc(node.pid, "node-shell", name)
-            self.state.ns_inodes.append(netns_inode(f"/proc/{node.pid}/ns/net"))
-            self.state.save()
+            self.state.hold_netns(name, f"/proc/{node.pid}/ns/net")
         a, b, m = self.nodes[f.roadm_u], self.nodes[f.roadm_v], self.nodes[f.middle]
         Link(a, m)
         Link(m, b)
@@ -117,16 +122,14 @@ class LinkTestbed:
         st = self.state
         if st is not None:
             for r in st.procs:
-                if r.role == "node-shell" and alive(r):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(r.pid, signal.SIGKILL)
+                if r.role == "node-shell":
+                    signal_if(r.pid, signal.SIGKILL, lambda _p, r=r: alive(r))
             kill_procs(list(reversed(st.procs)), grace_s=2.0)
-            for pid in pids_in_netns(set(st.ns_inodes) - {self._home}):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill_in_held(Path(st.state_dir))  # by the namespaces the run still holds
         close_nodes(self.nodes)
         if st is not None:
-            shutil.rmtree(st.state_dir, ignore_errors=True)
+            if release_held(Path(st.state_dir)):  # else `clean` finds them held
+                shutil.rmtree(st.state_dir, ignore_errors=True)
             self.state = None
 
     # -- measurements -------------------------------------------------------------------

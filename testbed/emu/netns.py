@@ -1,4 +1,7 @@
-"""Network namespace switching for the calling thread (setns), and finding processes by netns."""
+"""Network namespace switching for the calling thread (setns), and named namespaces.
+
+Finding a run's processes by namespace is testbed.emu.nsref's (by held references, never
+by a bare inode number)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import ctypes.util
 import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -68,17 +70,3 @@ def leave_netns(back_fd: int) -> None:
 def create_named(name: str) -> str:
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
     return f"/run/netns/{name}"
-
-
-def pids_in_netns(inodes: set[int]) -> list[int]:
-    """All processes whose network namespace is one of the given inodes."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.stat(entry / "ns" / "net").st_ino in inodes:
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found

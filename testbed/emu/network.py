@@ -30,10 +30,19 @@ from testbed.emu import links as linkemu
 from testbed.emu.fabric import htb_script
 from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
 from testbed.emu.live import RestClient
-from testbed.emu.netns import create_named, enter_netns, leave_netns, netns_inode
+from testbed.emu.netns import create_named, enter_netns, leave_netns
 from testbed.emu.ovs import PrivateOVS
 from testbed.emu.plan import EmuPlan, LightpathPlan
-from testbed.emu.state import RunState, alive, delete_netns, kill_procs, new_state
+from testbed.emu.state import (
+    RunState,
+    alive,
+    delete_netns,
+    kill_in_held,
+    kill_procs,
+    new_state,
+    release_held,
+    signal_if,
+)
 from testbed.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -146,7 +155,6 @@ class EmuNetwork:
         self.controller_client: RestClient | None = None  # attach_controller_client
         self.shaped: list[tuple[Any, str, float]] = []  # (node, interface, rate_mbps): HTB
         self._back_fd: int | None = None
-        self._home_ns_inode = 0
         self._saved_env: dict[str, str | None] = {}
         self.timings_s: dict[str, float] = {}
 
@@ -196,10 +204,10 @@ class EmuNetwork:
         self.state.netns = p.prefix
         self.state.save()
         create_named(p.prefix)
-        self._home_ns_inode = netns_inode("/proc/thread-self/ns/net")
+        # Held by a bind mount under the state dir until teardown: the proof `clean`
+        # needs that /run/netns/<prefix> is this run's (testbed.emu.nsref).
+        self.state.hold_netns("netns", f"/run/netns/{p.prefix}")
         self._back_fd = enter_netns(f"/run/netns/{p.prefix}")
-        self.state.ns_inodes.append(netns_inode("/proc/thread-self/ns/net"))
-        self.state.save()
         subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
         self.ovs = PrivateOVS(self.state_dir, userspace_tso=self.datapath == "user",
                               timeout_s=self.startup_timeout_s)
@@ -230,9 +238,8 @@ class EmuNetwork:
     def _record_node(self, node: Any, role: str) -> None:
         assert self.state is not None
         self.state.add_proc(node.pid, role, node.name)
-        if node.inNamespace:
-            self.state.ns_inodes.append(netns_inode(f"/proc/{node.pid}/ns/net"))
-            self.state.save()
+        if node.inNamespace:  # (node.pid is our unreaped child: it is still that node)
+            self.state.hold_netns(node.name, f"/proc/{node.pid}/ns/net")
 
     def _build_nodes(self) -> None:
         from functools import partial
@@ -393,19 +400,10 @@ class EmuNetwork:
             # Node shells are interactive bash (they ignore SIGTERM): SIGKILL them.
             shells = [r for r in st.procs if r.role.endswith("-shell")]
             for r in shells:
-                if alive(r):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(r.pid, signal.SIGKILL)
+                signal_if(r.pid, signal.SIGKILL, lambda _p, r=r: alive(r))
             kill_procs([r for r in reversed(st.procs) if not r.role.endswith("-shell")],
                        grace_s=2.0)
-            if st.ns_inodes:
-                from testbed.emu.netns import pids_in_netns
-
-                me = os.getpid()
-                for pid in pids_in_netns(set(st.ns_inodes) - {self._home_ns_inode}):
-                    if pid != me:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
+            kill_in_held(Path(st.state_dir))  # by the namespaces the run still holds
         close_nodes(self.nodes)
         if self._back_fd is not None:
             leave_netns(self._back_fd)
@@ -421,7 +419,8 @@ class EmuNetwork:
                 delete_netns(st.netns)
             import shutil
 
-            shutil.rmtree(st.state_dir, ignore_errors=True)
+            if release_held(Path(st.state_dir)):  # else `clean` finds them held
+                shutil.rmtree(st.state_dir, ignore_errors=True)
             self.state = None
         self.timings_s["down"] = time.monotonic() - t0
 

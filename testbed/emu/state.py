@@ -1,24 +1,24 @@
 """Run state on disk (PIDs, namespaces, sockets) and the exact cleanup `lightpipe clean` does.
 
 Every emulation run owns a state directory /run/lightpipe/<prefix>/ (or
-/tmp/lightpipe/<prefix>/ where /run is not writable) with state.json, rewritten
-atomically each time something is created. Cleanup kills only recorded processes whose
-identity (start time + command line) still matches, and deletes only the recorded
-named network namespace; everything else of the run lives inside namespaces that die
-with their processes.
+/tmp/lightpipe/<prefix>/ where /run is not writable, or $LIGHTPIPE_STATE_DIR/<prefix>/),
+private to the user running it (0700), with state.json rewritten atomically each time
+something is created. Cleanup kills only recorded processes whose identity (PID + start
+time) still matches, and processes inside the namespaces the run holds by bind mounts
+under its state directory (testbed.emu.nsref); it deletes a named namespace only when it
+is one of those. A state root that others can write, or that is owned by another user,
+is refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
-import shutil
 import signal
-import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,9 @@ PREFIX_RE = re.compile(r"^lp[0-9a-f]{4}$")
 STATE_FILE = "state.json"
 
 
+STATE_CAP_BYTES = 4 << 20
+
+
 def state_root() -> Path:
     """/run/lightpipe if usable, else /tmp/lightpipe (LIGHTPIPE_STATE_DIR overrides)."""
     env = os.environ.get("LIGHTPIPE_STATE_DIR")
@@ -40,6 +43,19 @@ def state_root() -> Path:
     if run.is_dir() and os.access(run, os.W_OK):
         return run / "lightpipe"
     return Path("/tmp/lightpipe")
+
+
+def root_field() -> str:
+    """What to name in an error about the state root."""
+    return "LIGHTPIPE_STATE_DIR" if os.environ.get("LIGHTPIPE_STATE_DIR") else "state dir"
+
+
+def check_state_root(root: Path) -> None:
+    """InputError unless the state root is a directory that only its owner (the running
+    user or root) can write: anyone else could plant runs there for `clean` to act on."""
+    from testbed.safefs import check_given_dir
+
+    check_given_dir(root, root_field(), allow_sticky=False)
 
 
 @dataclass
@@ -60,12 +76,15 @@ class RunState:
     owner_start_ticks: int
     netns: str | None = None          # the run's named namespace (switches, OVS)
     procs: list[ProcRecord] = field(default_factory=list)
-    ns_inodes: list[int] = field(default_factory=list)  # every namespace of the run
+    # Written by versions before held references; never used to find processes: a
+    # bare inode number may name another user's namespace once the run's is gone.
+    ns_inodes: list[int] = field(default_factory=list)
+    held: dict[str, list[int]] = field(default_factory=dict)  # label -> [dev, inode]
     out_dir: str | None = None        # where network.json lives (for --hold)
     phase: str = "building"
 
     def save(self) -> None:
-        atomic_write_json(Path(self.state_dir) / STATE_FILE, asdict(self))
+        atomic_write_json(Path(self.state_dir) / STATE_FILE, asdict(self), mode=0o600)
 
     def add_proc(self, pid: int, role: str, name: str = "") -> None:
         ticks = proc_start_ticks(pid)
@@ -74,9 +93,24 @@ class RunState:
         self.procs.append(ProcRecord(pid, ticks, role, name))
         self.save()
 
+    def hold_netns(self, label: str, ns_path: str) -> None:
+        """Hold the namespace at ns_path for the run's life (testbed.emu.nsref)."""
+        from testbed.emu.nsref import hold
+
+        self.held[label] = list(hold(Path(self.state_dir), label, ns_path))
+        self.save()
+
     @classmethod
     def load(cls, state_dir: Path) -> RunState:
-        data = json.loads((state_dir / STATE_FILE).read_text())
+        """The state of a run directory: state.json must be a regular file owned by the
+        running user (never followed through a link, never a FIFO), at most 4 MiB."""
+        from testbed.safefs import read_regular
+
+        raw = read_regular(Path(state_dir) / STATE_FILE, STATE_CAP_BYTES,
+                           owner_uid=os.geteuid())
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("state.json is not an object")
         procs = [ProcRecord(**p) for p in data.pop("procs", [])]
         return cls(procs=procs, **data)
 
@@ -96,12 +130,41 @@ def alive(rec: ProcRecord) -> bool:
     return proc_start_ticks(rec.pid) == rec.start_ticks
 
 
+def signal_if(pid: int, sig: int, still_ours: Callable[[int], bool]) -> bool:
+    """Send `sig` to `pid` only while still_ours(pid) holds, through a pidfd opened first:
+    a PID reused between the check and the signal gets nothing. True when sent."""
+    try:
+        pfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):  # no pidfds (kernel < 5.3): check, then kill
+        if not still_ours(pid):
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+    try:
+        if not still_ours(pid):
+            return False
+        signal.pidfd_send_signal(pfd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pfd)
+
+
 def new_state(prefix: str) -> RunState:
+    from testbed.safefs import make_private_dir
+
     if not PREFIX_RE.fullmatch(prefix):
         raise ValueError(f"bad run prefix {prefix!r}")
-    d = state_root() / prefix
-    d.mkdir(parents=True, exist_ok=False)
-    os.chmod(d, 0o755)
+    root = make_private_dir(state_root(), root_field(), 0o700)
+    d = root / prefix
+    d.mkdir(mode=0o700, exist_ok=False)
+    os.chmod(d, 0o700)
     me = os.getpid()
     st = RunState(prefix, str(d), me, proc_start_ticks(me) or 0)
     st.save()
@@ -109,10 +172,13 @@ def new_state(prefix: str) -> RunState:
 
 
 def list_runs() -> list[Path]:
+    """Run directories in the state root (InputError when the root is not trusted)."""
     root = state_root()
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and PREFIX_RE.fullmatch(p.name))
+    check_state_root(root)
+    return sorted(p for p in root.iterdir()
+                  if PREFIX_RE.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
 
 
 def run_is_live(st: RunState) -> bool:
@@ -120,22 +186,42 @@ def run_is_live(st: RunState) -> bool:
 
 
 def kill_procs(procs: list[ProcRecord], grace_s: float = 2.0) -> int:
-    """SIGTERM, then SIGKILL after grace_s, the recorded processes that are still them."""
+    """SIGTERM, then SIGKILL after grace_s, the recorded processes that are still them
+    (PID and start time; signalled through a pidfd)."""
     victims = [p for p in procs if alive(p)]
+
+    def ours(rec: ProcRecord) -> Callable[[int], bool]:
+        return lambda _pid: alive(rec)
+
     for p in victims:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p.pid, signal.SIGTERM)
+        signal_if(p.pid, signal.SIGTERM, ours(p))
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(alive(p) for p in victims):
         time.sleep(0.05)
     for p in victims:
-        if alive(p):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
+        signal_if(p.pid, signal.SIGKILL, ours(p))
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(alive(p) for p in victims):
         time.sleep(0.05)
     return len(victims)
+
+
+def kill_in_held(state_dir: Path) -> int:
+    """SIGKILL every process inside the namespaces the run holds (testbed.emu.nsref):
+    each is checked against the held identity again through a pidfd."""
+    from testbed.emu.nsref import guarded, held, ns_ident, pids_in
+
+    idents = guarded(set(held(state_dir).values()))
+    if not idents:
+        return 0
+
+    def inside(pid: int) -> bool:
+        try:
+            return ns_ident(f"/proc/{pid}/ns/net") in idents
+        except OSError:
+            return False
+
+    return sum(signal_if(pid, signal.SIGKILL, inside) for pid in pids_in(idents))
 
 
 def netns_exists(name: str) -> bool:
@@ -143,73 +229,22 @@ def netns_exists(name: str) -> bool:
 
 
 def delete_netns(name: str) -> None:
+    """Delete a named namespace this process made (callers prove it is the run's)."""
+    import subprocess
+
     if PREFIX_RE.fullmatch(name) and netns_exists(name):
         subprocess.run(["ip", "netns", "del", name], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def netns_pids(name: str) -> list[int]:
-    """PIDs of processes inside a named namespace (ip netns pids)."""
-    if not netns_exists(name):
-        return []
-    r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
-                       check=False)
-    return [int(x) for x in r.stdout.split() if x.isdigit()]
+def release_held(state_dir: Path) -> bool:
+    from testbed.emu.nsref import release_all
+
+    return release_all(Path(state_dir))
 
 
 def clean_run(state_dir: Path, force: bool = False) -> dict[str, Any]:
-    """Remove one run's leftovers. Refuses a live run unless force (returns a report)."""
-    try:
-        st = RunState.load(state_dir)
-    except (OSError, ValueError, TypeError) as exc:
-        # No readable state: only the prefix-named namespace can be ours.
-        name = state_dir.name
-        report: dict[str, Any] = {"prefix": name, "state": f"unreadable ({exc})"}
-        if PREFIX_RE.fullmatch(name):
-            pids = netns_pids(name)
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            delete_netns(name)
-            report["killed"] = len(pids)
-        shutil.rmtree(state_dir, ignore_errors=True)
-        return report
-    if run_is_live(st) and not force:
-        return {"prefix": st.prefix, "skipped": f"run is live (pid {st.owner_pid})"}
-    killed = kill_procs(list(reversed(st.procs)))
-    # Anything else still inside the run's namespaces (iperf3, workers) is the run's too.
-    if st.ns_inodes:
-        from testbed.emu.netns import pids_in_netns
+    """Remove one run's leftovers (testbed.emu.reaper). Refuses a live run unless force."""
+    from testbed.emu.reaper import plan_run
 
-        me = os.getpid()
-        ours = set(st.ns_inodes) - {os.stat("/proc/self/ns/net").st_ino}
-        for pid in pids_in_netns(ours):
-            if pid != me:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-    # Processes left inside the run namespace (e.g. started by hand) go with it.
-    if st.netns:
-        for pid in netns_pids(st.netns):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        delete_netns(st.netns)
-    shutil.rmtree(state_dir, ignore_errors=True)
-    return {"prefix": st.prefix, "killed": killed, "netns": st.netns}
-
-
-def all_state_roots() -> list[Path]:
-    roots = [state_root(), Path("/run/lightpipe"), Path("/tmp/lightpipe")]
-    return list(dict.fromkeys(roots))
-
-
-def orphan_namespaces() -> list[str]:
-    """LightPipe-prefixed named namespaces with no state directory in any state root."""
-    known = {p.name for root in all_state_roots() if root.is_dir()
-             for p in root.iterdir() if p.is_dir()}
-    ns_dir = Path("/run/netns")
-    if not ns_dir.is_dir():
-        return []
-    return sorted(n.name for n in ns_dir.iterdir()
-                  if PREFIX_RE.fullmatch(n.name) and n.name not in known)
+    return plan_run(Path(state_dir)).apply(force=force)
