@@ -50,8 +50,15 @@ def test_schema_accepts_bundled_scenarios() -> None:
     from testbed.spec import scenario_json_schema
 
     schema = scenario_json_schema()
-    for path in SCENARIOS.glob("*.yaml"):
+    paths = sorted(SCENARIOS.glob("*.yaml"))
+    assert {"quickstart.yaml", "pp-jobs.yaml"} <= {p.name for p in paths}  # not vacuous
+    for path in paths:
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    # and the schema does refuse: a scenario without its topology is not valid
+    broken = yaml.safe_load((SCENARIOS / "quickstart.yaml").read_text())
+    del broken["topology"]
+    with pytest.raises(jsonschema.ValidationError, match="topology"):
+        jsonschema.validate(broken, schema)
 
 
 def test_topologies_list_and_show(cli) -> None:  # type: ignore[no-untyped-def]

@@ -6,6 +6,7 @@ import math
 import os
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,12 @@ def test_parse_iperf3_uses_receiver_intervals_after_warmup() -> None:
 def test_state_helpers(tmp_path: Path) -> None:
     import os
 
-    assert proc_start_ticks(os.getpid()) is not None
+    # field 22 of /proc/PID/stat (after the parenthesised name), and None once gone
+    mine = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    assert proc_start_ticks(os.getpid()) == mine
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert proc_start_ticks(child.pid) is None
     assert PREFIX_RE.fullmatch("lp0a1f") and not PREFIX_RE.fullmatch("lpprobe1234")
     # A state dir whose state cannot be read: removed without touching anything else.
     d = tmp_path / "lpzzzz"
