@@ -193,7 +193,7 @@ def test_fibre_cut_restores_on_other_route(env: dict[str, Any]) -> None:
     assert _vlan_packets(net, _roadm(net, "D"), lp["vid"]) > 0
     res = _probe(net, lp, a, c)
     assert res.delivered and res.hops_seen == res.hops_expected, res
-    status, metrics = ctl.request("GET", "/metrics")
+    _status, metrics = ctl.request("GET", "/metrics")
     line = next(x for x in metrics.splitlines()
                 if x.startswith("lightpipe_restoration_seconds_sum"))
     restoration_s = float(line.split()[-1])

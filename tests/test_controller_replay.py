@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import time
 from pathlib import Path
 from typing import Any
 

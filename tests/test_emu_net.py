@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from testbed.spec import parse_scenario
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root]
 
@@ -161,11 +162,9 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "network.json").exists():
-            assert proc.poll() is None, "lightpipe emu --hold exited early"
-            assert time.monotonic() < deadline, "network did not come up"
-            time.sleep(0.2)
+        wait_until((out / "network.json").exists, "the held network to come up",
+                   timeout_s=240, interval_s=0.2,
+                   alive=lambda: None if proc.poll() is None else "lightpipe emu --hold exited")
         held = json.loads((out / "network.json").read_text())
         prefix, ctl_pid = held["prefix"], held["controller"]["pid"]
         assert Path(f"/proc/{ctl_pid}").exists()  # the run's os-ken controller
@@ -208,10 +207,9 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (out / "network.json").exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until((out / "network.json").exists, "the held network to come up", timeout_s=240,
+               interval_s=0.2, alive=lambda: None if proc.poll() is None else
+               f"lightpipe emu --hold exited: {proc.communicate()[1][-2000:]}")
     net = json.loads((out / "network.json").read_text())
     prefix = net["prefix"]
     assert sorted(s["kind"] for s in net["switches"]).count("spine") == 4  # 2 per DC

@@ -29,6 +29,7 @@ from testbed.errors import InputError
 from testbed.names import IFNAME_RE
 from testbed.optical.modulation import DEFAULT_MODULATIONS, choose_modulation
 from testbed.spec import parse_scenario
+from tests.waiting import wait_until
 
 
 def scenario(**emulation: Any) -> Any:
@@ -255,18 +256,14 @@ def test_iperf3_client_waits_for_a_server_that_listens_late() -> None:
     with -J exits 0 when it cannot connect, so the retry must read its JSON: a CI run
     failed on "unable to connect to server: Connection refused" at the first try. The
     pair runs in a private network namespace (its own loopback, port 5201 free)."""
-    import subprocess
-    import time
-
     from testbed.emu.probes import run_iperf3
 
     holder = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep 120"])
     try:
         ns = ["nsenter", f"--net=/proc/{holder.pid}/ns/net"]
-        deadline = time.monotonic() + 10
-        while subprocess.run([*ns, "ip", "-o", "link", "show", "lo", "up"], capture_output=True,
-                             text=True).stdout.strip() == "" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: subprocess.run([*ns, "ip", "-o", "link", "show", "lo", "up"],
+                                          capture_output=True, text=True).stdout.strip(),
+                   "lo up in the private namespace")
         late = [*ns, "sh", "-c", 'sleep 1.5; exec "$@"', "sh"]  # listens 1.5 s late
         res = run_iperf3(late, ns, "127.0.0.1", seconds=1.0, warmup_s=0.2)
         assert res.goodput_mbps > 0

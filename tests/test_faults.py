@@ -22,7 +22,7 @@ from testbed.spec import load_scenario, parse_scenario
 from testbed.spec.faults import expand_flap, flap_steps, network_events, sim_fault_rows
 
 from .conftest import load_yaml
-from .waiting import wait_until
+from .waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
@@ -578,7 +578,7 @@ def test_pings_cross_a_controller_restart_without_loss(tmp_path: Path) -> None:
             assert any("0x5e1f" in line for line in rules_before)
             time.sleep(1.0)
             new = restarter.restart()
-            pinger.join(60)
+            pinger.join(scaled(120))
             rules_after = _flow_lines(sw, env)
             assert not any("0x5e1f" in line for line in rules_after), rules_after
             assert len(rules_after) == len(rules_before) - 1 and rules_after
