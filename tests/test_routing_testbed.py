@@ -12,6 +12,7 @@ from testbed.emu.plan import build_plan
 from testbed.errors import InputError, SpecError
 from testbed.spec import check_scenario, parse_scenario
 from tests.conftest import SCENARIOS
+from tests.waiting import scaled
 
 
 def bundled() -> dict[str, Any]:
@@ -215,7 +216,7 @@ def test_rest_routing_endpoints(tmp_path: Any) -> None:
     api.serve()
     try:
         def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-            return rest_call(api.url, method, path, body, "tok", timeout_s=5)
+            return rest_call(api.url, method, path, body, "tok", timeout_s=scaled(60))
 
         assert call("PUT", "/routing", {"policy": "ecmp"})[0] == 200
         status, job = call("POST", "/routing/jobs", {"members": ["dc-a-h1", "dc-a-h3"],
