@@ -224,6 +224,35 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
     assert not any(leftovers(prefix).values())
 
 
+@need_root
+def test_sigint_right_after_network_json_ends_the_hold_cleanly(tmp_path: Path) -> None:
+    """A caller that stops a held run as soon as network.json appears gets a clean end
+    (summary written, nothing left), not "interrupted": the SIGINT here comes at the
+    latest moment before the wait loop, from the on_hold hook itself."""
+    from testbed.backends.emu import EmuBackend
+
+    sc = parse_scenario({
+        "name": "hold-sigint", "topology": {"links": [{"u": "A", "v": "B", "length_km": 1000}]},
+        "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-b", "node": "B", "gpus": 8}],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "forwarding": "static"}})
+    out = tmp_path / "held"
+    seen: list[bool] = []
+
+    def stop_at_once(_info: dict[str, Any]) -> None:
+        seen.append((out / "network.json").exists())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    try:
+        summary = EmuBackend().run(sc, out, quiet=True, hold=True, on_hold=stop_at_once)
+    except KeyboardInterrupt:
+        pytest.fail("SIGINT after network.json was published ended the run as interrupted")
+    assert seen == [True]
+    assert summary["held"] is True
+    prefix = json.loads((out / "network.json").read_text())["prefix"]
+    assert not any(leftovers(prefix).values())
+
+
 def test_emu_cli_rejects_too_fast_links(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     data = four_dc()
