@@ -35,6 +35,7 @@ from testbed.orchestrate.faultctl import (
 from testbed.spec import Scenario, parse_scenario
 
 from .conftest import load_yaml
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,17 +182,20 @@ def test_more_clients_than_slots_are_told_busy(quick: Scenario, short_dir: Path)
         for s in idle:
             s.shutdown(socket.SHUT_WR)
             assert json.loads(s.makefile("rb").readline())["error"]["type"] == "input"
-        for _ in range(100):  # slots free again once the handlers have answered
+
+        def served() -> bool:
             try:
-                request_fault(path, {"kind": "nope"}, 5)
+                request_fault(path, {"kind": "nope"}, 30)
             except RuntimeFailure as exc:
                 assert "already running" in str(exc)
-                time.sleep(0.05)
+                return False
             except InputError as exc:  # served, and refused (bad kind)
                 assert exc.path == "kind"
-                break
-        else:
-            pytest.fail("slots never freed")
+                return True
+            raise AssertionError("a request of kind 'nope' was applied")
+
+        # slots free again once the handlers have answered (was: 100 tries 50 ms apart)
+        wait_until(served, "the fault channel's slots to free again")
 
 
 # ---- a real FaultInjector and an in-process controller (no root) --------------------------
