@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from testbed.orchestrate.launch import Host, Launcher, default_duty
 from testbed.orchestrate.results import chrome_trace, job_iterations, read_records, summarize_job
 from testbed.schedule import PipelineProblem, Schedule, build_schedule, time_schedule
 from testbed.spec import load_scenario
+from tests.waiting import scaled, wait_until
 from workloads.plan import JobPlan, TinyGPTConfig, model_plan, shadow_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,13 +167,18 @@ def test_model_mode_loss_falls_and_dead_worker_is_detected(tmp_path: Path) -> No
     prob = PipelineProblem.uniform(2, 2, 200.0, 400.0, activation_mb=0.01)
     doomed = shadow_plan("doomed", prob, build_schedule("gpipe", prob), iterations=50,
                          bandwidth_divisor=1, time_factor=1)
-    with Launcher(tmp_path, timeout_s=30) as launcher:
+    # the workers' rendezvous/collective time-out: 30 s was less than a busy machine takes
+    # to start four torch workers one after another
+    with Launcher(tmp_path, timeout_s=scaled(60)) as launcher:
         launcher.start([(good, [LOCAL] * 2), (doomed, [LOCAL] * 2)])
         victim = launcher.jobs["doomed"].workers[1]
-        end = time.monotonic() + 120
-        while time.monotonic() < end and sum(
-                r.get("type") == "iteration" for r in read_records(victim.record_path)) < 2:
-            time.sleep(0.2)
+        # killed only once it has finished two iterations (the test went on and killed it
+        # anyway after 120 s before)
+        wait_until(lambda: sum(r.get("type") == "iteration"
+                               for r in read_records(victim.record_path)) >= 2,
+                   "two iterations of the doomed job's stage 1", timeout_s=120, interval_s=0.2,
+                   alive=lambda: None if victim.proc.poll() is None else
+                   f"stage 1 exited early (rc {victim.proc.returncode})")
         os.kill(victim.proc.pid, signal.SIGKILL)
         launcher.wait(180)
         outcome = launcher.outcome()
