@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -178,10 +177,12 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
         r = subprocess.run([*LIGHTPIPE, "clean", prefix], cwd=REPO, capture_output=True,
                            text=True)
         assert r.returncode == 0, r.stderr
-        time.sleep(0.5)
-        left = leftovers(prefix)
-        assert not any(left.values()), left
-        assert not Path(f"/proc/{ctl_pid}").exists(), "lightpipe clean left the controller"
+        # the kernel finishes some of it after clean returns (a killed process is reaped by
+        # init): wait for that instead of sleeping 0.5 s and assuming
+        wait_until(lambda: not any(leftovers(prefix).values()),
+                   f"nothing of {prefix} left after lightpipe clean", timeout_s=30)
+        wait_until(lambda: not Path(f"/proc/{ctl_pid}").exists(),
+                   "the run's controller gone after lightpipe clean", timeout_s=30)
         ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert other_ns in ns
         assert subprocess.run(["ip", "link", "show", other_veth],

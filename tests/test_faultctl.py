@@ -16,7 +16,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -362,11 +361,9 @@ def test_held_network_takes_faults_from_the_cli(tmp_path: Path) -> None:
         return row
 
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "network.json").exists():
-            assert proc.poll() is None, (tmp_path / "hold.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the network did not come up"
-            time.sleep(0.2)
+        wait_until((out / "network.json").exists, "the held network to come up",
+                   timeout_s=240, interval_s=0.2, alive=lambda: None if proc.poll() is None
+                   else (tmp_path / "hold.log").read_text()[-3000:])
         net = json.loads((out / "network.json").read_text())
         sock = Path(net["fault_socket"])
         assert stat.S_IMODE(os.lstat(sock).st_mode) == 0o600
