@@ -126,6 +126,7 @@ def test_hostile_inputs_exit_2_one_line_under_memory_cap(tmp_path: Path, loader:
     cases = hostile_cases(tmp_path)
     results = run_capped(cases, loader)
     assert results.pop("_loader") == ("CSafeLoader" if loader == "libyaml" else "SafeLoader")
+    assert set(results) == set(cases)  # every case ran (an empty answer passed before)
     bad = {name: res for name, res in results.items()
            if res[0] != 2 or res[1].count("\n") != 1
            or not res[1].startswith("lightpipe: error: ") or "Traceback" in res[1]}
@@ -157,6 +158,9 @@ def test_mutated_specs_never_crash_under_memory_cap(tmp_path: Path) -> None:
         cases[f"m{i}"] = ["validate", str(p)]
     results = run_capped(cases, "libyaml" if yaml.__with_libyaml__ else "pure")
     results.pop("_loader")
+    assert set(results) == set(cases)  # every mutation ran (an empty answer passed before)
     bad = {name: res for name, res in results.items()
            if res[0] not in (0, 2) or (res[0] == 2 and res[1].count("\n") != 1)}
     assert not bad, bad
+    # the seeded mutations reach the refusal path (not all of them are harmless)
+    assert sum(res[0] == 2 for res in results.values()) >= 10, results

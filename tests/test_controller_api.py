@@ -15,6 +15,7 @@ from controllers.store import Store
 from testbed.cli.main import main
 from testbed.orchestrate.ctl_process import rest_call
 from tests.test_controller_core import small_scenario
+from tests.waiting import scaled
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def api(tmp_path: Path) -> Iterator[RestApi]:
 
 def call(api: RestApi, method: str, path: str, body: Any = None,
          token: str | None = "tok") -> tuple[int, Any]:
-    return rest_call(api.url, method, path, body, token, timeout_s=5)
+    return rest_call(api.url, method, path, body, token, timeout_s=scaled(60))
 
 
 def test_lightpath_lifecycle(api: RestApi) -> None:

@@ -10,6 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from controllers.launcher import stop_handler
+from tests.waiting import scaled
 
 
 class _Server:
@@ -26,7 +27,7 @@ class _Server:
 
 
 def _wait_exit(pid: int, timeout_s: float) -> int | None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     while time.monotonic() < deadline:
         got, status = os.waitpid(pid, os.WNOHANG)
         if got:
@@ -38,9 +39,12 @@ def _wait_exit(pid: int, timeout_s: float) -> int | None:
 def test_forked_child_exits_on_sigterm_without_closing_the_apps() -> None:
     app = _Server()
     old = signal.signal(signal.SIGTERM, stop_handler(lambda: [app]))
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: what pyroute2's ChildProcess is when the SIGTERM comes
         try:
+            os.close(ready_r)
+            os.write(ready_w, b"1")  # in its loop now (readiness by a pipe, not a sleep)
             while True:
                 time.sleep(0.05)
         finally:
@@ -48,9 +52,11 @@ def test_forked_child_exits_on_sigterm_without_closing_the_apps() -> None:
     code: int | None = None
     try:
         signal.signal(signal.SIGTERM, old)
-        time.sleep(0.1)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"1"
         os.kill(pid, signal.SIGTERM)
-        code = _wait_exit(pid, 10.0)
+        # a hang (None) is the failure: the deadline only bounds it
+        code = _wait_exit(pid, 60.0)
         # 128 + SIGTERM: the handler saw it was not the controller itself and exited.
         # None: it ran the controller's close-down and hung in server.shutdown() (the
         # in-VM "POST /lightpaths never answers").
@@ -61,7 +67,9 @@ def test_forked_child_exits_on_sigterm_without_closing_the_apps() -> None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         app.close()
-    assert app.thread.join(5) is None and not app.thread.is_alive()
+    os.close(ready_r)
+    app.thread.join(scaled(60))
+    assert not app.thread.is_alive()
 
 
 def test_sigterm_as_interrupt_forked_child_just_exits() -> None:
@@ -74,13 +82,18 @@ def test_sigterm_as_interrupt_forked_child_just_exits() -> None:
     from testbed.emu.network import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # child: wait to be terminated
             try:
-                time.sleep(30)
+                os.close(ready_r)
+                os.write(ready_w, b"1")  # inside the try now
+                time.sleep(scaled(300))
             finally:
                 os._exit(3)  # reached only if SIGTERM raised here
-        time.sleep(0.2)
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"1"
+        os.close(ready_r)
         os.kill(pid, signal.SIGTERM)
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +31,7 @@ from testbed.orchestrate.ctl_process import rest_call
 from tests import ctl_sequence
 from tests.test_controller_core import Recorder
 from tests.test_controller_jobs import scenario
+from tests.waiting import wait_until
 
 TOKEN = "tok"
 GPUS = 48  # scenario(): three DCs of 16 GPUs on the ring A-B-C-D
@@ -78,10 +78,8 @@ def metric(api: RestApi, name: str) -> float:
 
 def wait_for(api: RestApi, name: str, ok: Callable[[float], bool], limit_s: float = 120) -> None:
     """Poll a metric until ok(value); the limit only stops a broken run from hanging."""
-    deadline = time.monotonic() + limit_s
-    while not ok(metric(api, name)):
-        assert time.monotonic() < deadline, f"{name} never reached the expected value"
-        time.sleep(0.01)
+    wait_until(lambda: ok(metric(api, name)), f"{name} to reach the expected value",
+               timeout_s=limit_s, interval_s=0.01)
 
 
 class Events:

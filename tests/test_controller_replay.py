@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from testbed.orchestrate.ctl_process import rest_call
 from testbed.orchestrate.replay import agreement, reference, replay, requests_csv, sample_requests
 from testbed.sim.engine import REQUESTS_COLUMNS
 from testbed.spec import load_scenario, parse_scenario
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,9 +155,8 @@ def test_fault_injector_cuts_and_repairs_in_background(tmp_path: Path) -> None:
                                                     "slots": 2})
         assert status == 201 and ["1", "3"] == lp["nodes"][:2]
         ev = FaultInjector(sc.events, scale=1.0, client=client).start()
-        deadline = time.monotonic() + 5
-        while len(ev.steps) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(ev.steps) >= 2, "2 fault events applied",
+                   interval_s=0.01)
         out = ev.stop()
         assert out["events_applied"] == 2 and out["events_not_reached"] == 1
         assert out["events"][0]["restored"] == [lp["id"]]

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from testbed.spec import parse_scenario
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root]
 
@@ -161,11 +161,9 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "network.json").exists():
-            assert proc.poll() is None, "lightpipe emu --hold exited early"
-            assert time.monotonic() < deadline, "network did not come up"
-            time.sleep(0.2)
+        wait_until((out / "network.json").exists, "the held network to come up",
+                   timeout_s=240, interval_s=0.2,
+                   alive=lambda: None if proc.poll() is None else "lightpipe emu --hold exited")
         held = json.loads((out / "network.json").read_text())
         prefix, ctl_pid = held["prefix"], held["controller"]["pid"]
         assert Path(f"/proc/{ctl_pid}").exists()  # the run's os-ken controller
@@ -179,10 +177,12 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
         r = subprocess.run([*LIGHTPIPE, "clean", prefix], cwd=REPO, capture_output=True,
                            text=True)
         assert r.returncode == 0, r.stderr
-        time.sleep(0.5)
-        left = leftovers(prefix)
-        assert not any(left.values()), left
-        assert not Path(f"/proc/{ctl_pid}").exists(), "lightpipe clean left the controller"
+        # the kernel finishes some of it after clean returns (a killed process is reaped by
+        # init): wait for that instead of sleeping 0.5 s and assuming
+        wait_until(lambda: not any(leftovers(prefix).values()),
+                   f"nothing of {prefix} left after lightpipe clean", timeout_s=30)
+        wait_until(lambda: not Path(f"/proc/{ctl_pid}").exists(),
+                   "the run's controller gone after lightpipe clean", timeout_s=30)
         ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert other_ns in ns
         assert subprocess.run(["ip", "link", "show", other_veth],
@@ -208,10 +208,9 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (out / "network.json").exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until((out / "network.json").exists, "the held network to come up", timeout_s=240,
+               interval_s=0.2, alive=lambda: None if proc.poll() is None else
+               f"lightpipe emu --hold exited: {proc.communicate()[1][-2000:]}")
     net = json.loads((out / "network.json").read_text())
     prefix = net["prefix"]
     assert sorted(s["kind"] for s in net["switches"]).count("spine") == 4  # 2 per DC
@@ -223,6 +222,35 @@ def test_hold_tears_down_on_sigterm(tmp_path: Path) -> None:
     assert net["controller"] is None
     pings = json.loads((out / "verification.json").read_text())["pings"]
     assert len(pings) == 5 and all(p["received"] == p["sent"] for p in pings)  # across leaves
+    assert not any(leftovers(prefix).values())
+
+
+@need_root
+def test_sigint_right_after_network_json_ends_the_hold_cleanly(tmp_path: Path) -> None:
+    """A caller that stops a held run as soon as network.json appears gets a clean end
+    (summary written, nothing left), not "interrupted": the SIGINT here comes at the
+    latest moment before the wait loop, from the on_hold hook itself."""
+    from testbed.backends.emu import EmuBackend
+
+    sc = parse_scenario({
+        "name": "hold-sigint", "topology": {"links": [{"u": "A", "v": "B", "length_km": 1000}]},
+        "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}, {"name": "dc-b", "node": "B", "gpus": 8}],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "forwarding": "static"}})
+    out = tmp_path / "held"
+    seen: list[bool] = []
+
+    def stop_at_once(_info: dict[str, Any]) -> None:
+        seen.append((out / "network.json").exists())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    try:
+        summary = EmuBackend().run(sc, out, quiet=True, hold=True, on_hold=stop_at_once)
+    except KeyboardInterrupt:
+        pytest.fail("SIGINT after network.json was published ended the run as interrupted")
+    assert seen == [True]
+    assert summary["held"] is True
+    prefix = json.loads((out / "network.json").read_text())["prefix"]
     assert not any(leftovers(prefix).values())
 
 

@@ -6,6 +6,7 @@ import math
 import os
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from testbed.errors import InputError
 from testbed.names import IFNAME_RE
 from testbed.optical.modulation import DEFAULT_MODULATIONS, choose_modulation
 from testbed.spec import parse_scenario
+from tests.waiting import wait_until
 
 
 def scenario(**emulation: Any) -> Any:
@@ -179,7 +181,12 @@ def test_parse_iperf3_uses_receiver_intervals_after_warmup() -> None:
 def test_state_helpers(tmp_path: Path) -> None:
     import os
 
-    assert proc_start_ticks(os.getpid()) is not None
+    # field 22 of /proc/PID/stat (after the parenthesised name), and None once gone
+    mine = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    assert proc_start_ticks(os.getpid()) == mine
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert proc_start_ticks(child.pid) is None
     assert PREFIX_RE.fullmatch("lp0a1f") and not PREFIX_RE.fullmatch("lpprobe1234")
     # A state dir whose state cannot be read: removed without touching anything else.
     d = tmp_path / "lpzzzz"
@@ -249,18 +256,14 @@ def test_iperf3_client_waits_for_a_server_that_listens_late() -> None:
     with -J exits 0 when it cannot connect, so the retry must read its JSON: a CI run
     failed on "unable to connect to server: Connection refused" at the first try. The
     pair runs in a private network namespace (its own loopback, port 5201 free)."""
-    import subprocess
-    import time
-
     from testbed.emu.probes import run_iperf3
 
     holder = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep 120"])
     try:
         ns = ["nsenter", f"--net=/proc/{holder.pid}/ns/net"]
-        deadline = time.monotonic() + 10
-        while subprocess.run([*ns, "ip", "-o", "link", "show", "lo", "up"], capture_output=True,
-                             text=True).stdout.strip() == "" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: subprocess.run([*ns, "ip", "-o", "link", "show", "lo", "up"],
+                                          capture_output=True, text=True).stdout.strip(),
+                   "lo up in the private namespace")
         late = [*ns, "sh", "-c", 'sleep 1.5; exec "$@"', "sh"]  # listens 1.5 s late
         res = run_iperf3(late, ns, "127.0.0.1", seconds=1.0, warmup_s=0.2)
         assert res.goodput_mbps > 0

@@ -16,7 +16,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from testbed.orchestrate.faultctl import (
 from testbed.spec import Scenario, parse_scenario
 
 from .conftest import load_yaml
+from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,17 +181,20 @@ def test_more_clients_than_slots_are_told_busy(quick: Scenario, short_dir: Path)
         for s in idle:
             s.shutdown(socket.SHUT_WR)
             assert json.loads(s.makefile("rb").readline())["error"]["type"] == "input"
-        for _ in range(100):  # slots free again once the handlers have answered
+
+        def served() -> bool:
             try:
-                request_fault(path, {"kind": "nope"}, 5)
+                request_fault(path, {"kind": "nope"}, 30)
             except RuntimeFailure as exc:
                 assert "already running" in str(exc)
-                time.sleep(0.05)
+                return False
             except InputError as exc:  # served, and refused (bad kind)
                 assert exc.path == "kind"
-                break
-        else:
-            pytest.fail("slots never freed")
+                return True
+            raise AssertionError("a request of kind 'nope' was applied")
+
+        # slots free again once the handlers have answered (was: 100 tries 50 ms apart)
+        wait_until(served, "the fault channel's slots to free again")
 
 
 # ---- a real FaultInjector and an in-process controller (no root) --------------------------
@@ -358,11 +361,9 @@ def test_held_network_takes_faults_from_the_cli(tmp_path: Path) -> None:
         return row
 
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "network.json").exists():
-            assert proc.poll() is None, (tmp_path / "hold.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the network did not come up"
-            time.sleep(0.2)
+        wait_until((out / "network.json").exists, "the held network to come up",
+                   timeout_s=240, interval_s=0.2, alive=lambda: None if proc.poll() is None
+                   else (tmp_path / "hold.log").read_text()[-3000:])
         net = json.loads((out / "network.json").read_text())
         sock = Path(net["fault_socket"])
         assert stat.S_IMODE(os.lstat(sock).st_mode) == 0o600

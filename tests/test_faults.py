@@ -22,6 +22,7 @@ from testbed.spec import load_scenario, parse_scenario
 from testbed.spec.faults import expand_flap, flap_steps, network_events, sim_fault_rows
 
 from .conftest import load_yaml
+from .waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
@@ -224,13 +225,14 @@ def test_prometheus_kill_and_restart_records_the_gap(tmp_path: Path) -> None:
     try:
         assert mon.prom is not None and mon.prom.proc is not None
         first_pid = mon.prom.proc.pid
-        deadline = time.monotonic() + 30
-        while mon.last_scrape_time() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # the run exporter scraped once: there is data to have a gap in
+        # the run exporter scraped once: there is data to have a gap in
+        wait_until(lambda: mon.last_scrape_time() is not None,
+                   "Prometheus's first scrape of the run exporter", timeout_s=120,
+                   interval_s=0.2)
         inj = FaultInjector(sc.events, scale=1.0, monitor=mon).start()
-        deadline = time.monotonic() + 60
-        while "recovery_s" not in inj.rows[0] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: inj.rows and "recovery_s" in inj.rows[0],
+                   "the restarted Prometheus to scrape again (recovery_s)", timeout_s=120,
+                   interval_s=0.1)
         out = inj.stop()
         (row,) = out["faults"]
         assert row["applied"] and row["pid_killed"] == first_pid
@@ -293,9 +295,8 @@ def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
                                                     "slots": 2})
         assert status == 201 and lp["nodes"][:2] == ["1", "3"]
         inj = FaultInjector(sc.events, scale=1.0, client=client).start()
-        deadline = time.monotonic() + 10
-        while len(inj.steps) < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(inj.steps) >= 4, "4 fault events applied",
+                   interval_s=0.01)
         out = inj.stop()
     finally:
         api.close()
@@ -335,9 +336,8 @@ def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Pat
                                                     "slots": 2})
         assert status == 201 and lp["nodes"][:2] == ["1", "3"] and lp["slots"] == [0, 1]
         inj = FaultInjector(sc.events, scale=1.0, client=client).start()
-        deadline = time.monotonic() + 10
-        while len(inj.steps) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(inj.steps) >= 2, "2 fault events applied",
+                   interval_s=0.01)
         out = inj.stop()
         assert api.core.net.lost_slots("1", "3") == [1]
         after = api.core.lightpath(lp["id"])
@@ -360,9 +360,8 @@ def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Pat
         "wavelength_loss", "wavelength_repair"]
     # static forwarding: no controller, skipped with the reason
     static = FaultInjector(sc.events, scale=1.0).start()
-    deadline = time.monotonic() + 10
-    while len(static.steps) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(static.steps) >= 2, "2 fault events applied",
+               interval_s=0.01)
     rows = static.stop()["faults"]
     assert [r["applied"] for r in rows] == [False, False]
     assert all("static forwarding" in r["skipped"] for r in rows)
@@ -579,7 +578,7 @@ def test_pings_cross_a_controller_restart_without_loss(tmp_path: Path) -> None:
             assert any("0x5e1f" in line for line in rules_before)
             time.sleep(1.0)
             new = restarter.restart()
-            pinger.join(60)
+            pinger.join(scaled(120))
             rules_after = _flow_lines(sw, env)
             assert not any("0x5e1f" in line for line in rules_after), rules_after
             assert len(rules_after) == len(rules_before) - 1 and rules_after

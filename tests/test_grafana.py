@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from testbed.monitor import dashboards as dash
+from tests.waiting import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -165,9 +166,10 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
                 "schedule": "1f1b", "iteration_times_s": [2.0, 2.0],
                 "emulated_iteration_time_s": 0.2, "simulated_iteration_time_s": 0.21}],
                 "agreement": [{"job": "job0", "relative_error": 0.05}]})
-            assert mon.flush(timeout_s=30)
+            assert mon.flush(timeout_s=scaled(120))
             for url in (st["url"], mon.prom.url):
-                info = wait_for(url, f'lightpipe_run_info{{run="{mon.run_id}"}}')
+                info = wait_for(url, f'lightpipe_run_info{{run="{mon.run_id}"}}',
+                                timeout_s=scaled(120))
                 assert info[0]["metric"]["scenario"] == "pp-jobs"
                 assert info[0]["metric"]["workload"] == "pp_jobs"
                 cost = query(url, 'lightpipe_job_electricity_cost_usd{training_job="job0"}')
@@ -197,11 +199,11 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
             line = proc.stdout.readline() if proc.stdout else ""
             url = line.split(" at ")[1].split()[0]
             got = wait_for(url, f'lightpipe_job_agreement_relative_error{{run="{mon.run_id}"}}'
-                           , timeout_s=30)
+                           , timeout_s=scaled(120))
             assert float(got[0]["value"][1]) == pytest.approx(0.05)
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.wait(30)
+            proc.wait(scaled(60))
         assert proc.returncode == 0
     finally:
         assert _cli("monitor", "down", "--dir", str(mdir)).returncode == 0

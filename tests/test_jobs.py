@@ -164,9 +164,10 @@ def test_plan_jobs_lists_lightpaths() -> None:
 
 def test_max_stages_per_dc_is_respected() -> None:
     states, _ = simulate(cba_scenario(600.0, "cba", 1, 20))
-    for st in states:
-        if not st.blocked:
-            assert len(set(st.placement)) == len(st.placement)
+    placed = [st for st in states if not st.blocked]
+    assert any(len(st.placement) > 1 for st in placed)  # not vacuous: multi-DC placements
+    for st in placed:
+        assert len(set(st.placement)) == len(st.placement)
 
 
 @pytest.mark.parametrize("name,build", [("cba-nsfnet", cba_scenario),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -15,8 +15,16 @@ from testbed.metrics.prometheus import PrometheusServer, scrape_config
 from testbed.metrics.query import query, targets, values, wait_for
 from testbed.orchestrate.launch import Host, Launcher
 from testbed.schedule import PipelineProblem, build_schedule
+from tests.waiting import scaled, wait_until
 from workloads.metrics import METRIC_NAMES, WorkerMetrics
 from workloads.plan import TinyGPTConfig, model_plan, shadow_plan
+
+
+def _at_least(url: str, promql: str, n: int) -> list[dict[str, Any]] | None:
+    """The query's series once there are n of them (None before: keep polling)."""
+    got = query(url, promql)
+    return got if len(got) >= n else None
+
 
 needs_prometheus = pytest.mark.skipif(shutil.which("prometheus") is None
                                       or shutil.which("promtool") is None,
@@ -82,24 +90,21 @@ def test_live_prometheus_scrapes_every_worker_metric(tmp_path: Path) -> None:
             "lightpipe_worker_compute_seconds_total": 6,
         }
         for name, series in checks.items():
-            res = wait_for(prom.url, f"{name} > 0", timeout_s=120)
-            end = time.monotonic() + 60
-            while len(res) < series and time.monotonic() < end:
-                time.sleep(0.5)
-                res = query(prom.url, f"{name} > 0")
+            wait_for(prom.url, f"{name} > 0", timeout_s=scaled(120))
+            res = wait_until(lambda name=name, series=series: _at_least(
+                prom.url, f"{name} > 0", series), f"{series} series of {name}",
+                timeout_s=120, interval_s=0.5)
             assert len(res) == series, (name, res)
             assert {r["metric"]["training_job"] for r in res} == {"shadow0", "model0"}
-        loss = wait_for(prom.url, 'lightpipe_worker_loss{training_job="model0",stage="1"} > 0')
+        loss = wait_for(prom.url, 'lightpipe_worker_loss{training_job="model0",stage="1"} > 0',
+                        timeout_s=scaled(120))
         assert values(loss)[0] > 0
         # rate() needs two scrapes of a job's histogram inside the window: poll for both
         # jobs (a clean-clone CI run once queried before shadow0's second scrape).
         hist_q = ("histogram_quantile(0.5, sum by (le, training_job) "
                   "(rate(lightpipe_worker_iteration_duration_seconds_bucket[5m])))")
-        hist = query(prom.url, hist_q)
-        end = time.monotonic() + 60
-        while len(hist) < 2 and time.monotonic() < end:
-            time.sleep(0.5)
-            hist = query(prom.url, hist_q)
+        hist = wait_until(lambda: _at_least(prom.url, hist_q, 2),
+                          "the iteration histogram of both jobs", timeout_s=120, interval_s=0.5)
         assert {r["metric"]["training_job"] for r in hist} == {"shadow0", "model0"}
         assert all(t["health"] == "up" for t in targets(prom.url))
         launcher.stop()
@@ -135,7 +140,8 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
     exp = LinkExporter([Link("A", "B", 1000), Link("B", "C", None)])
     exp.start()
     try:
-        body = urllib.request.urlopen(f"http://{exp.target}/metrics", timeout=5).read().decode()
+        url = f"http://{exp.target}/metrics"
+        body = urllib.request.urlopen(url, timeout=scaled(30)).read().decode()
     finally:
         exp.stop()
     for name in LINK_METRIC_NAMES:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import scaled, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = "import sys; from testbed.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
@@ -144,19 +146,17 @@ def test_held_lightpath_requests_run_is_scraped(tmp_path: Path) -> None:
                              "--out", str(out), "--hold", "-q"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 240
-        while not (out / "network.json").exists():
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "the held run never wrote network.json"
-            time.sleep(0.5)
+        wait_until((out / "network.json").exists, "the held run to write network.json",
+                   timeout_s=240, interval_s=0.5, alive=lambda: None if proc.poll() is None
+                   else proc.communicate()[1][-2000:])
         prom = json.loads((out / "network.json").read_text())["prometheus"]
         assert prom["monitor_url"] is None and prom["url"] == prom["run_url"]
         for comp in ("controller", "links", "run"):
             got = wait_for(prom["url"], f'up{{run="{prom["run"]}", component="{comp}"}} == 1',
-                           timeout_s=30)
+                           timeout_s=scaled(120))
             assert got[0]["metric"]["scenario"] == "quickstart"
         wait_for(prom["url"], f'lightpipe_fibre_slots_used{{run="{prom["run"]}"}}',
-                 timeout_s=30)
+                 timeout_s=scaled(120))
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)

@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import yaml
 
 from testbed.rundir import read_records, run_status
 from tests.test_emu_net import LIGHTPIPE, REPO, need_root
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -68,12 +68,11 @@ def test_emulation_killed_at_random_points_leaves_valid_partial_records(
                                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            deadline = time.monotonic() + 300  # against a hang only
-            while not (manifest_of(out).get("status") == "running" and (
-                    rows == 0 or len(read_records(out / "requests.csv")) >= rows)):
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                assert time.monotonic() < deadline, "no progress"
-                time.sleep(0.1)
+            wait_until(lambda out=out, rows=rows: manifest_of(out).get("status") == "running"
+                       and (rows == 0 or len(read_records(out / "requests.csv")) >= rows),
+                       f"the run to be running with {rows} request rows", timeout_s=300,
+                       interval_s=0.1, alive=lambda proc=proc: None if proc.poll() is None
+                       else (proc.stderr.read() if proc.stderr else "lightpipe emu exited"))
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         finally:

@@ -10,7 +10,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import yaml
 
 from testbed.outdir import find_leftovers, install_dir, lock_path
 from testbed.rundir import read_records, run_status
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "scenarios"
@@ -65,14 +65,13 @@ def start_sim(spec: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
 
 def wait_for(proc: subprocess.Popen[str], cond, what: str) -> None:  # type: ignore[no-untyped-def]
     """Poll until cond() (no wall-clock assertion: a generous bound against a hang)."""
-    for _ in range(6000):
-        if cond():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"sim ended (rc {proc.returncode}) before {what}: {proc.stderr.read()}"
-                        if proc.stderr else what)
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
+
+    def ended() -> str | None:
+        if proc.poll() is None:
+            return None
+        return f"sim ended (rc {proc.returncode}): {proc.stderr.read() if proc.stderr else ''}"
+
+    wait_until(cond, what, timeout_s=120, interval_s=0.01, alive=ended)
 
 
 def manifest_of(out: Path) -> dict | None:  # type: ignore[type-arg]

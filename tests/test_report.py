@@ -28,6 +28,8 @@ ARTIFACTS = Path(os.environ.get("LIGHTPIPE_ARTIFACTS", REPO / "test-artifacts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import browser  # noqa: E402
 
+from tests.waiting import scaled  # noqa: E402
+
 need_browser = pytest.mark.skipif(not browser.available(),
                                   reason="needs chromium, chromium-driver and selenium "
                                   "(scripts/setup.sh)")
@@ -54,7 +56,9 @@ def check_in_browser(report: Path, name: str, min_figures: int) -> browser.PageC
 
 def test_layout_never_overlaps_nodes() -> None:
     """The NSFNET drawing overlapped nodes 9, 12, 13 and 14; no library topology may."""
-    for name in library_names():
+    names = library_names()
+    assert "nsfnet" in names  # not vacuous
+    for name in names:
         pos = spread_layout(load_library(name).graph())
         assert min_distance(pos) >= 0.2, name
 
@@ -164,6 +168,7 @@ def test_prometheus_series_from_a_real_tsdb(tmp_path: Path) -> None:
     """A real Prometheus records a TSDB (scraping itself); the report serves a copy of it
     with a temporary Prometheus and charts the series."""
     from testbed.metrics.prometheus import PrometheusServer, find_binary
+    from testbed.metrics.query import wait_for
     from testbed.report.prom import find_tsdb, prometheus_figures
 
     if find_binary() is None or find_binary("promtool") is None:
@@ -174,7 +179,10 @@ def test_prometheus_series_from_a_real_tsdb(tmp_path: Path) -> None:
     srv.start()
     try:
         srv.set_targets("self", [(f"127.0.0.1:{srv.port}", {"component": "prometheus"})])
-        time.sleep(8)
+        # Ready when the TSDB holds several scrapes of itself (not after a guessed sleep:
+        # the first scrape of a busy machine's Prometheus came late).
+        wait_for(srv.url, 'count_over_time(up{component="prometheus"}[1h]) >= 5',
+                 timeout_s=scaled(120))
     finally:
         srv.stop()
     (run / "manifest.json").write_text(json.dumps({"started_unix_s": start, "backend": "emu"}))

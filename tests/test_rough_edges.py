@@ -11,13 +11,13 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from testbed.atomicio import atomic_write_json, staged_dir
+from tests.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = REPO / "scenarios"
@@ -311,16 +311,14 @@ def test_controller_prints_url_and_keeps_its_db_out_of_the_cwd(tmp_path: Path) -
         with socket.socket() as s:  # the OpenFlow port is really held by the controller
             with pytest.raises(OSError):
                 s.bind(("127.0.0.1", int(m[2])))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (tmp_path / "xdg" / "lightpipe" /
-                                                     "controller.db").exists():
-            time.sleep(0.2)
-        assert (tmp_path / "xdg" / "lightpipe" / "controller.db").exists()
+        wait_until((tmp_path / "xdg" / "lightpipe" / "controller.db").exists,
+                   "the controller's database under XDG_STATE_HOME", interval_s=0.2,
+                   alive=lambda: None if proc.poll() is None else "the controller exited")
         assert list(cwd.iterdir()) == []
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(20)
+            proc.wait(scaled(30))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -359,11 +357,9 @@ def test_held_emulation_from_a_non_interactive_shell(tmp_path: Path, sig: str) -
                     f"--hold > {log} 2>&1 & echo $! > {pidfile}"], env=ENV, check=True)
     pid = int(pidfile.read_text())
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (log.exists() and
-                                                   "holding" in log.read_text()):
-            assert _alive(pid), log.read_text()[-2000:]
-            time.sleep(1)
+        wait_until(lambda: log.exists() and "holding" in log.read_text(),
+                   "the emulation to say it is holding", timeout_s=240, interval_s=0.5,
+                   alive=lambda: None if _alive(pid) else log.read_text()[-2000:])
         text = log.read_text()
         assert "holding" in text, text[-2000:]
         assert "it skips the lightpath_requests workload" in text  # --hold says what it skips
@@ -376,10 +372,8 @@ def test_held_emulation_from_a_non_interactive_shell(tmp_path: Path, sig: str) -
         assert ping.returncode == 0, ping.stdout + ping.stderr
         assert "PING dc-d-h0 (10." in ping.stdout and " 0% packet loss" in ping.stdout
         os.kill(pid, getattr(signal, f"SIG{sig}"))
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.5)
-        assert not _alive(pid), "the held emulation did not stop"
+        wait_until(lambda: not _alive(pid), f"the held emulation to stop on SIG{sig}",
+                   timeout_s=120, interval_s=0.2)
         summary = json.loads((out / "summary.json").read_text())
         assert summary["held"] is True
         prefix = json.loads((out / "network.json").read_text())["prefix"]

@@ -21,6 +21,7 @@ import yaml
 
 from tests.conftest import SCENARIOS
 from tests.test_controller_ovs import _why_skip
+from tests.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -62,12 +63,18 @@ def iperf(net: Any, src: str, dst: str, port: int, parallel: int = 1,
     srv = net.host_popen(dst, ["iperf3", "-s", "-1", "-p", str(port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)
+        # Ready when its socket listens in dst's namespace (a fixed port is safe there:
+        # the namespace is the emulated host's own), not after a guessed sleep.
+        wait_until(lambda: net.host_cmd(dst, ["ss", "-Hltn", f"sport = :{port}"],
+                                        check=False).stdout.strip(),
+                   f"iperf3 -s to listen on {dst}:{port}",
+                   alive=lambda: None if srv.poll() is None else f"iperf3 -s exited "
+                   f"({srv.returncode})")
         r = net.host_cmd(src, ["iperf3", "-c", ip, "-p", str(port), "-t", str(seconds),
-                               "-P", str(parallel), "-J"], timeout_s=30, check=False)
+                               "-P", str(parallel), "-J"], timeout_s=scaled(60), check=False)
         return float(json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]) / 1e6
     finally:
-        srv.wait(10)
+        srv.wait(scaled(30))
 
 
 def pair_bytes(net: Any, src: str, dst: str) -> dict[str, int]:
@@ -90,14 +97,32 @@ def set_link(net: Any, a: str, b: str, up: bool) -> None:
     subprocess.run(["ip", "link", "set", str(intf), "up" if up else "down"], check=True)
 
 
-def wait_routing(ctl: Any, pred: Any, timeout_s: float = 10.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status, view = ctl.request("GET", "/routing")
-        if status == 200 and pred(view):
-            return dict(view)
-        assert time.monotonic() < deadline, view
-        time.sleep(0.05)
+def wait_routing(ctl: Any, pred: Any, timeout_s: float = 60.0) -> dict[str, Any]:
+    def view() -> dict[str, Any] | None:
+        status, got = ctl.request("GET", "/routing")
+        return dict(got) if status == 200 and pred(got) else None
+
+    return wait_until(view, "the controller's routing view", timeout_s=timeout_s)
+
+
+def leaf_groups(net: Any, leaf: str) -> tuple[int, int]:
+    """(select groups, buckets) installed on a leaf switch."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-groups", leaf],
+                         capture_output=True, text=True, check=True).stdout
+    return out.count("type=select"), out.count("bucket=")
+
+
+def wait_spine_rules(net: Any, flows: list[dict[str, Any]]) -> None:
+    """Until every flow's per-flow rule is on the spine its path names (rules are pushed
+    after the REST view changes: readiness by the switches' tables, not a sleep)."""
+    from testbed.orchestrate.allreduce import spine_bytes
+
+    def ip(h: str) -> str:
+        return str(net.plan.host(h).ip.split("/")[0])
+
+    want = {(f["path"][2], ip(f["src"]), ip(f["dst"])) for f in flows}
+    wait_until(lambda: want <= set(spine_bytes(net)), "the per-flow rules on their spines",
+               interval_s=0.2)
 
 
 def test_ecmp_select_groups_spread_connections(env: dict[str, Any]) -> None:
@@ -107,11 +132,10 @@ def test_ecmp_select_groups_spread_connections(env: dict[str, Any]) -> None:
                                                         "buffer_bytes": 1 << 20})
     assert status == 201, job
     try:
-        for s in net.plan.switches:
+        for s in net.plan.switches:  # installed after the POST answered: wait for them
             if s.kind == "leaf":
-                out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-groups", s.node],
-                                     capture_output=True, text=True, check=True).stdout
-                assert out.count("type=select") == 3 and out.count("bucket=") == 6, out
+                wait_until(lambda node=s.node: leaf_groups(net, node) == (3, 6),
+                           f"3 select groups of 2 buckets on {s.node}", interval_s=0.2)
         before = pair_bytes(net, "dc-a-h0", "dc-a-h2")
         mbps = iperf(net, "dc-a-h0", "dc-a-h2", 5301, parallel=16)
         grew = delta(pair_bytes(net, "dc-a-h0", "dc-a-h2"), before)
@@ -134,7 +158,9 @@ def test_ecmp_reroutes_around_a_failed_uplink(env: dict[str, Any]) -> None:
     try:
         set_link(net, leaf, dead, up=False)
         wait_routing(ctl, lambda v: v["failed_links"] == [sorted([leaf, dead])])
-        time.sleep(0.2)
+        # the leaf's groups lose their bucket towards the dead spine (not a sleep)
+        wait_until(lambda: leaf_groups(net, leaf) == (3, 3),
+                   f"{leaf}'s select groups without the bucket to {dead}", interval_s=0.2)
         before = pair_bytes(net, "dc-a-h1", "dc-a-h3")
         iperf(net, "dc-a-h1", "dc-a-h3", 5302, parallel=8)
         grew = delta(pair_bytes(net, "dc-a-h1", "dc-a-h3"), before)
@@ -168,6 +194,7 @@ def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) 
         # Greedy separates the two rings on every uplink: both jobs at the full 100 Gb/s.
         assert [j["bottleneck_gbps"] for j in view["jobs"]] == [pytest.approx(100.0)] * 2
         flows = [f for j in view["jobs"] for f in j["flows"]]
+        wait_spine_rules(net, flows)
 
         def check_paths(flows: list[dict[str, Any]]) -> None:
             for f in flows:
@@ -192,7 +219,7 @@ def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) 
             for f in hit:
                 p = after[(f["src"], f["dst"])]["path"]
                 assert not any({a, b} == {leaf, spine} for a, b in pairwise(p))
-            time.sleep(0.2)
+            wait_spine_rules(net, list(after.values()))
             check_paths(list(after.values()))
         finally:
             set_link(net, leaf, spine, up=True)

@@ -317,7 +317,10 @@ def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_
             atomic_write_json(where / "network.json", info, mode=secret_mode(info))
 
     try:
-        with FaultServer(net.state_dir / SOCKET_NAME, scenario, apply, after=publish) as server:
+        # SIGINT/SIGTERM is the normal end from the moment network.json is published (a
+        # caller that waits for it may stop the run at once): not "interrupted" (rc 130)
+        with FaultServer(net.state_dir / SOCKET_NAME, scenario, apply, after=publish) as server, \
+                contextlib.suppress(KeyboardInterrupt):
             info["fault_socket"] = str(server.path)
             publish()
             net.state.out_dir = str(out_dir.resolve())
@@ -327,9 +330,8 @@ def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_
                 opts.ready.set()
             if opts.on_hold is not None:
                 opts.on_hold(info)
-            with contextlib.suppress(KeyboardInterrupt):
-                while True:
-                    signal.pause()
+            while True:
+                signal.pause()
     finally:
         info.pop("fault_socket", None)  # gone with the channel
         summary = faults.stop()  # a killed controller or Prometheus is restarted first
