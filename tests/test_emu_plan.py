@@ -24,7 +24,8 @@ from testbed.emu.forwarding import StaticForwarding
 from testbed.emu.links import NetemLink, netem_limit_packets
 from testbed.emu.plan import build_plan
 from testbed.emu.probes import parse_iperf3
-from testbed.emu.state import PREFIX_RE, clean_run, proc_start_ticks
+from testbed.emu.reaper import clean_run
+from testbed.emu.state import PREFIX_RE, proc_start_ticks
 from testbed.errors import InputError
 from testbed.names import IFNAME_RE
 from testbed.optical.modulation import DEFAULT_MODULATIONS, choose_modulation

@@ -21,7 +21,7 @@ SOURCES = ("testbed", "controllers", "workloads")
 
 # Lowest first; a layer is a tuple of module-name prefixes (docs/architecture.md draws it).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("testbed.errors", "testbed.termsafe", "testbed.atomicio", "testbed.outdir",
+    ("testbed.errors", "testbed.termsafe", "testbed.safefs", "testbed.atomicio", "testbed.outdir",
      "testbed.boundedio", "testbed.names", "testbed.progress",
      "testbed.catalog", "testbed.envprobe", "testbed.topologies", "testbed.analysis"),
     ("testbed.spec",),

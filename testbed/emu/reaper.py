@@ -193,3 +193,8 @@ def _plan_named(plan: RunPlan, by_ident: dict[Ident, str], recorded: set[int]) -
         for pid in pids_in(guarded({ident})):
             if pid not in recorded:
                 plan.procs.append((pid, command_of(pid), f"inside the run's namespace {name}"))
+
+
+def clean_run(state_dir: Path, force: bool = False) -> dict[str, Any]:
+    """Remove one run's leftovers. Refuses a live run unless force."""
+    return plan_run(Path(state_dir)).apply(force=force)

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from testbed.atomicio import atomic_write_json
 
@@ -241,10 +240,3 @@ def release_held(state_dir: Path) -> bool:
     from testbed.emu.nsref import release_all
 
     return release_all(Path(state_dir))
-
-
-def clean_run(state_dir: Path, force: bool = False) -> dict[str, Any]:
-    """Remove one run's leftovers (testbed.emu.reaper). Refuses a live run unless force."""
-    from testbed.emu.reaper import plan_run
-
-    return plan_run(Path(state_dir)).apply(force=force)
