@@ -151,3 +151,25 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
             in body)
     assert 'fibre="B-C"' not in body  # a stopped forwarder gives no samples, no error
     assert exp.snapshot()["A-B"]["a_to_b"]["lightpath_drops"] == {"101": 2}
+
+
+def test_stop_pid_signals_only_the_process_it_verified() -> None:
+    """stop_pid goes through a pidfd checked against the verified start time: a process
+    whose start time differs (a reused PID) gets no signal; the right one is stopped."""
+    import subprocess
+
+    from testbed.metrics import process
+
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        ticks = process.start_ticks(other.pid)
+        assert ticks is not None
+        assert process.stop_pid(other.pid, start=ticks + 1) is False
+        assert other.poll() is None  # untouched
+        assert process.stop_pid(other.pid, start=ticks) is True
+        assert other.wait(timeout=10) is not None
+        assert process.stop_pid(other.pid) is False  # gone: nothing to stop
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()

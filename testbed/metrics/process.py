@@ -9,6 +9,7 @@ tried.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -25,7 +26,6 @@ from pathlib import Path
 
 from testbed.atomicio import atomic_write_text
 from testbed.errors import InputError, RuntimeFailure
-from testbed.outdir import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -232,27 +232,36 @@ def not_ours(pid: int, data_dir: Path, ticks: int | None) -> str | None:
     return None
 
 
-def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
-    """SIGTERM (Prometheus flushes its head), then SIGKILL; True if it was running."""
-    if not pid_alive(pid):
+def stop_pid(pid: int, timeout_s: float = 15.0, start: int | None = None) -> bool:
+    """SIGTERM (Prometheus flushes its head), then SIGKILL; True if it was running.
+
+    Both signals go through one pidfd, opened first and checked against `start` (the
+    process's start time in clock ticks, when the caller verified one): a PID that is
+    reused meanwhile gets nothing."""
+    import select
+
+    try:
+        pfd = os.pidfd_open(pid)
+    except ProcessLookupError:
         return False
-    os.kill(pid, signal.SIGTERM)
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        try:  # reap if it is our child
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return True
+    try:
+        if start is not None and start_ticks(pid) != start:
+            return False  # not the process the caller verified
+        try:
+            signal.pidfd_send_signal(pfd, signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        if not select.select([pfd], [], [], max(timeout_s, 0.0))[0]:  # readable: exited
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own
+                signal.pidfd_send_signal(pfd, signal.SIGKILL)
+            select.select([pfd], [], [], 5.0)
+        try:  # reap it if it is our child
+            os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
-    return True
+        return True
+    finally:
+        os.close(pfd)
 
 
 def write_pidfile(path: Path, pid: int) -> None:

@@ -270,7 +270,8 @@ class Monitor:
                 return False  # gone: a stale PID file
             raise RuntimeFailure(f"not stopping pid {pid} named by {self.pid_path}: {why}; "
                                  "removed that PID file")
-        stopped = process.stop_pid(pid)
+        # The start time verified above goes with the signal (pidfd): no reused PID.
+        stopped = process.stop_pid(pid, start=process.start_ticks(pid))
         self.pid_path.unlink(missing_ok=True)
         return stopped
 
