@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,39 +63,20 @@ def _needs_root(item: pytest.Item) -> bool:
     return any("root" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     """Tiers: `root` on every test that needs root (so `-m "not root and not vm"` is the
-    fast tier, `make test-fast`), and `stress` on the root, VM and controller tests
-    (`make test-stress` runs those again and again with a core kept busy)."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-        root = _needs_root(item)
-        if root and item.get_closest_marker("root") is None:
-            item.add_marker(pytest.mark.root)
-        if root and module not in ROOT_BUT_NOT_TIMED:
-            # Under `make test` (pytest-xdist, --dist loadgroup) the root tests run one at
-            # a time on one worker: emulations time packets, and two at once on a 2-core
-            # machine would measure each other. The other workers take the rest.
-            item.add_marker(pytest.mark.xdist_group("root"))
-        if root or module.startswith("test_controller_"):
-            item.add_marker(pytest.mark.stress)
+    fast tier, `make test-fast`), `serial` on those that time packets, and `stress` on
+    the root, VM and controller tests (`make test-stress` runs those again and again
+    with a core kept busy)."""
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    root = _needs_root(item)
+    if root and item.get_closest_marker("root") is None:
+        item.add_marker(pytest.mark.root)
+    if root and module not in ROOT_BUT_NOT_TIMED:
+        # `make test` (scripts/test.sh) runs the `serial` tests one at a time in a lane of
+        # their own: emulations time packets, and two at once on a 2-core machine would
+        # measure each other. The rest run beside them on pytest-xdist workers at nice 10.
+        item.add_marker(pytest.mark.serial)
+    if root or module.startswith("test_controller_"):
+        item.add_marker(pytest.mark.stress)
 
-
-@pytest.fixture(autouse=True)
-def _lane_priority(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """Under xdist, tests outside the serial root lane (and what they start) run at nice
-    10: on a 2-core machine the lane's emulations, which time packets, get the CPU first,
-    and the other workers use what is left."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
-    timed = any("root" in (*m.args, m.kwargs.get("name"))
-                for m in request.node.iter_markers("xdist_group"))
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, 0 if timed else 10)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, before)

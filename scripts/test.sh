@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite in two lanes at once. The `serial` tests (root tests that
+# build emulated networks and time packets; tests/conftest.py) run one at a time; the
+# rest run on TEST_JOBS pytest-xdist workers at nice 10, so that on a 2-core machine the
+# emulations get the CPU first. Each line is prefixed with its lane; both lanes' exit
+# statuses count. Extra arguments go to both pytest runs.
+#   bash scripts/test.sh [PYTEST ARGS...]      (VENV=.venv TEST_JOBS=2)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+PY="${VENV:-.venv}/bin/python"
+JOBS="${TEST_JOBS:-2}"
+t0=$(date +%s)
+lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exit status
+  local name="$1"
+  shift
+  set +e
+  "$@" 2>&1 | sed -u "s/^/[$name] /"
+  local rc="${PIPESTATUS[0]}"
+  echo "[$name] exit $rc after $(( $(date +%s) - t0 )) s"
+  return "$rc"
+}
+lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider "$@" &
+serial=$!
+lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial" -n "$JOBS" \
+  -p no:cacheprovider "$@" &
+parallel=$!
+rc=0
+wait "$serial" || rc=1
+wait "$parallel" || rc=1
+echo "test: both lanes done in $(( $(date +%s) - t0 )) s: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
+exit "$rc"
