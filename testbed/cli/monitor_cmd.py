@@ -14,8 +14,10 @@ HELP = "long-lived Prometheus for emulation runs (up/down/status), re-serve a ru
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True,
                            parser_class=type(p))
-    for name, text in (("up", "start the long-lived Prometheus (no-op if it runs)"),
-                       ("down", "stop it (by its PID file)"),
+    for name, text in (("up", "start the long-lived Prometheus (no-op if it runs); "
+                              "--foreground runs it until SIGTERM (a systemd service)"),
+                       ("down", "stop it (by its PID file, after checking that PID is "
+                                "our Prometheus)"),
                        ("status", "is it running, where, which runs are registered")):
         s = sub.add_parser(name, help=text, description=text)
         s.add_argument("--dir", type=Path, default=None,
@@ -25,9 +27,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         s.add_argument("--json", action="store_true", help="print the status as JSON")
         if name == "up":
             s.add_argument("--port", type=int, default=9090,
-                           help="first port to try (the next ones on conflict); default 9090")
+                           help="first port to try (the next ones on conflict; with "
+                           "--foreground only this one); default 9090")
             s.add_argument("--listen", default="127.0.0.1",
-                           help="127.0.0.1 (default) or 0.0.0.0 (e.g. a VM's forwarded port)")
+                           help="IP address to listen on: 127.0.0.1 (default), 0.0.0.0 "
+                           "(every interface) or another IP literal")
+            s.add_argument("--foreground", action="store_true",
+                           help="run Prometheus in the foreground until SIGTERM/SIGINT "
+                           "(for systemd): strict port, exit status is Prometheus's")
             s.add_argument("--retention", default="30d", help="TSDB retention (default 30d)")
             s.add_argument("--scrape-interval-s", type=float, default=1.0,
                            help="scrape interval in seconds (default 1)")
@@ -35,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        description="serve a finished run's TSDB read-only until Ctrl-C")
     s.add_argument("run_dir", type=Path, metavar="RUNDIR")
     s.add_argument("--port", type=int, default=9091, help="first port to try (default 9091)")
-    s.add_argument("--listen", default="127.0.0.1", help="127.0.0.1 (default) or 0.0.0.0")
+    s.add_argument("--listen", default="127.0.0.1",
+                   help="IP address to listen on: 127.0.0.1 (default), 0.0.0.0 or another")
 
 
 def _print_status(st: object, as_json: bool) -> None:
@@ -51,17 +59,28 @@ def _print_status(st: object, as_json: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from testbed.errors import InputError
     from testbed.monitor.server import Monitor
+    from testbed.monitor.trust import check_listen
 
     if getattr(args, "port", 1) is not None and not 0 <= getattr(args, "port", 1) <= 65535:
         raise InputError("--port", f"{args.port} is not a port number")
+    if getattr(args, "listen", None) is not None:
+        args.listen = check_listen(args.listen)
     if args.action == "serve":
         return _serve(args)
     mon = Monitor(args.dir)
     if args.action == "up":
-        if args.scrape_interval_s <= 0:
-            raise InputError("--scrape-interval-s", "must be > 0")
-        st = mon.up(args.port, scrape_interval_s=args.scrape_interval_s,
-                    retention=args.retention, host=args.listen)
+        if not 0 < args.scrape_interval_s <= 3600:
+            raise InputError("--scrape-interval-s", f"{args.scrape_interval_s}: must be in "
+                             "(0, 3600]")
+        opts = {"scrape_interval_s": args.scrape_interval_s, "retention": args.retention,
+                "host": args.listen}
+        if args.foreground:
+            def ready(st: object) -> None:
+                _print_status(st, args.json)
+                sys.stdout.flush()
+
+            return mon.foreground(args.port, on_ready=ready, **opts)
+        st = mon.up(args.port, **opts)
         _print_status(st, args.json)
         return 0
     if args.action == "down":
@@ -70,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     st = mon.status()
     _print_status(st, args.json)
-    return 0 if st.running else 3
+    return 0 if st.running else 3  # 3: not running (docs/metrics.md)
 
 
 def _serve(args: argparse.Namespace) -> int:

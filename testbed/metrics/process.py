@@ -9,10 +9,12 @@ tried.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import time
 import urllib.error
@@ -36,10 +38,46 @@ class Started:
 
     proc: subprocess.Popen
     port: int
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return url_for(self.host, self.port)
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port`, an IPv6 literal in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def url_for(host: str, port: int) -> str:
+    """The URL that reaches a server listening on host:port from this machine: the
+    address itself, or loopback for a wildcard (0.0.0.0 -> 127.0.0.1, :: -> ::1)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return f"http://{host_port(host, port)}"
+    if ip.is_unspecified:
+        ip = ipaddress.ip_address("::1" if ip.version == 6 else "127.0.0.1")
+    return f"http://{host_port(str(ip), port)}"
+
+
+def open_log(path: Path) -> int:
+    """Open (truncate) a log file for writing without following a symlink and only if
+    it is a regular file (a planted FIFO or device is refused); the fd, mode 0640."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o640)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot open log {path} (not followed if a link): "
+                             f"{exc.strerror}") from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise RuntimeFailure(f"log {path} is not a regular file of this user; not written")
+    os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def http_json(url: str, timeout_s: float = 2.0) -> dict | None:
@@ -60,6 +98,20 @@ def serves_tsdb(url: str, data_dir: Path) -> bool:
     return Path(path).resolve() == Path(data_dir).resolve()
 
 
+def _read_log(log_path: Path, max_bytes: int = 1 << 20) -> str:
+    """The last max_bytes of a log LightPipe wrote (not through a link)."""
+    try:
+        fd = os.open(log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        size = os.fstat(fd).st_size
+        fh.seek(max(0, size - max_bytes))
+        return fh.read(max_bytes).decode(errors="replace")
+
+
 def ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
@@ -69,30 +121,37 @@ def ready(url: str) -> bool:
 
 
 def _addr_in_use(log_path: Path) -> bool:
-    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    text = _read_log(log_path)
     return "address already in use" in text.lower()
 
 
 def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
            ports: Sequence[int], *, host: str = "127.0.0.1",
-           ready_timeout_s: float = 30.0, detach: bool = True) -> Started:
+           ready_timeout_s: float = 30.0, detach: bool = True,
+           user: tuple[int, int] | None = None) -> Started:
     """Start `binary args --storage.tsdb.path=data_dir --web.listen-address=host:port`
-    on the first port of `ports` it can bind; wait until it is ready and ours."""
+    on the first port of `ports` it can bind; wait until it is ready and ours.
+    user: (uid, gid) to run it as (root only), with no supplementary groups."""
+    ids = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
     last = ""
     for port in ports:
         argv = [binary, *args, f"--storage.tsdb.path={data_dir}",
-                f"--web.listen-address={host}:{port}"]
-        with open(log_path, "wb") as logf:
-            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=detach)
-        url = f"http://127.0.0.1:{port}"
+                f"--web.listen-address={host_port(host, port)}"]
+        logfd = open_log(log_path)
+        try:
+            proc = subprocess.Popen(argv, stdout=logfd, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=detach,
+                                    **ids)
+        finally:
+            os.close(logfd)
+        url = url_for(host, port)
         end = time.monotonic() + ready_timeout_s
         while time.monotonic() < end:
             if proc.poll() is not None:
                 break
             if ready(url) and serves_tsdb(url, data_dir):
                 log.info("prometheus ready at %s (pid %d)", url, proc.pid)
-                return Started(proc, port)
+                return Started(proc, port, host)
             time.sleep(0.2)
         if proc.poll() is None:
             stop_pid(proc.pid)
@@ -103,7 +162,7 @@ def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
             log.info("port %d in use; trying another", port)
             last = f"port {port} in use"
             continue
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+        tail = _read_log(log_path).strip().splitlines()[-1:]
         raise RuntimeFailure(f"prometheus exited with {proc.returncode}: "
                              f"{tail[0] if tail else '(no output)'} (log: {log_path})")
     raise RuntimeFailure(f"prometheus found no free port ({last}; tried {len(ports)})")
@@ -131,7 +190,42 @@ def is_prometheus(pid: int) -> bool:
         except OSError:
             return False
         exe = cmd
-    return Path(exe).name.startswith("prometheus")
+    return Path(exe).name in ("prometheus", "prometheus (deleted)")
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (/proc/PID/stat field 22), or
+    None if it is gone: with the PID it names one process for good."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text.rsplit(")", 1)[1].split()[19])  # fields after the command name
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def not_ours(pid: int, data_dir: Path, ticks: int | None) -> str | None:
+    """Why process `pid` is not the Prometheus that LightPipe started with data_dir (and
+    start time `ticks`, when recorded); None when it is. Never kill or signal a PID
+    for which this returns a reason."""
+    now = start_ticks(pid)
+    if now is None:
+        return f"process {pid} is gone"
+    if ticks is not None and now != ticks:
+        return f"process {pid} started at another time (a reused PID)"
+    if not is_prometheus(pid):
+        return f"process {pid} is not prometheus ({' '.join(cmdline(pid))[:80]!r})"
+    want = f"--storage.tsdb.path={Path(data_dir).resolve()}"
+    if want not in cmdline(pid):
+        return f"process {pid} is a prometheus with another data directory"
+    return None
 
 
 def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:

@@ -4,7 +4,7 @@ The scrape config is generated, checked with `promtool check config`, and uses f
 service discovery (`targets/*.json`), so targets (workers, link emulators, the
 controller) can be added while the server runs; Prometheus picks file changes up
 within about a second. The server listens on 127.0.0.1 only (on a port it binds
-itself, testbed.monitor.process) and is stopped by its PID.
+itself, testbed.metrics.process), has no lifecycle API and is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -109,9 +109,9 @@ class PrometheusServer:
             raise RuntimeFailure("prometheus binary not found (apt-get install prometheus)")
         self.write_config()
         self.check_config()
+        # No --web.enable-lifecycle: any local user could POST /-/quit or /-/reload.
         started = launch(self.binary, [f"--config.file={self.config_path}",
-                                       f"--storage.tsdb.retention.time={self.retention}",
-                                       "--web.enable-lifecycle"],
+                                       f"--storage.tsdb.retention.time={self.retention}"],
                          self.data_dir.resolve(), self.dir / "prometheus.log",
                          port_candidates(self.port), ready_timeout_s=ready_timeout_s)
         self.proc, self.port = started.proc, started.port
