@@ -72,7 +72,8 @@ if [ ! -s "$BOX" ]; then
     { tail -n 20 "$WORK/debootstrap.log" >&2; die "debootstrap failed"; }
   log "debootstrap took $(( $(date +%s) - T0 )) s"
 
-  cp -a "/lib/modules/$KVER" "$ROOT/lib/modules/"
+  mkdir -p "$ROOT/lib/modules"
+  cp -a "/lib/modules/$KVER" "$ROOT/lib/modules/$KVER"
   echo lightpipe-box > "$ROOT/etc/hostname"
   printf '127.0.0.1 localhost\n127.0.1.1 lightpipe-box\n' > "$ROOT/etc/hosts"
   printf '/dev/vda / ext4 defaults 0 1\n' > "$ROOT/etc/fstab"
@@ -103,8 +104,8 @@ if [ ! -s "$BOX" ]; then
   rm -rf "$ROOT"/var/lib/apt/lists/*
 
   log "disk image (${DISK_GB}G, ext4 from the tree) and qcow2"
-  mkfs.ext4 -q -F -L root -d "$ROOT" "$WORK/raw.img" "${DISK_GB}G"
-  qemu-img convert -O qcow2 "$WORK/raw.img" "$WORK/box.img"
+  mkfs.ext4 -q -F -L root -d "$ROOT" "$WORK/raw.img" "${DISK_GB}G" >&2
+  qemu-img convert -O qcow2 "$WORK/raw.img" "$WORK/box.img" >&2
   rm -f "$WORK/raw.img"
   printf '{"provider": "libvirt", "format": "qcow2", "virtual_size": %d}\n' "$DISK_GB" \
     > "$WORK/metadata.json"
