@@ -19,8 +19,9 @@ MONITOR_PORT=9090
 DO_SETUP=1 DO_GRAFANA=1 DO_PROMETHEUS=1 DO_OVS=1 DO_MODULES=1 DO_SERVICES=1
 GRAFANA_APT="https://apt.grafana.com"
 GRAFANA_KEY=/etc/apt/keyrings/grafana.gpg
-GRAFANA_PROV=/etc/grafana/provisioning
-GRAFANA_DASH=/etc/grafana/dashboards/lightpipe
+GRAFANA_ETC="${LIGHTPIPE_GRAFANA_ETC:-/etc/grafana}"  # (another place only for tests)
+GRAFANA_PROV="$GRAFANA_ETC/provisioning"
+GRAFANA_DASH="$GRAFANA_ETC/dashboards/lightpipe"
 SECRETS=/etc/lightpipe
 GRAFANA_PASSWORD_FILE="$SECRETS/grafana-admin-password"
 STATE=/var/lib/lightpipe
@@ -196,8 +197,14 @@ install_grafana_provisioning() {
     rm -f "$GRAFANA_PROV"
     [ -d "$GRAFANA_PROV.dist" ] && mv "$GRAFANA_PROV.dist" "$GRAFANA_PROV"
   fi
-  install -d -o root -g root -m 0755 /etc/grafana "$GRAFANA_PROV" "$GRAFANA_PROV/datasources" \
-    "$GRAFANA_PROV/dashboards" /etc/grafana/dashboards "$GRAFANA_DASH"
+  for f in "$GRAFANA_ETC" "$GRAFANA_PROV" "$GRAFANA_PROV/datasources" \
+      "$GRAFANA_PROV/dashboards" "$GRAFANA_ETC/dashboards" "$GRAFANA_DASH"; do
+    if [ -L "$f" ] || { [ -e "$f" ] && [ "$(stat -c %u "$f")" != 0 ]; }; then
+      die "$f is a link or not root's: not writing Grafana's provisioning through it"
+    fi
+    [ -d "$f" ] || install -d -o root -g root -m 0755 "$f"
+    chmod go-w "$f"
+  done
   install_file "$src/provisioning/datasources/lightpipe.yaml" \
     "$GRAFANA_PROV/datasources/lightpipe.yaml" 644 && changed=1
   tmp="$(mktemp)"

@@ -87,7 +87,9 @@ host_setup() {
     mkdir -p "$POOL_DIR"
     "${VIRSH[@]}" pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null
   fi
-  "${VIRSH[@]}" pool-info "$POOL" | grep -q running || "${VIRSH[@]}" pool-start "$POOL" >/dev/null
+  local active
+  active="$("${VIRSH[@]}" pool-list --name)"
+  grep -qE "^$POOL *$" <<<"$active" || "${VIRSH[@]}" pool-start "$POOL" >/dev/null
 }
 
 # Everything this harness made in libvirt and Vagrant, gone (after a failure too).
@@ -135,7 +137,11 @@ cleanup() {
   exit "$rc"
 }
 
-vm_running() { vagrant_ status --machine-readable 2>/dev/null | grep -q ',state,running$'; }
+vm_running() {
+  local st
+  st="$(vagrant_ status --machine-readable 2>/dev/null || true)"
+  grep -q ',state,running$' <<<"$st"
+}
 
 up_and_reload() {
   step "host set-up (packages, libvirtd)"; host_setup; done_step
