@@ -143,9 +143,7 @@ mask_distro_prometheus() {
   fi
 }
 if [ "$DO_PROMETHEUS" = 1 ] || [ "$DO_SETUP" = 1 ]; then
-  # (make setup's system packages include prometheus too: held back the same way.)
-  services && [ "$(systemctl is-enabled prometheus 2>/dev/null)" != masked ] &&
-    { systemctl mask prometheus >/dev/null 2>&1 || true; }
+  # (make setup's system packages include prometheus too: installed here first, held.)
   apt_install_held prometheus
   mask_distro_prometheus
 fi
