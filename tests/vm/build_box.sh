@@ -5,7 +5,8 @@
 # a `vagrant` user (Vagrant's insecure key; Vagrant replaces it on first `up`), booted with
 # Debian's own kernel from this machine's /boot by the box's Vagrantfile (libvirt domain type
 # "qemu": software emulation). This machine's pip configuration and local wheel directories
-# are shared read-only (9p) so that `make setup` in the guest installs the same CPU torch.
+# are shared read-only (9p) so that `make setup` in the guest installs the same CPU torch;
+# its extra certificate authorities (/usr/local/share/ca-certificates) are trusted too.
 #
 #   bash tests/vm/build_box.sh            # as root; prints the box's name on stdout
 #
@@ -17,6 +18,11 @@ CACHE="${LIGHTPIPE_BOX_CACHE:-/var/tmp/lightpipe-box}"
 SUITE=bookworm
 MIRROR="${LIGHTPIPE_BOX_MIRROR:-http://deb.debian.org/debian}"
 INCLUDE=systemd,systemd-sysv,systemd-resolved,dbus,udev,iproute2,kmod,ca-certificates,curl,python3,python3-venv,make,sudo,openssh-server,rsync
+# The heaviest of make setup's system packages (scripts/setup.sh), preinstalled natively
+# here (apt in a chroot): dpkg under software emulation took ~10 min for chromium alone.
+# Open vSwitch, mininet and prometheus are left to provision.sh, which holds and masks
+# prometheus's service.
+PREINSTALL=(chromium chromium-driver shellcheck tcpdump iperf3 ethtool iptables nftables iputils-ping)
 DISK_GB=12
 APT_PKGS=(debootstrap qemu-utils e2fsprogs linux-image-amd64 vagrant)
 # Where this machine keeps pip's configuration and the files it points at (shared read-only).
@@ -52,7 +58,9 @@ KEY="$(find / -xdev -name vagrant.pub -path '*keys*' 2>/dev/null | head -n 1)"
 recipe() {
   cat "$0"
   echo "$KVER $MIRROR"; sha256sum "$KERNEL" "$INITRD" "$KEY"
-  for f in "${PIP_CONFS[@]}" /etc/xdg/pip/constraints.txt; do [ -f "$f" ] && cat "$f"; done
+  for f in "${PIP_CONFS[@]}" /etc/xdg/pip/constraints.txt /usr/local/share/ca-certificates/*.crt; do
+    [ -f "$f" ] && cat "$f"
+  done
   true
 }
 HASH="$(recipe | sha256sum | cut -c1-12)"
@@ -65,12 +73,27 @@ if [ ! -s "$BOX" ]; then
   T0=$(date +%s)
   mkdir -p "$CACHE"
   WORK="$(mktemp -d "$CACHE/build.XXXXXX")"
-  trap 'rm -rf "$WORK"' EXIT
+  trap 'umount "$WORK/rootfs/proc" 2>/dev/null || true; rm -rf --one-file-system "$WORK"' EXIT
   ROOT="$WORK/rootfs"
   log "debootstrap $SUITE (minbase + $INCLUDE) into $ROOT"
   debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$ROOT" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
     { tail -n 20 "$WORK/debootstrap.log" >&2; die "debootstrap failed"; }
   log "debootstrap took $(( $(date +%s) - T0 )) s"
+  # This machine's own certificate authorities (a TLS-intercepting proxy's, for pip).
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+    chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
+  fi
+  mount -t proc proc "$ROOT/proc"
+  printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
+  chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
+  chroot "$ROOT" apt-get -qq update
+  chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends "${PREINSTALL[@]}" >"$WORK/preinstall.log" 2>&1 ||
+    { tail -n 20 "$WORK/preinstall.log" >&2; die "installing ${PREINSTALL[*]} failed"; }
+  rm -f "$ROOT/usr/sbin/policy-rc.d"
+  umount "$ROOT/proc"
+  log "${PREINSTALL[*]}: done at $(( $(date +%s) - T0 )) s"
 
   mkdir -p "$ROOT/lib/modules"
   cp -a "/lib/modules/$KVER" "$ROOT/lib/modules/$KVER"

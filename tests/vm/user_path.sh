@@ -61,6 +61,8 @@ export LP_PROVISION_ARGS="--no-grafana"
 export LP_LIBVIRT_PREFIX="$PREFIX" LP_LIBVIRT_POOL="$POOL" LP_LIBVIRT_NETWORK="$NET"
 
 vagrant_() { (cd "$REPO/vagrant" && vagrant "$@"); }
+# Seconds since the start in front of each line (where provisioning spends its time).
+stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
 in_vm() { vagrant_ ssh -c "$1" -- -q; }
 
 # --- the host: packages, libvirt's daemons (no systemd here), our pool -------------------
@@ -159,10 +161,10 @@ up_and_reload() {
       fi
     done
     step "vagrant up --provider libvirt (provision.sh, make setup)"
-    vagrant_ up --provider libvirt
+    vagrant_ up --provider libvirt 2>&1 | stamp
     done_step
   fi
-  step "vagrant reload"; vagrant_ reload; done_step
+  step "vagrant reload"; vagrant_ reload 2>&1 | stamp; done_step
 }
 
 if [ "$MODE" = destroy ]; then
