@@ -84,6 +84,8 @@ if [ ! -s "$BOX" ]; then
     cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
     chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
   fi
+  rm -f "$ROOT/etc/resolv.conf"  # (systemd-resolved's link: this machine's, for apt)
+  cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
   mount -t proc proc "$ROOT/proc"
   printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
   chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
@@ -104,7 +106,7 @@ if [ ! -s "$BOX" ]; then
     "$MIRROR" "$SUITE" "$MIRROR" "$SUITE" "$SUITE" > "$ROOT/etc/apt/sources.list"
   mkdir -p "$ROOT/etc/systemd/network"
   printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n' > "$ROOT/etc/systemd/network/50-dhcp.network"
-  ln -sf /run/systemd/resolve/resolv.conf "$ROOT/etc/resolv.conf"
+  ln -sfn /run/systemd/resolve/resolv.conf "$ROOT/etc/resolv.conf"
   chroot "$ROOT" systemctl enable systemd-networkd systemd-resolved ssh >/dev/null 2>&1
   # Host keys are made on the box's first boot, not shared by every VM made from it.
   rm -f "$ROOT"/etc/ssh/ssh_host_*
