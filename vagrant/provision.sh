@@ -13,7 +13,6 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-HERE="$(cd "$(dirname "$0")" && pwd)"
 LISTEN=127.0.0.1
 MONITOR_PORT=9090
 DO_SETUP=1 DO_GRAFANA=1 DO_PROMETHEUS=1 DO_OVS=1 DO_MODULES=1 DO_SERVICES=1
@@ -54,6 +53,7 @@ esac
 command -v apt-get >/dev/null 2>&1 || die "needs apt-get (Debian or Ubuntu)"
 [ -f "$REPO/Makefile" ] || die "--repo $REPO is not a LightPipe checkout"
 REPO="$(cd "$REPO" && pwd -P)"
+HERE="$REPO/vagrant"  # (the templates; Vagrant runs this script from a copy in /tmp)
 export DEBIAN_FRONTEND=noninteractive
 APT=(apt-get -o DPkg::Lock::Timeout=300 -y -q --no-install-recommends)
 UPDATED=0
