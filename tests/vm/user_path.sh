@@ -184,7 +184,8 @@ up_and_reload
 
 step "services after the reload"
 in_vm "systemctl is-active lightpipe-monitor openvswitch-switch; systemctl is-enabled lightpipe-monitor prometheus; systemctl show -p Restart --value lightpipe-monitor; ss -Hltn 'sport = :9090'" |
-  tee /dev/stderr | tr -s ' \r' ' ' > /tmp/lp-userpath-svc.$$
+  tr -s ' \r' ' ' > /tmp/lp-userpath-svc.$$
+cat /tmp/lp-userpath-svc.$$ >&2  # (not tee /dev/stderr: that reopens and truncates a log file)
 mapfile -t svc < /tmp/lp-userpath-svc.$$
 rm -f /tmp/lp-userpath-svc.$$
 [ "${svc[0]}" = active ] || die "lightpipe-monitor is ${svc[0]}, not active"
