@@ -1,16 +1,29 @@
-"""The Vagrant testbed's files: `vagrant validate`, shellcheck on every shell script, and
-vagrant/provision.sh idempotent (run twice) where it can run (root, apt)."""
+"""The Vagrant testbed's files: `vagrant validate`, shellcheck on every shell script,
+vagrant/provision.sh idempotent (run twice) where it can run (root, apt), the `lightpipe`
+wrapper it installs in the VM, the monitor's unit, and Grafana's provisioning as root's own
+files (issue 27, finding 13: not a link into the synced checkout's owner's tree).
+
+The whole user path (vagrant up, reload, a run, Grafana's queries) is tests/vm/user_path.sh."""
 
 from __future__ import annotations
 
 import os
+import pwd
+import secrets
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+PROVISION = REPO / "vagrant" / "provision.sh"
+# Every part that needs services, apt repositories or the network left out: what stays is
+# the base packages (present here) and Grafana's provisioning files.
+OFFLINE = ["--no-setup", "--no-grafana", "--no-prometheus", "--no-ovs", "--no-modules",
+           "--no-services"]
 
 
 def shell_scripts() -> list[Path]:
@@ -69,17 +82,172 @@ def test_provision_twice_is_idempotent() -> None:
     here; CI runs make setup itself)."""
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         pytest.skip("needs root and apt-get")
-    argv = ["bash", str(REPO / "vagrant" / "provision.sh"), "--no-grafana", "--no-setup",
-            "--repo", str(REPO)]
-    first = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
-    assert first.returncode == 0, first.stderr[-2000:]
-    second = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
+    argv = ["bash", str(PROVISION), "--no-grafana", "--no-setup", "--repo", str(REPO)]
+    with tempfile.TemporaryDirectory(prefix="lp-prov-") as etc:
+        env = {**os.environ, "LIGHTPIPE_GRAFANA_ETC": f"{etc}/grafana"}
+        first = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900,
+                               env=env)
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert "Grafana provisioning in" in first.stderr
+        second = subprocess.run(argv, capture_output=True, text=True, check=False,
+                                timeout=900, env=env)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "installing" not in second.stderr, second.stderr
+    assert "Grafana provisioning in" not in second.stderr, second.stderr  # nothing rewritten
     assert "provision: done" in second.stderr
 
 
 def test_provision_rejects_unknown_flags() -> None:
-    r = subprocess.run(["bash", str(REPO / "vagrant" / "provision.sh"), "--no-such-flag"],
+    r = subprocess.run(["bash", str(PROVISION), "--no-such-flag"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "unknown option --no-such-flag" in r.stderr
+    r = subprocess.run(["bash", str(PROVISION), "--listen", "10.0.0.1"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and "--listen 10.0.0.1: 127.0.0.1 or 0.0.0.0" in r.stderr
+
+
+def test_vagrantfile_forwards_to_loopback_only() -> None:
+    """Both forwards bind the host's 127.0.0.1; on libvirt (SSH tunnels into the guest) they
+    reach the guest's own loopback, where provision.sh --listen 127.0.0.1 binds the services;
+    VirtualBox's NAT needs the guest to listen on its NIC (--listen 0.0.0.0)."""
+    import re
+
+    text = re.sub(r",\s*\n\s*", ", ", (REPO / "vagrant" / "Vagrantfile").read_text())
+    fwd = [ln.strip() for ln in text.splitlines() if '"forwarded_port"' in ln]
+    assert len(fwd) == 4 and all('host_ip: "127.0.0.1"' in ln for ln in fwd), fwd
+    assert text.count('guest_ip: "127.0.0.1"') == 2
+    assert 'args: provision_args + ["--listen", "127.0.0.1"]' in text
+    assert 'args: provision_args + ["--listen", "0.0.0.0"]' in text
+
+
+def test_monitor_unit_runs_the_monitor_in_the_foreground() -> None:
+    """The unit's ExecStart is a command line the CLI accepts, on the datasource's port."""
+    unit = (REPO / "vagrant" / "lightpipe-monitor.service").read_text()
+    keys = dict(ln.split("=", 1) for ln in unit.splitlines() if "=" in ln and ln[0] != "#")
+    assert keys["Type"] == "exec" and keys["Restart"] == "on-failure"
+    assert keys["StateDirectory"] == "lightpipe" and keys["WantedBy"] == "multi-user.target"
+    argv = keys["ExecStart"].replace("@REPO@", str(REPO)).replace("@PORT@", "9090") \
+        .replace("@LISTEN@", "127.0.0.1").split()
+    assert argv[:5] == [f"{REPO}/.venv/bin/lightpipe", "monitor", "up", "--foreground",
+                        "--port"] and argv[5] == "9090"
+    import yaml
+
+    ds = yaml.safe_load((REPO / "grafana/provisioning/datasources/lightpipe.yaml").read_text())
+    assert ds["datasources"][0]["url"] == "http://127.0.0.1:9090"
+    from testbed.cli.main import build_parser
+
+    args = build_parser().parse_args(argv[1:])
+    assert args.foreground and args.port == 9090 and args.listen == "127.0.0.1"
+
+
+def _wrapper(tmp: Path) -> Path:
+    """vagrant/lightpipe-wrapper.sh as provision.sh installs it, for this checkout."""
+    text = (REPO / "vagrant" / "lightpipe-wrapper.sh").read_text()
+    w = tmp / "lightpipe"
+    w.write_text(text.replace("@REPO@", str(REPO)).replace("@STATE@", str(tmp / "state")))
+    w.chmod(0o755)
+    return w
+
+
+@pytest.mark.root
+def test_wrapper_runs_a_scenario_from_anywhere_without_out(tmp_path: Path) -> None:
+    """`lightpipe run scenarios/X.yaml` from another directory: the scenario is the
+    checkout's, the run goes to STATE/runs/X-TIME, and subcommands named like the
+    checkout's directories (grafana) are left alone."""
+    if os.geteuid() != 0:
+        pytest.skip("the wrapper runs the CLI as root (sudo otherwise)")
+    if not (REPO / ".venv" / "bin" / "lightpipe").exists():
+        pytest.skip("needs make setup")
+    w = _wrapper(tmp_path)
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    r = subprocess.run([str(w), "run", "--backend", "sim", "scenarios/monitor-demo.yaml",
+                        "-q"], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = list((tmp_path / "state" / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("monitor-demo-"), runs
+    assert f"no --out: writing to {runs[0]}" in r.stderr
+    assert (runs[0] / "summary.json").is_file()
+    assert not list(cwd.iterdir())
+    g = subprocess.run([str(w), "grafana", "build", "--check"], cwd=cwd, capture_output=True,
+                       text=True, timeout=120)
+    assert g.returncode == 0, g.stderr
+    # A file that exists where the user is wins over the checkout's.
+    (cwd / "scenarios").mkdir()
+    (cwd / "scenarios" / "monitor-demo.yaml").write_text("version: 1\nname: [broken\n")
+    v = subprocess.run([str(w), "validate", "scenarios/monitor-demo.yaml"], cwd=cwd,
+                       capture_output=True, text=True, timeout=120)
+    assert v.returncode == 2, v.stdout + v.stderr
+
+
+@pytest.fixture
+def rsync_user() -> Iterator[tuple[str, int]]:
+    """A throw-away local user: in the VM, the owner of the synced checkout (vagrant)."""
+    name = f"lpv{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-m", "-s", "/bin/sh", name], check=True)
+    try:
+        yield name, pwd.getpwnam(name).pw_uid
+    finally:
+        subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
+
+
+@pytest.mark.root
+def test_grafana_provisioning_is_roots_not_the_checkout_owners(
+        rsync_user: tuple[str, int]) -> None:
+    """Issue 27, finding 13: /etc/grafana/provisioning was a link into the synced checkout,
+    whose owner could then point Grafana's datasource anywhere and load any dashboard. The
+    attack: provisioning left as the old provision.sh made it (the link), provision.sh runs,
+    then the checkout's owner edits their datasource file. Grafana's must stay root's copy,
+    with the dashboards' path written in and no variable to set."""
+    if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("apt-get") is None:
+        pytest.skip("needs root, useradd and apt-get")
+    user, uid = rsync_user
+    base = Path(tempfile.mkdtemp(prefix="lp-grafana-", dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        repo = base / "checkout"
+        (repo / "grafana").mkdir(parents=True)
+        shutil.copy(REPO / "Makefile", repo / "Makefile")
+        shutil.copytree(REPO / "grafana" / "provisioning", repo / "grafana" / "provisioning")
+        shutil.copytree(REPO / "grafana" / "dashboards", repo / "grafana" / "dashboards")
+        subprocess.run(["chown", "-R", f"{user}:", str(repo)], check=True)
+        etc = base / "etc" / "grafana"
+        etc.mkdir(parents=True)
+        (etc / "provisioning").symlink_to(repo / "grafana" / "provisioning")  # the old way
+        env = {**os.environ, "LIGHTPIPE_GRAFANA_ETC": str(etc)}
+        r = subprocess.run(["bash", str(PROVISION), "--repo", str(repo), *OFFLINE],
+                           capture_output=True, text=True, timeout=600, env=env, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        ds = etc / "provisioning" / "datasources" / "lightpipe.yaml"
+        before = ds.read_text()
+        # The attack: the checkout's owner rewrites what they own.
+        mine = repo / "grafana" / "provisioning" / "datasources" / "lightpipe.yaml"
+        evil = before.replace("http://127.0.0.1:9090", "http://198.51.100.7:9090")
+        w = subprocess.run(["runuser", "-u", user, "--", "sh", "-c",
+                            f"printf '%s' \"$1\" > {mine}", "sh", evil],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert w.returncode == 0, w.stderr
+        assert ds.read_text() == before and "198.51.100.7" not in before
+        # ... or writes Grafana's files directly.
+        for target in (ds, etc / "dashboards" / "lightpipe" / "overview.json"):
+            t = subprocess.run(["runuser", "-u", user, "--", "sh", "-c", f"echo x >> {target}"],
+                               capture_output=True, text=True, timeout=60, check=False)
+            assert t.returncode != 0, f"{user} could write {target}"
+        # Everything Grafana reads is root's and lies outside the checkout.
+        for p in [etc / "provisioning", *sorted((etc / "provisioning").rglob("*")),
+                  *sorted((etc / "dashboards").rglob("*"))]:
+            assert not p.is_symlink(), p
+            st = p.lstat()
+            assert st.st_uid == 0 and not st.st_mode & 0o022, p
+            assert not str(p.resolve()).startswith(str(repo)), p
+        import yaml
+
+        prov = yaml.safe_load((etc / "provisioning/dashboards/lightpipe.yaml").read_text())
+        path = Path(prov["providers"][0]["options"]["path"])
+        assert path == etc / "dashboards" / "lightpipe"
+        assert sorted(p.name for p in path.glob("*.json")) == sorted(
+            p.name for p in (REPO / "grafana" / "dashboards").glob("*.json"))
+        assert "${" not in (etc / "provisioning/dashboards/lightpipe.yaml").read_text()
+        assert uid != 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

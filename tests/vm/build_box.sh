@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Build (or reuse) a local Debian 12 Vagrant box for vagrant-libvirt, for the user-path test
+# (tests/vm/user_path.sh) on machines without systemd or working nested KVM: a debootstrap
+# minbase root file system with systemd, openssh-server, rsync, sudo, python3-venv, make and
+# a `vagrant` user (Vagrant's insecure key; Vagrant replaces it on first `up`), booted with
+# Debian's own kernel from this machine's /boot by the box's Vagrantfile (libvirt domain type
+# "qemu": software emulation). This machine's pip configuration and local wheel directories
+# are shared read-only (9p) so that `make setup` in the guest installs the same CPU torch;
+# its extra certificate authorities (/usr/local/share/ca-certificates) are trusted too.
+#
+#   bash tests/vm/build_box.sh            # as root; prints the box's name on stdout
+#
+# Cached under $LIGHTPIPE_BOX_CACHE (default /var/tmp/lightpipe-box), keyed by a hash of
+# its recipe (this script, the kernel, the pip configuration, Vagrant's key); a changed
+# recipe builds a new box and removes the old ones. The box is added to $VAGRANT_HOME.
+set -euo pipefail
+CACHE="${LIGHTPIPE_BOX_CACHE:-/var/tmp/lightpipe-box}"
+SUITE=bookworm
+MIRROR="${LIGHTPIPE_BOX_MIRROR:-http://deb.debian.org/debian}"
+INCLUDE=systemd,systemd-sysv,systemd-resolved,dbus,udev,iproute2,kmod,ca-certificates,curl,python3,python3-venv,make,sudo,openssh-server,rsync
+# The heaviest of make setup's system packages (scripts/setup.sh), preinstalled natively
+# here (apt in a chroot): dpkg under software emulation took ~10 min for chromium alone.
+# Open vSwitch, mininet and prometheus are left to provision.sh, which holds and masks
+# prometheus's service.
+PREINSTALL=(chromium chromium-driver shellcheck tcpdump iperf3 ethtool iptables nftables iputils-ping)
+DISK_GB=12
+APT_PKGS=(debootstrap qemu-utils e2fsprogs linux-image-amd64 vagrant)
+# Where this machine keeps pip's configuration and the files it points at (shared read-only).
+PIP_CONFS=(/etc/pip.conf /etc/xdg/pip/pip.conf /root/.config/pip/pip.conf /root/.pip/pip.conf)
+PIP_DIRS=(/opt/wheels /opt/pypi /opt/pypi-more)
+
+log() { echo "build-box: $*" >&2; }
+die() { echo "build-box: $*" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || die "run as root (debootstrap, mkfs)"
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+KERNEL="$(find /boot -maxdepth 1 -name 'vmlinuz-*' | sort -V | tail -n 1)"
+[ -n "$KERNEL" ] || die "no kernel in /boot (apt-get install linux-image-amd64)"
+KVER="${KERNEL#/boot/vmlinuz-}"
+INITRD="/boot/initrd.img-$KVER"
+if [ ! -f "$INITRD" ] || [ ! -d "/lib/modules/$KVER" ]; then
+  die "no $INITRD or /lib/modules/$KVER"
+fi
+KEY="$(find / -xdev -name vagrant.pub -path '*keys*' 2>/dev/null | head -n 1)"
+[ -n "$KEY" ] || die "Vagrant's insecure key (keys/vagrant.pub) not found: is vagrant installed?"
+
+# The recipe: everything that goes into the box.
+recipe() {
+  cat "$0"
+  echo "$KVER $MIRROR"; sha256sum "$KERNEL" "$INITRD" "$KEY"
+  for f in "${PIP_CONFS[@]}" /etc/xdg/pip/constraints.txt /usr/local/share/ca-certificates/*.crt; do
+    [ -f "$f" ] && cat "$f"
+  done
+  true
+}
+HASH="$(recipe | sha256sum | cut -c1-12)"
+NAME="lightpipe-debian12-$HASH"
+DIR="$CACHE/$HASH"
+BOX="$DIR/$NAME.box"
+export VAGRANT_CHECKPOINT_DISABLE=1
+
+if [ ! -s "$BOX" ]; then
+  T0=$(date +%s)
+  mkdir -p "$CACHE"
+  WORK="$(mktemp -d "$CACHE/build.XXXXXX")"
+  trap 'umount "$WORK/rootfs/proc" 2>/dev/null || true; rm -rf --one-file-system "$WORK"' EXIT
+  ROOT="$WORK/rootfs"
+  log "debootstrap $SUITE (minbase + $INCLUDE) into $ROOT"
+  debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$ROOT" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
+    { tail -n 20 "$WORK/debootstrap.log" >&2; die "debootstrap failed"; }
+  log "debootstrap took $(( $(date +%s) - T0 )) s"
+  # This machine's own certificate authorities (a TLS-intercepting proxy's, for pip).
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+    chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
+  fi
+  rm -f "$ROOT/etc/resolv.conf"  # (systemd-resolved's link: this machine's, for apt)
+  cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  mount -t proc proc "$ROOT/proc"
+  printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
+  chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
+  chroot "$ROOT" apt-get -qq update
+  chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends "${PREINSTALL[@]}" >"$WORK/preinstall.log" 2>&1 ||
+    { tail -n 20 "$WORK/preinstall.log" >&2; die "installing ${PREINSTALL[*]} failed"; }
+  rm -f "$ROOT/usr/sbin/policy-rc.d"
+  umount "$ROOT/proc"
+  log "${PREINSTALL[*]}: done at $(( $(date +%s) - T0 )) s"
+
+  mkdir -p "$ROOT/lib/modules"
+  cp -a "/lib/modules/$KVER" "$ROOT/lib/modules/$KVER"
+  echo lightpipe-box > "$ROOT/etc/hostname"
+  printf '127.0.0.1 localhost\n127.0.1.1 lightpipe-box\n' > "$ROOT/etc/hosts"
+  printf '/dev/vda / ext4 defaults 0 1\n' > "$ROOT/etc/fstab"
+  printf 'deb %s %s main\ndeb %s %s-updates main\ndeb http://deb.debian.org/debian-security %s-security main\n' \
+    "$MIRROR" "$SUITE" "$MIRROR" "$SUITE" "$SUITE" > "$ROOT/etc/apt/sources.list"
+  mkdir -p "$ROOT/etc/systemd/network"
+  printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n' > "$ROOT/etc/systemd/network/50-dhcp.network"
+  ln -sfn /run/systemd/resolve/resolv.conf "$ROOT/etc/resolv.conf"
+  chroot "$ROOT" systemctl enable systemd-networkd systemd-resolved ssh >/dev/null 2>&1
+  # Host keys are made on the box's first boot, not shared by every VM made from it.
+  rm -f "$ROOT"/etc/ssh/ssh_host_*
+  mkdir -p "$ROOT/etc/systemd/system/ssh.service.d"
+  printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' \
+    > "$ROOT/etc/systemd/system/ssh.service.d/hostkeys.conf"
+  chroot "$ROOT" useradd -m -s /bin/bash vagrant
+  echo 'vagrant ALL=(ALL) NOPASSWD:ALL' > "$ROOT/etc/sudoers.d/vagrant"
+  chmod 0440 "$ROOT/etc/sudoers.d/vagrant"
+  install -d -m 0700 -o 1000 -g 1000 "$ROOT/home/vagrant/.ssh"
+  install -m 0600 -o 1000 -g 1000 "$KEY" "$ROOT/home/vagrant/.ssh/authorized_keys"
+  [ "$(chroot "$ROOT" id -u vagrant)" = 1000 ] || die "vagrant's uid is not 1000"
+  # pip in the guest: this machine's settings in one file, the directories shared by 9p.
+  mkdir -p "$ROOT/etc/xdg/pip"
+  [ -f /etc/xdg/pip/constraints.txt ] && cp /etc/xdg/pip/constraints.txt "$ROOT/etc/xdg/pip/"
+  { echo "[global]"
+    for f in "${PIP_CONFS[@]}"; do [ -f "$f" ] && grep -v '^\s*\[' "$f" | grep -v '^\s*#'; done
+    true; } | grep -v '^\s*$' > "$ROOT/etc/pip.conf"
+  chroot "$ROOT" apt-get clean
+  rm -rf "$ROOT"/var/lib/apt/lists/*
+
+  log "disk image (${DISK_GB}G, ext4 from the tree) and qcow2"
+  mkfs.ext4 -q -F -L root -d "$ROOT" "$WORK/raw.img" "${DISK_GB}G" >&2
+  qemu-img convert -O qcow2 "$WORK/raw.img" "$WORK/box.img" >&2
+  rm -f "$WORK/raw.img"
+  printf '{"provider": "libvirt", "format": "qcow2", "virtual_size": %d}\n' "$DISK_GB" \
+    > "$WORK/metadata.json"
+  shares=""
+  for d in "${PIP_DIRS[@]}"; do
+    [ -d "$d" ] && shares+="  config.vm.synced_folder \"$d\", \"$d\", type: \"9p\", readonly: true, accessmode: \"squash\", mount_opts: \"ro\"
+"
+  done
+  cat > "$WORK/Vagrantfile" <<EOF
+# Box Vagrantfile (made by LightPipe's tests/vm/build_box.sh for this machine): boot Debian's
+# kernel directly under software emulation; share this machine's pip directories read-only.
+Vagrant.configure("2") do |config|
+  config.vm.provider :libvirt do |lv|
+    lv.driver = "qemu"
+    lv.kernel = "$KERNEL"
+    lv.initrd = "$INITRD"
+    lv.cmd_line = "root=/dev/vda rw console=ttyS0 quiet"
+    lv.default_prefix = ENV.fetch("LP_LIBVIRT_PREFIX", "lightpipe-userpath-")
+    lv.storage_pool_name = ENV.fetch("LP_LIBVIRT_POOL", "default")
+    lv.management_network_name = ENV.fetch("LP_LIBVIRT_NETWORK", "vagrant-libvirt")
+    lv.management_network_address = ENV.fetch("LP_LIBVIRT_SUBNET", "192.168.121.0/24")
+  end
+${shares}end
+EOF
+  tar -C "$WORK" -cf "$WORK/$NAME.box" metadata.json Vagrantfile box.img
+  # Only the current recipe's box is kept.
+  find "$CACHE" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended \
+    -regex ".*/[0-9a-f]{12}" -exec rm -rf {} +
+  mkdir -p "$DIR"
+  mv "$WORK/$NAME.box" "$BOX"
+  log "built $BOX ($(du -h "$BOX" | cut -f1)) in $(( $(date +%s) - T0 )) s"
+fi
+
+if ! vagrant box list 2>/dev/null | grep -q "^$NAME "; then
+  # Boxes of older recipes go first.
+  vagrant box list 2>/dev/null | awk '/^lightpipe-debian12-/ {print $1}' | sort -u |
+    while read -r old; do vagrant box remove -f --all "$old" >/dev/null 2>&1 || true; done
+  vagrant box add -f --name "$NAME" "$BOX" >&2
+fi
+echo "$NAME"

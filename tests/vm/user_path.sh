@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# The user's path, tested with the real `vagrant up` (vagrant-libvirt, a local Debian 12 box,
+# software emulation) and the project's unmodified vagrant/Vagrantfile and provision.sh:
+#
+#   sudo bash tests/vm/user_path.sh               # the whole test (what CI runs), then destroy
+#   sudo bash tests/vm/user_path.sh --cmd "CMD"   # up (or reuse), reload, CMD as root in
+#                                                 # /lightpipe; returns CMD's status; VM kept
+#   sudo bash tests/vm/user_path.sh --destroy     # destroy a kept VM and clean up
+#
+# The test: box (tests/vm/build_box.sh, cached) -> `LP_BOX=<box> vagrant up --provider
+# libvirt` (provision.sh --no-grafana: Grafana's repository is unreachable here; make setup
+# included) -> `vagrant reload` -> the services are active, the host's forwarded
+# 127.0.0.1:9090 is LightPipe's monitor -> `vagrant ssh -c 'lightpipe run
+# scenarios/monitor-demo.yaml'` -> `lightpipe grafana check --url http://127.0.0.1:9090`
+# on the host finds that run on every panel the scenario can produce -> the Grafana files,
+# statically -> `vagrant destroy -f`, and nothing of it left (domain, volumes, pool, network).
+# Every step prints its time ("user-path: STEP took N s").
+#
+# Environment: LP_CPUS (2), LP_MEMORY_MB (6144), LIGHTPIPE_USERPATH_TIMEOUT_S (2400: the
+# whole test), VAGRANT_HOME (default /var/tmp/lightpipe-vagrant.d: the box lives there).
+set -euo pipefail
+MODE=test CMD=""
+case "${1:-}" in
+  --cmd) [ "$#" -ge 2 ] || { echo "user-path: --cmd needs a command" >&2; exit 2; }
+         MODE=cmd CMD="$2" ;;
+  --destroy) MODE=destroy ;;
+  "") ;;
+  -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "user-path: unknown option $1 (see --help)" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/../.."
+REPO="$(pwd)"
+HOST_CLI="${VENV:-$REPO/.venv}/bin/lightpipe"
+APT_PKGS=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu
+          libvirt-clients qemu-utils qemu-system-x86 dnsmasq-base ebtables rsync
+          openssh-client curl debootstrap linux-image-amd64)
+POOL=lightpipe-userpath
+POOL_DIR=/var/tmp/lightpipe-userpath-pool
+NET=lightpipe-userpath
+PREFIX=lightpipe-userpath-
+VIRSH=(virsh -q -c qemu:///system)
+# Panels that monitor-demo cannot fill (as tests/test_monitor_emu.py's HONESTLY_EMPTY):
+# per-flow routing of DC fabrics (no leaf-spine fabric, no routing policy in the scenario)
+# and the training loss (shadow-mode workers train no model).
+EXPECTED_EMPTY=("routing: panel Per-job bottleneck rate" "routing: panel Flows moved per re-route"
+                "routing: panel Path computation time" "workers: panel Training loss")
+
+log() { echo "user-path: $*" >&2; }
+die() { echo "user-path: $*" >&2; exit 1; }
+now() { date +%s; }
+T_ALL=$(now)
+step_t=0 step_name=""
+step() { step_name="$1"; step_t=$(now); log "== $1"; }
+done_step() { log "$step_name took $(( $(now) - step_t )) s"; }
+
+[ "$(id -u)" = 0 ] || { echo "user-path: run as root (libvirt, debootstrap)" >&2; exit 2; }
+export VAGRANT_HOME="${VAGRANT_HOME:-/var/tmp/lightpipe-vagrant.d}"
+export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_DEFAULT_PROVIDER=libvirt
+export LP_CPUS="${LP_CPUS:-2}" LP_MEMORY_MB="${LP_MEMORY_MB:-6144}"
+export LP_PROVISION_ARGS="--no-grafana"
+export LP_LIBVIRT_PREFIX="$PREFIX" LP_LIBVIRT_POOL="$POOL" LP_LIBVIRT_NETWORK="$NET"
+
+vagrant_() { (cd "$REPO/vagrant" && vagrant "$@"); }
+# Seconds since the start in front of each line (where provisioning spends its time).
+stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
+in_vm() { vagrant_ ssh -c "$1" -- -q; }
+
+# --- the host: packages, libvirt's daemons (no systemd here), our pool -------------------
+host_setup() {
+  local missing=() p
+  for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  if ! "${VIRSH[@]}" version >/dev/null 2>&1; then
+    [ -d /run/systemd/system ] && die "libvirtd is not running (systemctl start libvirtd)"
+    pgrep -x virtlogd >/dev/null || virtlogd -d
+    pgrep -x libvirtd >/dev/null || libvirtd -d
+    for _ in $(seq 100); do "${VIRSH[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
+    "${VIRSH[@]}" version >/dev/null || die "libvirtd did not come up"
+    log "started virtlogd and libvirtd"
+  fi
+  if ! "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
+    mkdir -p "$POOL_DIR"
+    "${VIRSH[@]}" pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null
+  fi
+  local active
+  active="$("${VIRSH[@]}" pool-list --name)"
+  grep -qE "^$POOL *$" <<<"$active" || "${VIRSH[@]}" pool-start "$POOL" >/dev/null
+}
+
+# Everything this harness made in libvirt and Vagrant, gone (after a failure too).
+cleanup() {
+  local rc=$? d v
+  trap - EXIT
+  if [ "$MODE" = test ] && [ "$rc" != 0 ]; then
+    log "FAILED (status $rc) at: $step_name; the monitor's journal:"
+    in_vm "sudo journalctl -u lightpipe-monitor --no-pager -n 30" 2>&1 | tail -n 30 >&2 || true
+  fi
+  local t
+  t=$(now)
+  vagrant_ destroy -f >/dev/null 2>&1 || true
+  for d in $("${VIRSH[@]}" list --all --name 2>/dev/null | grep "^$PREFIX" || true); do
+    "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1 || true
+    "${VIRSH[@]}" undefine "$d" --nvram >/dev/null 2>&1 ||
+      "${VIRSH[@]}" undefine "$d" >/dev/null 2>&1 || true
+  done
+  if "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
+    for v in $("${VIRSH[@]}" vol-list "$POOL" 2>/dev/null | awk '{print $1}'); do
+      "${VIRSH[@]}" vol-delete --pool "$POOL" "$v" >/dev/null 2>&1 || true
+    done
+    "${VIRSH[@]}" pool-destroy "$POOL" >/dev/null 2>&1 || true
+    "${VIRSH[@]}" pool-undefine "$POOL" >/dev/null 2>&1 || true
+  fi
+  rmdir "$POOL_DIR" 2>/dev/null || true
+  if "${VIRSH[@]}" net-info "$NET" >/dev/null 2>&1; then
+    "${VIRSH[@]}" net-destroy "$NET" >/dev/null 2>&1 || true
+    "${VIRSH[@]}" net-undefine "$NET" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$REPO/vagrant/.vagrant"
+  # What is left must be nothing of ours.
+  local left=""
+  "${VIRSH[@]}" list --all --name 2>/dev/null | grep -q "^$PREFIX" && left+=" domain"
+  "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1 && left+=" pool"
+  "${VIRSH[@]}" net-info "$NET" >/dev/null 2>&1 && left+=" network"
+  pgrep -f "ssh .*-L 127.0.0.1:(3000|9090):" >/dev/null && left+=" port-forward"
+  if [ -n "$left" ]; then
+    log "left behind:$left"
+    [ "$rc" = 0 ] && rc=1
+  else
+    log "destroy and clean-up took $(( $(now) - t )) s: no domain, volume, pool or network left"
+  fi
+  log "whole run took $(( $(now) - T_ALL )) s"
+  exit "$rc"
+}
+
+vm_running() {
+  local st
+  st="$(vagrant_ status --machine-readable 2>/dev/null || true)"
+  grep -q ',state,running$' <<<"$st"
+}
+
+up_and_reload() {
+  step "host set-up (packages, libvirtd)"; host_setup; done_step
+  step "box (tests/vm/build_box.sh; cached)"
+  LP_BOX="$(bash "$REPO/tests/vm/build_box.sh")"
+  export LP_BOX
+  done_step
+  if vm_running; then
+    log "reusing the running VM"
+  else
+    local p
+    for p in 3000 9090; do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        die "127.0.0.1:$p is taken on this machine: the Vagrantfile forwards it"
+      fi
+    done
+    step "vagrant up --provider libvirt (provision.sh, make setup)"
+    vagrant_ up --provider libvirt 2>&1 | stamp
+    done_step
+  fi
+  step "vagrant reload"; vagrant_ reload 2>&1 | stamp; done_step
+}
+
+if [ "$MODE" = destroy ]; then
+  MODE=destroy; cleanup
+fi
+if [ "$MODE" = cmd ]; then
+  up_and_reload
+  step "--cmd"
+  rc=0
+  in_vm "cd /lightpipe && sudo bash -c $(printf '%q' "$CMD")" || rc=$?
+  done_step
+  exit "$rc"
+fi
+
+trap cleanup EXIT
+up_and_reload
+
+step "services after the reload"
+in_vm "systemctl is-active lightpipe-monitor openvswitch-switch; systemctl is-enabled lightpipe-monitor prometheus; systemctl show -p Restart --value lightpipe-monitor; ss -Hltn 'sport = :9090'" |
+  tr -s ' \r' ' ' > /tmp/lp-userpath-svc.$$
+cat /tmp/lp-userpath-svc.$$ >&2  # (not tee /dev/stderr: that reopens and truncates a log file)
+mapfile -t svc < /tmp/lp-userpath-svc.$$
+rm -f /tmp/lp-userpath-svc.$$
+[ "${svc[0]}" = active ] || die "lightpipe-monitor is ${svc[0]}, not active"
+[ "${svc[1]}" = active ] || die "openvswitch-switch is ${svc[1]}, not active"
+[ "${svc[2]}" = enabled ] || die "lightpipe-monitor is ${svc[2]}, not enabled"
+[ "${svc[3]}" = masked ] || die "the distribution's prometheus is ${svc[3]}, not masked"
+[ "${svc[4]}" = on-failure ] || die "lightpipe-monitor Restart=${svc[4]}"
+case "${svc[*]:5}" in
+  *"127.0.0.1:9090"*) ;;
+  *) die "in the VM, port 9090 is not bound to 127.0.0.1 only: ${svc[*]:5}" ;;
+esac
+done_step
+
+step "host: the forwarded 127.0.0.1:9090 is LightPipe's monitor"
+flags="$(curl -fsS --max-time 30 http://127.0.0.1:9090/api/v1/status/flags)" ||
+  die "no answer on the host's 127.0.0.1:9090"
+echo "$flags" | grep -q '"storage.tsdb.path":"/var/lib/lightpipe/prometheus/data"' ||
+  die "127.0.0.1:9090 is not LightPipe's monitor: $flags"
+ss -Hltn 'sport = :9090' | grep -v '127.0.0.1:9090' | grep -q . &&
+  die "the host's port 9090 is open beyond 127.0.0.1: $(ss -Hltn 'sport = :9090')"
+ss -Hltn 'sport = :3000' | grep -q '127.0.0.1:3000' || die "port 3000 is not forwarded"
+ss -Hltn 'sport = :3000' | grep -v '127.0.0.1:3000' | grep -q . &&
+  die "the host's port 3000 is open beyond 127.0.0.1"
+done_step
+
+step "vagrant ssh -c 'lightpipe run scenarios/monitor-demo.yaml'"
+RUN_LOG="$(mktemp)"
+vagrant_ ssh -c 'lightpipe run scenarios/monitor-demo.yaml' -- -q 2>&1 | tee "$RUN_LOG" >&2 ||
+  die "the run failed"
+run_id="$(sed -n 's/.*prometheus: run \([^,]*\),.*/\1/p' "$RUN_LOG" | head -n 1)"
+grep -q "running the emulation backend" "$RUN_LOG" || die "the run was not an emulation"
+rm -f "$RUN_LOG"
+[ -n "$run_id" ] || die "the run did not say which Prometheus run it was"
+log "run id $run_id"
+done_step
+
+step "host: lightpipe grafana check --url http://127.0.0.1:9090 --run $run_id"
+check="$("$HOST_CLI" grafana check --url http://127.0.0.1:9090 --run "$run_id")" || true
+echo "$check" >&2
+n_ok="$(echo "$check" | grep -c '^ok ' || true)"
+empty="$(echo "$check" | sed -n 's/^EMPTY *[0-9]*  //p')"
+unexpected="$(echo "$empty" | grep -vF -f <(printf '%s\n' "${EXPECTED_EMPTY[@]}") || true)"
+[ -z "$unexpected" ] || die "queries without data from this run: $unexpected"
+[ "$n_ok" -gt 50 ] || die "only $n_ok queries had data"
+log "$n_ok queries with data; without (the scenario cannot produce them): $(echo "$empty" | paste -sd ';' -)"
+done_step
+
+step "Grafana's files, statically (Grafana itself is not installable here)"
+in_vm "cd /lightpipe && sudo .venv/bin/python tests/vm/grafana_static.py" >&2 ||
+  die "Grafana's provisioning is not as Grafana would need it"
+done_step
+
+step "vagrant destroy -f"
+exit 0  # (the EXIT trap destroys the VM and checks that nothing is left)
