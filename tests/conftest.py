@@ -66,7 +66,7 @@ def _needs_root(item: pytest.Item) -> bool:
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Tiers: `root` on every test that needs root (so `-m "not root and not vm"` is the
     fast tier, `make test-fast`), `serial` on those that time packets, and `stress` on
-    the root, VM and controller tests (`make test-stress` runs those again and again
+    the root and controller tests (`make test-stress` runs those again and again
     with a core kept busy)."""
     module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
     root = _needs_root(item)
