@@ -51,11 +51,16 @@ def read_bounded_bytes(path: str | Path, field: str, max_bytes: int) -> bytes:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise InputError(field, f"{str(p)!r} is not a regular file")
-        if st.st_size > max_bytes:
-            raise InputError(field, f"{str(p)!r} is too large ({st.st_size} bytes; "
-                             f"the limit is {max_bytes} bytes)")
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
+        return _read_capped(fh, st.st_size, p, field, max_bytes)
+
+
+def _read_capped(fh: Any, size: int, p: Path, field: str, max_bytes: int) -> bytes:
+    """At most max_bytes from an open regular file whose fstat size was `size`."""
+    if size > max_bytes:
+        raise InputError(field, f"{str(p)!r} is too large ({size} bytes; "
+                         f"the limit is {max_bytes} bytes)")
+    data: bytes = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:  # it grew after the fstat
         raise InputError(field, f"{str(p)!r} is too large (the limit is {max_bytes} bytes)")
     return data
 
@@ -98,13 +103,7 @@ def read_owned_nofollow_bytes(path: str | Path, field: str, max_bytes: int,
         if st.st_uid not in allowed:
             raise InputError(field, f"{str(p)!r} is owned by uid {st.st_uid}, not by "
                              f"{' or '.join(_owner_names(allowed))}: refused")
-        if st.st_size > max_bytes:
-            raise InputError(field, f"{str(p)!r} is too large ({st.st_size} bytes; "
-                             f"the limit is {max_bytes} bytes)")
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise InputError(field, f"{str(p)!r} is too large (the limit is {max_bytes} bytes)")
-    return data
+        return _read_capped(fh, st.st_size, p, field, max_bytes)
 
 
 def _owner_names(uids: tuple[int, ...]) -> list[str]:

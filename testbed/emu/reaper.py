@@ -24,6 +24,7 @@ from testbed.emu.state import (
     RunState,
     alive,
     delete_netns,
+    kill_in,
     kill_in_held,
     kill_procs,
     release_held,
@@ -107,7 +108,7 @@ class RunPlan:
             killed += kill_procs(list(reversed(self.state.procs)))
         killed += kill_in_held(self.state_dir)
         if self.legacy_named is not None:
-            killed += _kill_in({self.legacy_named})
+            killed += kill_in({self.legacy_named})
         if self.named is not None:
             delete_netns(self.named[0])
         report: dict[str, Any] = {"prefix": self.prefix, "killed": killed,
@@ -119,22 +120,6 @@ class RunPlan:
             return report
         shutil.rmtree(self.state_dir, ignore_errors=True)
         return report
-
-
-def _kill_in(idents: set[Ident]) -> int:
-    import signal
-
-    from testbed.emu.state import signal_if
-
-    idents = guarded(idents)
-
-    def inside(pid: int) -> bool:
-        try:
-            return ns_ident(f"/proc/{pid}/ns/net") in idents
-        except OSError:
-            return False
-
-    return sum(signal_if(pid, signal.SIGKILL, inside) for pid in pids_in(idents))
 
 
 def plan_run(state_dir: Path) -> RunPlan:

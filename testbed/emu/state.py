@@ -21,8 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.atomicio import atomic_write_json
+
+if TYPE_CHECKING:
+    from testbed.emu.nsref import Ident
 
 log = logging.getLogger(__name__)
 
@@ -206,11 +210,18 @@ def kill_procs(procs: list[ProcRecord], grace_s: float = 2.0) -> int:
 
 
 def kill_in_held(state_dir: Path) -> int:
-    """SIGKILL every process inside the namespaces the run holds (testbed.emu.nsref):
-    each is checked against the held identity again through a pidfd."""
-    from testbed.emu.nsref import guarded, held, ns_ident, pids_in
+    """SIGKILL every process inside the namespaces the run holds (testbed.emu.nsref)."""
+    from testbed.emu.nsref import held
 
-    idents = guarded(set(held(state_dir).values()))
+    return kill_in(set(held(state_dir).values()))
+
+
+def kill_in(idents: set[Ident]) -> int:
+    """SIGKILL every process inside the namespaces of these identities (nsref.Ident):
+    each is checked against them again through a pidfd."""
+    from testbed.emu.nsref import guarded, ns_ident, pids_in
+
+    idents = guarded(idents)
     if not idents:
         return 0
 
