@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lightpipe-setup
 SCENARIO ?= scenarios/quickstart.yaml
-OUT ?= runs/quickstart
+OUT ?= runs/demo
 
 .PHONY: setup demo test test-fast test-stress lock lint clean-runs grafana
 
@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml requirements.lock scripts/setup.sh
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 
+# The headline in seconds (simulated: spectrum policies on the default scenario, pipeline
+# schedules across DCs), then the next commands: the emulated check, the VM.
 demo: setup
-	$(BIN)/lightpipe run $(SCENARIO) --out $(OUT) --force
+	$(BIN)/lightpipe demo $(SCENARIO) --out $(OUT) --force
 
 # The full suite (what CI runs): the root tests that time packets one at a time, beside
 # the rest on TEST_JOBS pytest-xdist workers at nice 10 (scripts/test.sh).

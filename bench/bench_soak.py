@@ -6,6 +6,13 @@ each run the counts of namespaces, processes in them, veths, OVS bridges and run
 directories must be back where they were before the first; open files and memory are
 printed (their growth from the first run to the last is the leak figure).
 
+Only what the soak's own runs can have made is counted (testbed.emu.census.Scope): the
+processes that carry its tag in their environment and the namespaces they live in, names
+under its runs' prefixes, run directories in a state root of its own, and the file
+descriptors and memory its processes hold. Other users' emulations on the same machine do
+not move the counts. `--machine-wide` counts everything, with the machine's file handles
+and memory in use: the leak figure for kernel-side growth, on an idle machine.
+
     sudo .venv/bin/python bench/bench_soak.py --runs 50
     sudo .venv/bin/python bench/bench_soak.py --runs 5 --json soak.json   # what CI runs
 
@@ -16,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import yaml
@@ -27,7 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed.emu.census import EXACT, Census, growth, leaks, take  # noqa: E402
+from testbed.emu.census import EXACT, TAG_VAR, Census, Scope, growth, leaks, take  # noqa: E402
+from testbed.emu.state import PREFIX_RE  # noqa: E402
 
 # Two DCs two fibres apart, one host each; 20 replayed requests and a cut of the first
 # fibre (restored over the other route) in 4 s of replay.
@@ -50,11 +60,25 @@ COLUMNS = ("netns", "ns_processes", "processes", "veths", "ovs_bridges", "state_
            "open_files", "mem_used_mb")
 
 
-def one_run(lightpipe: Path, spec: Path, out: Path) -> tuple[int, float, str]:
+def one_run(lightpipe: Path, spec: Path, out: Path,
+            env: dict[str, str]) -> tuple[int, float, str]:
     t0 = time.monotonic()
     r = subprocess.run([str(lightpipe), "emu", str(spec), "--out", str(out), "--force", "-q"],
-                       capture_output=True, text=True, check=False)
+                       capture_output=True, text=True, check=False, env=env)
     return r.returncode, time.monotonic() - t0, r.stderr.strip()[-500:]
+
+
+def run_prefixes(out: Path, state_dir: Path) -> set[str]:
+    """The run's name prefix (its network.json), and any run left in our state root."""
+    found = {p.name for p in state_dir.iterdir() if PREFIX_RE.fullmatch(p.name)} \
+        if state_dir.is_dir() else set()
+    try:
+        prefix = json.loads((out / "network.json").read_text()).get("prefix")
+    except (OSError, ValueError, AttributeError):
+        prefix = None
+    if isinstance(prefix, str) and PREFIX_RE.fullmatch(prefix):
+        found.add(prefix)
+    return found
 
 
 def line(label: str, c: Census, extra: str = "") -> str:
@@ -68,6 +92,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--scenario", type=Path, help="a scenario file (default: the soak one)")
     ap.add_argument("--json", type=Path, help="write every census and run here")
+    ap.add_argument("--machine-wide", action="store_true",
+                    help="count everything on the machine, not only the soak's own runs")
     args = ap.parse_args()
     lightpipe = Path(sys.executable).parent / "lightpipe"
     with tempfile.TemporaryDirectory(prefix="lp-soak-") as tmp:
@@ -76,15 +102,27 @@ def main() -> int:
             spec = Path(tmp) / "soak.yaml"
             spec.write_text(yaml.safe_dump(SOAK_SCENARIO))
         out = Path(tmp) / "out"
-        base = take()
-        print(f"soak: {args.runs} x lightpipe emu {spec.name}")
+        state_dir = Path(tmp) / "state"
+        tag = uuid.uuid4().hex
+        env = {**os.environ, TAG_VAR: tag, "LIGHTPIPE_STATE_DIR": str(state_dir)}
+        prefixes: set[str] = set()
+
+        def census() -> Census:
+            if args.machine_wide:
+                return take()
+            return take(Scope(tag, frozenset(prefixes), state_dir))
+
+        base = census()
+        print(f"soak: {args.runs} x lightpipe emu {spec.name}; counting "
+              + ("the whole machine" if args.machine_wide else f"only its own runs (tag {tag})"))
         print(" " * 9 + " ".join(f"{k:>{max(len(k), 6)}}" for k in COLUMNS) + "  run")
         print(line("before", base))
         runs = []
         failed = 0
         for i in range(args.runs):
-            rc, wall_s, err = one_run(lightpipe, spec, out)
-            after = take()
+            rc, wall_s, err = one_run(lightpipe, spec, out, env)
+            prefixes.update(run_prefixes(out, state_dir))
+            after = census()
             lost = leaks(base, after)
             failed += rc != 0 or bool(lost)
             runs.append({"run": i + 1, "rc": rc, "wall_s": round(wall_s, 2),

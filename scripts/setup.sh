@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Install what LightPipe needs: system packages (when root, Debian/Ubuntu) and the
 # project with its dev extras in a virtual environment. Idempotent; quick when done.
+#
+#   bash scripts/setup.sh [--deps-only] [VENV]
+#
+# --deps-only: system packages and the locked dependencies (torch, requirements.lock) only,
+# not LightPipe itself: what tests/vm/build_box.sh warms in a Vagrant box without a checkout.
 set -euo pipefail
+DEPS_ONLY=0
+if [ "${1:-}" = "--deps-only" ]; then DEPS_ONLY=1; shift; fi
 VENV="${1:-.venv}"
 # Every tool a documented command uses: ping/iperf3/ip/tc/curl in `lightpipe exec`
 # examples, unshare+mount (util-linux, mount) for host names inside emulated hosts,
@@ -37,7 +44,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
 fi
 LOCK=requirements.lock
-if [ "${LIGHTPIPE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; then
+if [ "$DEPS_ONLY" = 1 ] && [ ! -f "$LOCK" ]; then
+  log "--deps-only needs $LOCK"; exit 2
+fi
+if [ "$DEPS_ONLY" = 0 ] && { [ "${LIGHTPIPE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; }; then
   # Unlocked: the newest releases pyproject.toml allows (what `make lock` resolves).
   log "installing lightpipe[dev] unlocked (torch==2.13.0 pinned; ray for sweeps on Ray)"
   "$VENV/bin/pip" install -q -e '.[dev]'
@@ -48,7 +58,9 @@ else
   log "installing the locked dependencies (requirements.lock) and torch==2.13.0"
   "$VENV/bin/pip" install -q --no-deps torch==2.13.0
   "$VENV/bin/pip" install -q --no-deps --require-hashes -r "$LOCK"
+  if [ "$DEPS_ONLY" = 1 ]; then log "done (--deps-only): $VENV"; exit 0; fi
   "$VENV/bin/pip" install -q --no-deps -e .
   "$VENV/bin/pip" check >/dev/null || { "$VENV/bin/pip" check >&2; exit 1; }
 fi
+bash "$(dirname "$0")/link_cli.sh" "$VENV"
 log "done: $VENV/bin/lightpipe"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite in two lanes at once. The `serial` tests (root tests that
-# build emulated networks and time packets; tests/conftest.py) run one at a time; the
-# rest run on TEST_JOBS pytest-xdist workers at nice 10, so that on a 2-core machine the
-# emulations get the CPU first. Each line is prefixed with its lane; both lanes' exit
-# statuses count. Extra arguments go to both pytest runs.
+# `make test`: the whole suite in three lanes at once (tests/conftest.py sorts them):
+#   serial    root tests that build emulated networks and time packets, one at a time;
+#   root      root tests that build networks but time nothing, one at a time beside them;
+#   parallel  the rest, on TEST_JOBS pytest-xdist workers at nice 10, so that on a 2-core
+#             machine the emulations get the CPU first.
+# Each line is prefixed with its lane; every lane's exit status counts. Extra arguments
+# go to every pytest run.
 #   bash scripts/test.sh [PYTEST ARGS...]      (VENV=.venv TEST_JOBS=2)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -21,11 +23,14 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exi
 }
 lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider "$@" &
 serial=$!
-lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial" -n "$JOBS" \
+lane root "$PY" -m pytest tests -m rootlane -p no:cacheprovider "$@" &
+rootlane=$!
+lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial and not rootlane" -n "$JOBS" \
   -p no:cacheprovider "$@" &
 parallel=$!
 rc=0
 wait "$serial" || rc=1
+wait "$rootlane" || rc=1
 wait "$parallel" || rc=1
-echo "test: both lanes done in $(( $(date +%s) - t0 )) s: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
+echo "test: all lanes done in $(( $(date +%s) - t0 )) s: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
 exit "$rc"

@@ -83,6 +83,11 @@ def phase(name: str, quiet: bool = False) -> Iterator[None]:
     say(f"{name}: done in {time.monotonic() - t0:.1f} s", quiet)
 
 
+def count_text(n: float) -> str:
+    """A count as people write it: 1,000,000 (not 1e+06); a fraction with 3 digits."""
+    return f"{int(n):,}" if float(n).is_integer() else f"{n:,.3g}"
+
+
 @contextmanager
 def progress(total: float | None, description: str, quiet: bool = False) -> Iterator[Progress]:
     """Yield an object with advance(n) and describe(text): a bar on a terminal, else one
@@ -91,7 +96,7 @@ def progress(total: float | None, description: str, quiet: bool = False) -> Iter
         yield _Silent()
         return
     if not sys.stderr.isatty():
-        steps = f" ({total:g} steps)" if total else ""
+        steps = f" ({count_text(total)} steps)" if total else ""
         say(f"{description}{steps} ...")
         t0 = time.monotonic()
         yield _Silent()

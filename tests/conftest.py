@@ -55,6 +55,15 @@ ROOT_BUT_NOT_TIMED = frozenset({"test_security_report", "test_security_fault",
                                 "test_security_monitor",
                                 "test_vagrant"})
 
+# Root tests that build emulated networks but assert no timing (that a run completes,
+# what it records, what it leaves behind, what `clean` does, what a report shows): their
+# runs only warn when an RTT drifts (emulation.rtt_check auto, user-space links), each
+# uses names and state of its own, and the soak counts only its own runs. `make test`
+# runs them one at a time in a lane of their own, beside the timed ones.
+ROOT_UNTIMED = frozenset({"test_records_emu_kill", "test_rough_edges", "test_monitor_emu",
+                          "test_report", "test_soak", "test_faultctl",
+                          "test_security_clean", "test_readme"})
+
 
 def _needs_root(item: pytest.Item) -> bool:
     """Marked `root`, or skipped unless root (a skipif whose reason names root)."""
@@ -65,18 +74,21 @@ def _needs_root(item: pytest.Item) -> bool:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Tiers: `root` on every test that needs root (so `-m "not root and not vm"` is the
-    fast tier, `make test-fast`), `serial` on those that time packets, and `stress` on
-    the root and controller tests (`make test-stress` runs those again and again
-    with a core kept busy)."""
+    fast tier, `make test-fast`), `serial` on those that time packets, `rootlane` on the
+    root tests that build networks but time nothing, and `stress` on the root and
+    controller tests (`make test-stress` runs those again and again with a core kept
+    busy)."""
     module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
     root = _needs_root(item)
     if root and item.get_closest_marker("root") is None:
         item.add_marker(pytest.mark.root)
-    if root and module not in ROOT_BUT_NOT_TIMED:
+    if root and module in ROOT_UNTIMED:
+        item.add_marker(pytest.mark.rootlane)
+    elif root and module not in ROOT_BUT_NOT_TIMED:
         # `make test` (scripts/test.sh) runs the `serial` tests one at a time in a lane of
-        # their own: emulations time packets, and two at once on a 2-core machine would
-        # measure each other. The rest run beside them on pytest-xdist workers at nice 10.
+        # their own: they time packets, and two emulations at once on a 2-core machine
+        # would measure each other. The `rootlane` tests run one at a time beside them,
+        # the rest on pytest-xdist workers at nice 10.
         item.add_marker(pytest.mark.serial)
     if root or module.startswith("test_controller_"):
         item.add_marker(pytest.mark.stress)
-

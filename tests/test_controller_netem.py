@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -163,11 +164,11 @@ def test_netem_caps_follow_controller_lightpaths(tmp_path: Path) -> None:
         emu = net.emulators[f.middle]
         out = subprocess.run(["mnexec", "-a", str(emu.ns_pid), "tc", "filter", "show", "dev",
                               emu.intf_v], capture_output=True, text=True, check=True).stdout
-        assert f"vlan_tag eq {lp['vid']}" in out
+        assert re.search(rf"\bvlan(?:_tag)? eq {lp['vid']}\b", out), out  # tc 6.1: meta(vlan eq V)
         ctl.request("DELETE", f"/lightpaths/{lp['id']}")
         out = subprocess.run(["mnexec", "-a", str(emu.ns_pid), "tc", "filter", "show", "dev",
                               emu.intf_v], capture_output=True, text=True, check=True).stdout
-        assert f"vlan_tag eq {lp['vid']}" not in out
+        assert not re.search(rf"\bvlan(?:_tag)? eq {lp['vid']}\b", out), out
     finally:
         if ctl is not None:
             ctl.stop()

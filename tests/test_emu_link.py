@@ -12,8 +12,6 @@ import shutil
 
 import pytest
 
-from testbed.envprobe import netem_available
-
 pytestmark = [pytest.mark.root]
 
 ROOT = os.geteuid() == 0
@@ -40,7 +38,9 @@ def _measure(rate_mbps: float, delay_ms: float, mode: str) -> tuple[float, float
     return best
 
 
-MATRIX = [(r, d) for r in (10, 100, 1000) for d in (5, 20, 50)]
+# Each rate and each delay once (the link emulator's behaviour at each scale); the whole
+# grid, with RTT distributions, is measured by bench/bench_links.py --mode userspace.
+MATRIX = [(10, 50), (100, 5), (1000, 20)]
 
 
 @need_root
@@ -95,27 +95,6 @@ def test_forwarder_control_channel_and_counters() -> None:
         assert lt.ping(count=3, interval_s=0.01).received == 3
 
 
-need_netem = pytest.mark.skipif(not netem_available(),
-                                reason="this kernel has no netem qdisc (sch_netem): the netem "
-                                       "link mode runs on a normal Linux, e.g. the Vagrant VM")
-
-
-@need_root
-@need_netem
-@pytest.mark.slow
-@pytest.mark.parametrize(("rate_mbps", "delay_ms"), [(10, 50), (100, 20), (1000, 5)])
-def test_netem_rate_and_delay(rate_mbps: float, delay_ms: float) -> None:
-    ratio, rtt = _measure(rate_mbps, delay_ms, "netem")
-    assert 0.90 <= ratio <= 0.97
-    assert 2 * delay_ms - 0.2 <= rtt <= 2 * delay_ms + 1.0
-
-
-@need_root
-@need_netem
-def test_netem_loss_one_percent() -> None:
-    from testbed.emu.linkbench import LinkTestbed
-    from testbed.emu.probes import udp_loss
-
-    with LinkTestbed(100, 5, loss=0.01, link_mode="netem") as lt:
-        lost, total = udp_loss(lt.iperf(seconds=3.0, warmup_s=0.0, udp_mbps=40).raw)
-    assert abs(lost / total - 0.01) <= 0.003
+# The netem link mode is measured by bench/bench_links.py (--mode netem, in the VM) and
+# guarded in CI by tests/vm/test_kernel_path.py::test_netem_link_rate_delay_loss (rate,
+# delay and loss on Debian's kernel, with bands that hold under software emulation).

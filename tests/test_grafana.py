@@ -194,7 +194,7 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
         stage.rename(final)  # what staged_dir does at the end of a run
         proc = subprocess.Popen([sys.executable, "-c", ENTRY, "monitor", "serve",
                                  str(final), "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE,
-                                text=True)
+                                stderr=subprocess.PIPE, text=True)
         try:
             line = proc.stdout.readline() if proc.stdout else ""
             url = line.split(" at ")[1].split()[0]
@@ -205,10 +205,12 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGINT)
             proc.wait(scaled(60))
         assert proc.returncode == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "not copied" not in err and "skipped" not in err, err  # (issue 26)
     finally:
         assert _cli("monitor", "down", "--dir", str(mdir)).returncode == 0
     res = _cli("monitor", "status", "--dir", str(mdir))
-    assert res.returncode == 3 and "down" in res.stdout
+    assert res.returncode == 1 and "down" in res.stdout
 
 
 def test_monitor_cli_input_errors(tmp_path: Path) -> None:

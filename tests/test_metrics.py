@@ -173,3 +173,29 @@ def test_stop_pid_signals_only_the_process_it_verified() -> None:
         if other.poll() is None:
             other.kill()
             other.wait()
+
+
+def test_metrics_server_quiet_when_the_scraper_gave_up(capsys: pytest.CaptureFixture[str]) -> None:
+    """A scraper past its scrape time-out closes the connection before the answer (seen on
+    a software-emulated VM): no traceback per scrape on the run's stderr; other errors
+    still print theirs."""
+    from prometheus_client import CollectorRegistry
+
+    from workloads.metrics import serve
+
+    server, _port = serve(CollectorRegistry(), port=0)
+    try:
+        for exc in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise exc
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a real handler error")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a real handler error" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -110,6 +110,15 @@ def test_every_dashboard_query_has_data_after_a_run(tmp_path: Path) -> None:
                         assert n == 0, f"{name}: {q.title} has data now: drop it from the list"
         assert checked > 100
         assert not empty, "queries without data:\n" + "\n".join(empty)
+        # the CLI names exactly those as impossible for this run, from the run's own facts,
+        # and exits 0 (issue 26: it exited 1 on them, with no summary)
+        chk = _cli(env, "grafana", "check", "--url", url, "--run", prom["run"])
+        assert chk.returncode == 0, chk.stdout[-3000:]
+        na = [ln for ln in chk.stdout.splitlines() if ln.startswith("n/a")]
+        assert all(any(f"{d}: panel {t}" in ln for d, t in HONESTLY_EMPTY) for ln in na), na
+        assert all(any(f"{d}: panel {t}" in ln for ln in na) for d, t in HONESTLY_EMPTY), na
+        assert chk.stdout.splitlines()[-1].startswith(f"grafana check of run {prom['run']}: ")
+        assert " 0 empty but expected, " in chk.stdout.splitlines()[-1]
         # series carry run and scenario; the training job has its own label
         from testbed.metrics.query import query
 

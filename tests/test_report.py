@@ -144,7 +144,10 @@ def test_report_reproduction(cli, tmp_path: Path, name: str, sets: list[str]) ->
     assert (out / "README.md").read_text().count("- `") >= 4
     check_in_browser(out / "report.html", f"reproduce-{name}", 1)
     html = (out / "report.html").read_text()
-    assert "headline against the paper" in html
+    assert "what this reproduction found" in html
+    from tests.test_report_pages import pngs_on_page
+
+    pngs_on_page(out)
 
 
 @need_browser
@@ -226,6 +229,22 @@ def test_report_emulation_run(tmp_path: Path) -> None:
     check_in_browser(out / "report.html", "emu", 4)
     html = (out / "report.html").read_text()
     assert "TCP goodput measured with iperf3" in html
+    # issue 26: the first screen is what the run found, against the simulator; the raw
+    # fields (each once, only the policies that matter) come last behind a fold; the
+    # Prometheus charts have no _created series and no silent all-zero panel
+    from tests.test_report_pages import h2s, pngs_on_page
+
+    titles = h2s(html)
+    assert titles[0] == "emu: what this run found", titles
+    head = html.split("<h2 id='s1'>")[0]
+    assert "the simulator on the same requests" in head
+    raw = html.split(f"<h2 id='s{len(titles) - 1}'>")[1]
+    assert "<details>" in raw and re.findall(r"<tr><td>([^<]*)</td>", raw).count(
+        "workload") == 1
+    assert "placement=" not in raw and "mfu=" not in raw
+    assert "_created" not in html.split("Zero throughout")[0]
+    assert "blocking ratio per requested bit rate" not in html  # (one rate: no empty box)
+    pngs_on_page(out)
 
 
 @need_browser
@@ -282,7 +301,15 @@ def test_report_of_a_run_on_both_backends(tmp_path: Path) -> None:
         assert (out / sub / "README.md").is_file()
     check_in_browser(out / "report.html", "both", 8)
     html = (out / "report.html").read_text()
-    assert "sim: scenario and summary" in html and "emu: scenario and summary" in html
+    assert "sim: scenario and every recorded field" in html \
+        and "emu: scenario and every recorded field" in html
+    from tests.test_report_pages import h2s
+
+    # issue 26: both findings first, the raw fields last
+    titles = h2s(html)
+    assert titles[:2] == ["sim: what this run found", "emu: what this run found"], titles
+    assert titles[-2:] == ["sim: scenario and every recorded field",
+                           "emu: scenario and every recorded field"], titles
 
 
 def test_emulation_sections_read_the_workers_records(tmp_path: Path) -> None:

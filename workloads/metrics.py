@@ -10,12 +10,16 @@ scrape workers that run inside Mininet hosts without any traffic on emulated lin
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
 import threading
 from http.server import HTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import MetricsHandler
+
+log = logging.getLogger(__name__)
 
 ITERATION_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                        float("inf"))
@@ -82,6 +86,14 @@ class _OnFirstSet:
 
 class _Server(HTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A scraper that gave up (its scrape time-out, e.g. on a starved machine) closes
+        the connection before the answer: one debug line, not a traceback on stderr."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            log.debug("/metrics: %s closed the connection before the answer", client_address)
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def _handler(registry: CollectorRegistry) -> type[MetricsHandler]:

@@ -16,9 +16,16 @@ def add_spec_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC", help="scenario file (YAML)")
 
 
-def add_out_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--out", metavar="DIR", required=required,
-                        help="output directory (written atomically)")
+# How each kind of command writes --out (docs/spec.md, "Run records"): a run's records go
+# into DIR as they come; a sweep's or reproduction's table is staged and swapped in whole.
+STREAMED = ("output directory, written as the run goes: manifest.json says \"running\" "
+            "until the end, when summary.json and the finished manifest are put in place")
+STAGED = "output directory, built beside DIR and put in place whole at the end"
+
+
+def add_out_arg(parser: argparse.ArgumentParser, required: bool = True,
+                written: str = STREAMED) -> None:
+    parser.add_argument("--out", metavar="DIR", required=required, help=written)
     parser.add_argument("--force", action="store_true",
                         help="replace DIR when it already holds a LightPipe run")
 

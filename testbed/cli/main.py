@@ -12,6 +12,7 @@ from testbed import __version__
 from testbed.cli import (
     clean_cmd,
     controller_cmd,
+    demo_cmd,
     emu_cmd,
     env_cmd,
     exec_cmd,
@@ -39,6 +40,7 @@ log = logging.getLogger("lightpipe")
 # name -> module; each module has HELP, add_arguments(parser) and run(args) -> int.
 # Modules import heavy dependencies inside run(), so building the parser stays fast.
 COMMANDS: dict[str, ModuleType] = {
+    "demo": demo_cmd,
     "validate": validate_cmd,
     "schema": schema_cmd,
     "topologies": topologies_cmd,
@@ -84,6 +86,86 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _lenient(parser: argparse.ArgumentParser) -> None:
+    """Make every argument of `parser` (and its subparsers) optional, so that a parse
+    gets as far as listing the arguments that nothing takes."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.required = False
+            for sub in action.choices.values():
+                _lenient(sub)
+        elif action.option_strings:
+            action.required = False
+        elif action.nargs is None:
+            action.nargs = "?"
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of `parser` and of its subparsers."""
+    out: set[str] = set()
+    for action in parser._actions:
+        out.update(s for s in action.option_strings if s.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= _options(sub)
+    return out
+
+
+def unknown_options_error(argv: Sequence[str]) -> InputError | None:
+    """When `argv` has options its command does not know: one error naming only them
+    (argparse would first say that a required option is missing, or call the values after
+    an unknown option unrecognised too), with the known option it looks like, or the
+    commands that have it."""
+    import difflib
+
+    parser = build_parser()
+    _lenient(parser)
+    try:
+        ns, extra = parser.parse_known_args(list(argv))
+    except InputError:
+        return None
+    unknown = [a.split("=", 1)[0] for a in extra if a.startswith("-") and a != "-"
+               and not _is_number(a)]
+    if not unknown:
+        return None
+    command = getattr(ns, "command", None)
+    sub = _subparser(parser, command)
+    known = _options(sub) if sub is not None else \
+        {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    named = []
+    for opt in unknown:
+        close = [k for k in sorted(known) if opt.startswith(k) or k.startswith(opt)] \
+            or difflib.get_close_matches(opt, sorted(known), n=1, cutoff=0.7)
+        others = [name for name in COMMANDS if name != command
+                  and opt in _options(_subparser(parser, name) or parser)]
+        if close:
+            named.append(f"{opt} (did you mean {close[0]}?)")
+        elif others:
+            named.append(f"{opt} (an option of " + ", ".join(f"`lightpipe {o}`"
+                                                             for o in others[:3]) + ")")
+        else:
+            named.append(opt)
+    prog = f"lightpipe {command}" if command else "lightpipe"
+    what = "unknown option" + ("s " if len(unknown) > 1 else " ") + ", ".join(named)
+    return InputError("", f"{prog}: {what}; `{prog} --help` lists its options")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str | None
+               ) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return None
+
+
 def restore_sigint() -> None:
     """Ctrl-C/SIGINT stops every command however it was started: a background job of a
     non-interactive shell inherits SIGINT ignored, and Python would keep it ignored (a held
@@ -103,7 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore_sigint()
     try:
         parser = build_parser()
-        args = parser.parse_args(args_list)
+        try:
+            args = parser.parse_args(args_list)
+        except InputError as exc:
+            raise unknown_options_error(args_list) or exc from None
         _setup_logging(args.verbose)
         if not getattr(args, "_run", None):
             parser.print_help()

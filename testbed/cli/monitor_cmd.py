@@ -53,9 +53,14 @@ def _print_status(st: object, as_json: bool) -> None:
     if as_json:
         emit(json.dumps(d, indent=1))
         return
-    state = f"up at {d['url']} (pid {d['pid']})" if d["running"] else f"down ({d['detail']})"
+    state = f"up at {d['url']} (pid {d['pid']})" if d["running"] else \
+        f"down ({d['detail']}; `lightpipe monitor up` starts it)"
     emit(f"prometheus {state}; data in {d['dir']}/data")
-    emit(f"registered runs: {', '.join(d['runs']) if d['runs'] else 'none'}")
+    # A run is registered while it runs; its series stay in the data after it ends.
+    emit(f"runs being scraped now: {', '.join(d['runs']) if d['runs'] else 'none'}"
+         + ("" if d["runs"] or not d["running"] else " (an emulation run registers while "
+            "it runs; finished runs stay in the data: `lightpipe grafana check --url "
+            f"{d['url']}` lists them)"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     st = mon.status()
     _print_status(st, args.json)
-    return 0 if st.running else 3  # 3: not running (docs/metrics.md)
+    return 0 if st.running else 1  # down: a runtime failure for scripts (docs/metrics.md)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -101,10 +106,10 @@ def _serve(args: argparse.Namespace) -> int:
     from testbed.monitor.serve import serving
 
     with serving(args.run_dir, args.port, args.listen) as started:
-        print(f"serving {args.run_dir}/prometheus/data at {started.url} (Ctrl-C stops)")
-        sys.stdout.flush()
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM = Ctrl-C
-        try:
+        try:  # (Ctrl-C right after the line below is printed ends it as well: exit 0)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM = Ctrl-C
+            print(f"serving {args.run_dir}/prometheus/data at {started.url} (Ctrl-C stops)")
+            sys.stdout.flush()
             code = started.proc.wait()
         except KeyboardInterrupt:
             return 0

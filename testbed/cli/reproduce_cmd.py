@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, emit_json
+from testbed.cli.common import STAGED, add_out_arg, add_quiet_arg, add_report_arg, emit_json
 
 HELP = "reproduce a paper's headline effect: crosspipe, geopipe, cba, bace, routing"
 
@@ -17,7 +17,7 @@ REPRODUCTIONS = ("crosspipe", "geopipe", "cba", "bace", "routing")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help=", ".join(REPRODUCTIONS))
-    add_out_arg(parser)
+    add_out_arg(parser, written=STAGED)
     add_quiet_arg(parser)
     add_report_arg(parser)
     parser.add_argument("--quick", action="store_true", help="fewer sweep points")

@@ -50,6 +50,10 @@ FILES: dict[str, str] = {
 
 
 def _fmt(v: Any) -> str:
+    if v is None:
+        return "not measured"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.6g}"
     if isinstance(v, list | tuple):

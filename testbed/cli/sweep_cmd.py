@@ -8,7 +8,14 @@ import contextlib
 import os
 import time
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
+from testbed.cli.common import (
+    STAGED,
+    add_out_arg,
+    add_quiet_arg,
+    add_report_arg,
+    add_spec_arg,
+    emit,
+)
 
 MAX_JOBS = 256  # --jobs: worker processes (or Ray CPUs) at once
 HELP = "run a grid of spec values x seeds in parallel (sweep.csv + METRIC_vs_FIELD.png)"
@@ -34,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", default="blocking_ratio", help="metric to plot")
     parser.add_argument("--records", action="store_true",
                         help="also keep each point's run directory (points/NNNN/)")
-    add_out_arg(parser)
+    add_out_arg(parser, written=STAGED)
     add_quiet_arg(parser)
     add_report_arg(parser)
 

@@ -344,35 +344,73 @@ def _markdown(rows: Sequence[dict[str, Any]], cs: Sequence[Case], seeds: int,
     return "\n".join(out)
 
 
-def _plot(rows: Sequence[dict[str, Any]], cs: Sequence[Case], path: Path) -> None:
+# routing.png's panels (small multiples: at most 6 legend lines each)
+PLOT_GROUPS = (("baselines", ("ecmp", "shortest", "edge-coloring", "greedy")),
+               ("optimisers", ("ecmp", "greedy", "greedy-ls", "sa", "ilp")),
+               ("ablations of greedy", ("greedy", *ABLATIONS)))
+NO_ILP_NOTE = "no ILP bar: too large for the ILP (solved in the small cases only)"
+
+
+def routing_figure(rows: Sequence[dict[str, Any]], cs: Sequence[Case]) -> Any:
+    """Mean all-reduce time (top) and effective GPU utilisation (bottom) per case, one
+    column per group of policies (PLOT_GROUPS); a case where a policy of the panel has no
+    row (the ILP beyond the small cases) says so at the bar's place."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pols = list(dict.fromkeys(r["policy"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
-    width = 0.8 / max(1, len(pols))
-    for ax, key, label in ((axes[0], "mean_allreduce_time_s", "mean all-reduce time (s)"),
-                           (axes[1], "effective_gpu_utilization", "effective GPU utilisation")):
-        for p_i, pol in enumerate(pols):
-            xs, ys, es = [], [], []
-            for c_i, c in enumerate(cs):
-                r = _row(rows, c.name, pol)
-                if r is None:
-                    continue
-                xs.append(c_i + p_i * width)
-                ys.append(r[key])
-                es.append(r["mean_allreduce_time_ci95_s"] if key.startswith("mean_all") else 0)
-            ax.bar(xs, ys, width, yerr=es, capsize=2, label=pol)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cs))], [c.name for c in cs])
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("lightpipe reproduce routing")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from testbed.report.figures import PALETTE
+
+    pols_all = list(dict.fromkeys(r["policy"] for r in rows))
+    colour = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(pols_all)}
+    groups = [(t, [p for p in g if p in pols_all]) for t, g in PLOT_GROUPS]
+    groups = [(t, g) for t, g in groups if g]
+    fig, axes = plt.subplots(2, len(groups), figsize=(5.6 * len(groups), 7.6), squeeze=False,
+                             sharey="row")
+    for col, (title, pols) in enumerate(groups):
+        width = 0.8 / max(1, len(pols))
+        for row_i, (key, label) in enumerate((
+                ("mean_allreduce_time_s", "mean all-reduce time (s)"),
+                ("effective_gpu_utilization", "effective GPU utilisation (0-1)"))):
+            ax = axes[row_i][col]
+            for p_i, pol in enumerate(pols):
+                xs, ys, es = [], [], []
+                for c_i, c in enumerate(cs):
+                    r = _row(rows, c.name, pol)
+                    x = c_i - 0.4 + width * (p_i + 0.5)
+                    if r is None:
+                        if pol == "ilp":
+                            ax.annotate("no ILP\n(too large)", (x, 0.0),
+                                        xycoords=("data", "axes fraction"), xytext=(0, 4),
+                                        textcoords="offset points", rotation=90, fontsize=7,
+                                        ha="center", va="bottom", color="#555555")
+                        continue
+                    xs.append(x)
+                    ys.append(r[key])
+                    es.append(r["mean_allreduce_time_ci95_s"] if key.startswith("mean_all")
+                              else 0)
+                ax.bar(xs, ys, width, yerr=es, capsize=2, label=pol, color=colour[pol])
+            ax.set_xticks(range(len(cs)), [c.name for c in cs], rotation=15, ha="right",
+                          fontsize=8)
+            ax.set_xlabel("case (fabric, failures)")
+            ax.set_ylabel(label)
+            ax.grid(axis="y", alpha=0.3)
+            if row_i == 0:
+                ax.set_title(title, fontsize=10)
+                ax.legend(fontsize=7, ncol=2)
+    if any(r["policy"] == "ilp" for r in rows) and any(
+            _row(rows, c.name, "ilp") is None for c in cs):
+        fig.text(0.5, 0.0, NO_ILP_NOTE, ha="center", va="bottom", fontsize=8)
+    fig.suptitle("lightpipe reproduce routing: mean over seeds, 95 % CI")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def _plot(rows: Sequence[dict[str, Any]], cs: Sequence[Case], path: Path) -> None:
+    from testbed.report.figures import save
+
+    save(routing_figure(rows, cs), path)
 
 
 def routing(out_dir: Path, quiet: bool = False, quick: bool = False, seeds: int | None = None,
@@ -408,6 +446,10 @@ def routing(out_dir: Path, quiet: bool = False, quick: bool = False, seeds: int 
         atomic_write_text(stage / "summary.md", md)
         _plot(rows, cs, stage / "routing.png")
         atomic_write_json(stage / "manifest.json", manifest)
-        result = {"experiment": "routing", "seeds": n_seeds, "rows": rows}
+        result = {"experiment": "routing",
+                  "reproduces": "Routing of concurrent ring all-reduce jobs on 2-layer Clos "
+                                "fabrics (arXiv 2503.05324): greedy against ECMP, the ILP "
+                                "and the other policies",
+                  "seeds": n_seeds, "rows": rows}
         atomic_write_json(stage / "summary.json", result)
     return result

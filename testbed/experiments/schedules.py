@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.analysis.plots import Panel, Series, save_plot
 from testbed.analysis.tables import rows_to_csv
 from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
 from testbed.errors import InputError
@@ -87,16 +86,13 @@ def _md_table(rows: Sequence[dict], x: str, labels: Sequence[str], metric: str,
 
 def _plot(rows: Sequence[dict], x: str, labels: Sequence[str], metric: str, path: Path,
           title: str, xlabel: str, ideal: float | None = None, marks: dict | None = None,
-          logx: bool = False) -> None:
-    series = []
-    for lab in labels:
-        pts = sorted((r[x], r[metric]) for r in rows if r["schedule"] == lab)
-        if pts:
-            series.append(Series(lab, [a for a, _ in pts], [b for _, b in pts]))
-    ref = (ideal, "no-delay ideal") if ideal is not None else None
-    save_plot(path, [Panel(series, xlabel, metric.replace("_", " "), title=title, logx=logx,
-                           reference=ref, marks=marks or {})],
-              panel_size=(7, 4.2), legend_fontsize=7, marker_size=3)
+          logx: bool = False, groups: Sequence[tuple[str, Sequence[str]]] | None = None
+          ) -> None:
+    from testbed.report.figures import save
+    from testbed.report.repro_plots import schedule_figure
+
+    save(schedule_figure(rows, x, labels, metric, title, xlabel, ideal, marks, logx, groups),
+         path, dpi=120)
 
 
 def _check_opts(opts: dict, allowed: Sequence[str]) -> None:
@@ -127,7 +123,9 @@ def _fit_row(prob: PipelineProblem, mem: MemoryModel, label: str, sched: Schedul
            "vs_ideal_pct": round(100 * (f.iteration_time_ms / ideal - 1), 3),
            "peak_gb": _gb(max(f.peak_bytes)),
            "peak_gb_per_stage": " ".join(f"{_gb(x):g}" for x in f.peak_bytes),
-           "fits_budget": f.fits}
+           "fits_budget": f.fits, "split_backward": bool(sched.split_backward),
+           "lower_bound_ms": round(lower_bound_ms(prob, split_backward=sched.split_backward,
+                                                  virtual_stages=sched.virtual_stages), 4)}
     info = sched.info
     if "solver_status" in info:
         row["solver_status"] = info["solver_status"]
@@ -265,12 +263,15 @@ def crosspipe(out_dir: Path, quiet: bool = False, quick: bool = False, stages: i
         atomic_write_text(stage / "crosspipe.md", md)
         atomic_write_text(stage / "summary.md", _crosspipe_summary_md(summary))
         atomic_write_json(stage / "summary.json", summary)
+        groups = [("traditional schedules", base),
+                  ("CrossPipe schedules", [lab for lab in labels if lab not in base])]
         _plot(lat_rows, "latency_ms", labels, "iteration_time_ms", stage / "crosspipe_latency.png",
-              f"CrossPipe: p={p}, m={m}, cut bandwidth 100 Gb/s", "cut latency (ms)", ideal)
+              f"CrossPipe: p={p}, m={m}, cut bandwidth 100 Gb/s", "cut latency (ms)", ideal,
+              groups=groups)
         _plot(bw_rows, "bandwidth_gbps", labels, "iteration_time_ms",
               stage / "crosspipe_bandwidth.png",
               f"CrossPipe: p={p}, m={m}, cut latency {bw_lat:g} ms", "cut bandwidth (Gb/s)",
-              ideal, logx=True)
+              ideal, logx=True, groups=groups)
     return summary
 
 
@@ -315,8 +316,10 @@ def _crosspipe_md(summary: dict, rows: Sequence[dict], labels: Sequence[str],
     return (
         f"# CrossPipe reproduction\n\np={s['stages']} stages over 2 DCs (cut after stage "
         f"{s['cut_after_stage']}), m={s['microbatches']}, f={s['forward_ms']} ms, "
-        f"b={s['backward_ms']} ms, activation {s['activation_mb']} MB; no-delay ideal "
-        f"{summary['no_delay_ideal_ms']:g} ms.\n\n"
+        f"b={s['backward_ms']} ms, activation {s['activation_mb']} MB; 1F1B with no network "
+        f"delay, (m+p-1)(f+b): {summary['no_delay_ideal_ms']:g} ms (a bound for unsplit "
+        "schedules only: interleaved and split-backward ones may go below it; each row's "
+        "own lower bound is lower_bound_ms in crosspipe.csv).\n\n"
         f"Memory in bytes per GPU ({s['memory_model']}): static (weights + optimizer) "
         f"{s['static_gb_per_stage']} GB per stage, activations "
         f"{s['activation_gb_per_microbatch'][0]} GB per micro-batch, split-backward W "
@@ -541,7 +544,8 @@ def geopipe(out_dir: Path, quiet: bool = False, quick: bool = False, stages: int
         "predicted_optimisation_point_gbps": predicted,
     }
     md = (f"# GeoPipe reproduction\n\np={p} stages over 2 DCs (cut after stage {cut}), m={m}, "
-          f"f={f} ms, b={b} ms, activation {a} MB; no-delay ideal {ideal:g} ms. Memory per GPU "
+          f"f={f} ms, b={b} ms, activation {a} MB; 1F1B with no network delay, (m+p-1)(f+b): "
+          f"{ideal:g} ms. Memory per GPU "
           f"({mem.source}): **equal budget {_gb(budget)} GB** (what 1F1B needs on its most "
           f"loaded stage; {caps} micro-batches of activations per stage). "
           "geopipe-equal-bytes is GeoPipe within it; best-at-equal-bytes the fastest schedule "

@@ -72,7 +72,16 @@ def run_info(scenario: Any, **extra: Any) -> dict[str, str]:
             "bandwidth_divisor": str(getattr(em, "bandwidth_divisor", "")),
             "placement": str(getattr(pol, "placement", "") or ""),
             "schedule": str(getattr(pol, "schedule", "") or ""),
-            "spectrum": str(getattr(pol, "spectrum", "") or "")}
+            "spectrum": str(getattr(pol, "spectrum", "") or ""),
+            # what `lightpipe grafana check` needs to tell which panels this run cannot
+            # fill (testbed.monitor.producible)
+            # ("none", not "": Prometheus drops a label whose value is empty, and an
+            # absent label reads as an older run that did not say)
+            "routing": str(getattr(pol, "routing", "") or "none"),
+            "dc_fabric": str(getattr(em, "dc_fabric", "") or "none"),
+            "workers": str(getattr(em, "workers", "") or "none"),
+            "events": ",".join(sorted({str(e.kind) for e in getattr(scenario, "events", ())}))
+            or "none"}
     info.update({k: str(v) for k, v in extra.items()})
     return info
 

@@ -182,9 +182,27 @@ def iterations_csv(records: Mapping[str, Sequence[Sequence[dict[str, Any]]]],
     return buf.getvalue()
 
 
+# On the reference machine (testbed.envprobe): a worker's collective/p2p time-out (also its
+# wait for the job's rendezvous: every stage must have imported torch by then) and the
+# deadline of all the jobs' workers together. A slower machine gets them x its slowness.
+WORKER_TIMEOUT_S = 120.0
+JOBS_DEADLINE_S = 600.0
+
+
+def worker_time_limits_s(scale: float | None = None) -> tuple[float, float]:
+    """(worker time-out, jobs deadline) in seconds: the reference figures x `scale`
+    (default testbed.envprobe.machine_slowness(); under software emulation ~10)."""
+    if scale is None:
+        from testbed.envprobe import machine_slowness
+
+        scale = machine_slowness()
+    scale = max(1.0, scale)
+    return WORKER_TIMEOUT_S * scale, JOBS_DEADLINE_S * scale
+
+
 def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence[Host]],
-                      out_dir: Path, *, prometheus: Any = None, deadline_s: float = 600.0,
-                      timeout_s: float = 120.0, metrics_netns_fd: int | None = None,
+                      out_dir: Path, *, prometheus: Any = None, deadline_s: float | None = None,
+                      timeout_s: float | None = None, metrics_netns_fd: int | None = None,
                       duty: float | None = None,
                       placement: Sequence[Sequence[Host]] | None = None,
                       on_started: Callable[[Launcher], None] | None = None) -> dict[str, Any]:
@@ -192,11 +210,17 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
 
     `placement`: the host of every stage of every job (e.g. the controller's); default
     round-robin over each DC's hosts (assign_hosts). `on_started(launcher)`: called once
-    every worker is started (the fault injector kills workers through it)."""
+    every worker is started (the fault injector kills workers through it).
+    `timeout_s` / `deadline_s`: default worker_time_limits_s() (scaled with the machine)."""
     out_dir = Path(out_dir)
+    scaled_timeout_s, scaled_deadline_s = worker_time_limits_s()
+    timeout_s = scaled_timeout_s if timeout_s is None else timeout_s
+    deadline_s = scaled_deadline_s if deadline_s is None else deadline_s
     placement = [list(p) for p in placement] if placement is not None else assign_hosts(
         jobs, hosts_by_dc)
     time_factor = jobs[0].plan.time_factor if jobs else 1.0
+    log.info("workers: time-out %.0f s, deadline %.0f s (scaled with the machine)",
+             timeout_s, deadline_s)
     with Launcher(out_dir, timeout_s=timeout_s, duty=duty,
                   metrics_netns_fd=metrics_netns_fd) as launcher:
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
@@ -224,7 +248,9 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         if j.plan.mode == "shadow":
             emulated[j.job] = s.get("emulated_iteration_time_s")
     result: dict[str, Any] = {"worker_jobs": per_job,
-                              "failed_jobs": [s["job"] for s in per_job if not s["ok"]]}
+                              "failed_jobs": [s["job"] for s in per_job if not s["ok"]],
+                              "worker_time_limits_s": {"timeout": round(timeout_s, 1),
+                                                       "deadline": round(deadline_s, 1)}}
     sims = {j.job: j.simulated_iteration_time_s for j in jobs if j.plan.mode == "shadow"}
     details = {s["job"]: s for s in per_job}
     result["agreement"] = agreement_rows(sims, emulated, details)

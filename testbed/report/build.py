@@ -93,12 +93,17 @@ def build_report_with_skips(run_dir: str | Path) -> tuple[Path, list[tuple[str, 
             name = summ.get("experiment") or summ.get("reproduces", path.name)
             title = f"reproduction: {str(name)[:200]}"
         elif kind == "both":
-            secs = []
+            heads: list[Section] = []
+            bodies: list[Section] = []
+            tails: list[Section] = []
             for sub in ("sim", "emu"):
                 sd = d.sub(sub)  # (a link is refused and recorded)
                 if sd is not None:
-                    secs += sections.run(sd, sub)
-            secs += sections.agreement(d)
+                    head, body, tail = sections.run_parts(sd, sub)
+                    heads += head
+                    bodies += body
+                    tails += tail
+            secs = heads + sections.agreement(d) + bodies + tails
             title = f"run (sim and emu): {path.name}"
         else:
             secs = sections.run(d, kind)

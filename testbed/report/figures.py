@@ -20,6 +20,57 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#f
 plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10,
                      "legend.fontsize": 9, "svg.fonttype": "none"})
 
+LEGEND_MAX_LINES = 6
+"""Lines of one legend: beyond it the largest LEGEND_MAX_LINES - 1 and one 'others' line,
+or small multiples (panels of at most this many)."""
+# name suffix -> unit (LightPipe puts units in names: length_km, rate_gbps, delay_ms)
+_SUFFIX_UNITS = (("_ms", "ms"), ("_s", "s"), ("_gbps", "Gbit/s"), ("_km", "km"),
+                 ("_erlang", "Erlang"), ("_usd", "USD"), ("_kwh", "kWh"), ("_mb", "MB"),
+                 ("_gb", "GB"), ("_pct", "%"), ("_ratio", "0-1"), ("_bytes", "bytes"))
+_NAME_UNITS = {"blocking_ratio": "blocked / requested", "bubble_ratio": "idle / iteration time",
+               "bitrate_blocking_ratio": "blocked / requested Gbit/s",
+               "mean_spectrum_utilization": "occupied / all slots",
+               "spectrum_utilization": "occupied / all slots", "gpu_utilization": "0-1",
+               "seed": "index", "slots": "slots", "requests": "requests", "jobs": "jobs",
+               "k_paths": "paths", "stages": "stages", "microbatches": "micro-batches"}
+
+
+def axis_label(name: str) -> str:
+    """A field name as an axis label with its unit: 'workload.load_erlang' ->
+    'workload.load_erlang (Erlang)'; a name with no known unit says '(value)'."""
+    leaf = name.split(".")[-1]
+    if leaf in _NAME_UNITS:
+        return f"{name} ({_NAME_UNITS[leaf]})"
+    for suffix, unit in _SUFFIX_UNITS:
+        if leaf.endswith(suffix):
+            return f"{name} ({unit})"
+    return f"{name} (value)"
+
+
+def top_and_others(groups: Mapping[str, Sequence[float]], size: Any = len,
+                   merge: str = "all") -> dict[str, list[float]]:
+    """At most LEGEND_MAX_LINES groups: the largest by `size`, the rest as one
+    'others (N groups)' group of all their values."""
+    if len(groups) <= LEGEND_MAX_LINES:
+        return {k: list(v) for k, v in groups.items()}
+    ranked = sorted(groups, key=lambda k: -size(groups[k]))
+    keep = ranked[:LEGEND_MAX_LINES - 1]
+    rest = ranked[LEGEND_MAX_LINES - 1:]
+    out = {k: list(groups[k]) for k in groups if k in keep}
+    out[f"others ({len(rest)} groups)"] = [v for k in rest for v in groups[k]]
+    return out
+
+
+def note_if_all_zero(ax: Any, values: Iterable[float]) -> bool:
+    """Write 'every value is 0' across an axes whose data are all zero; whether it did."""
+    vals = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    if vals and not any(vals):
+        ax.text(0.5, 0.5, "every value is 0", transform=ax.transAxes, ha="center",
+                va="center", fontsize=11, color="#a33",
+                bbox={"facecolor": "white", "edgecolor": "#a33"})
+        return True
+    return False
+
 
 def data_uri(fig: Figure, fmt: str = "svg", dpi: int = 110) -> str:
     """The figure as a data: URI (SVG text or PNG), closing the figure."""
@@ -95,7 +146,8 @@ def topology_map(graph: Any, dcs: Mapping[str, str], usage: Mapping[frozenset, f
 
 def spectrum_heatmap(grid: Sequence[Sequence[float]], row_labels: Sequence[str],
                      xlabel: str, extent_x: tuple[float, float] | None, title: str,
-                     cbar_label: str, height_in: float | None = None) -> Figure:
+                     cbar_label: str, height_in: float | None = None,
+                     ylabel: str = "") -> Figure:
     """Rows (fibres, or slots) x columns (slots, or time) of occupancy in [0, 1]."""
     import numpy as np
 
@@ -109,6 +161,7 @@ def spectrum_heatmap(grid: Sequence[Sequence[float]], row_labels: Sequence[str],
     shown = [i for i, lab in enumerate(row_labels) if lab]
     ax.set_yticks(shown, [row_labels[i] for i in shown], fontsize=7)
     ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label=cbar_label, fraction=0.03)
     return fig
@@ -215,6 +268,7 @@ def histograms(groups: Mapping[str, Sequence[float]], xlabel: str, title: str,
                ylabel: str = "jobs") -> Figure:
     """One step histogram per group on shared bins (groups never share a line)."""
     fig, ax = plt.subplots(figsize=(7.5, 4))
+    groups = top_and_others(groups)
     values = [v for vs in groups.values() for v in vs if math.isfinite(v)]
     if values:
         lo, hi = min(values), max(values)
@@ -238,8 +292,19 @@ def series(lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel:
     from testbed.report.readers import FIGURE_MAX_LINES, thin
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    for i, (name, (xs0, ys0)) in enumerate(itertools.islice(lines.items(),
-                                                             FIGURE_MAX_LINES * 2)):
+    items = list(itertools.islice(lines.items(), FIGURE_MAX_LINES * 2))
+    if len(items) > LEGEND_MAX_LINES:
+        items.sort(key=lambda kv: -max((abs(v) for v in kv[1][1] if v == v), default=0.0))
+        rest = items[LEGEND_MAX_LINES - 1:]
+        by_x: dict[float, list[float]] = {}
+        for _n, (xs_r, ys_r) in rest:
+            for x, y in zip(xs_r, ys_r, strict=False):
+                by_x.setdefault(x, []).append(y)
+        xs_o = sorted(by_x)
+        others = (f"others ({len(rest)} lines, mean)",
+                  (xs_o, [sum(by_x[x]) / len(by_x[x]) for x in xs_o]))
+        items = [*items[:LEGEND_MAX_LINES - 1], others]
+    for i, (name, (xs0, ys0)) in enumerate(items):
         xs, ys = thin(xs0, ys0)  # (a few thousand points per line at most)
         kw: dict[str, Any] = {"color": PALETTE[i % len(PALETTE)], "label": name, "lw": 1.5}
         if len(xs) <= 30:
@@ -249,8 +314,12 @@ def series(lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel:
             ax.step(xs, ys, where="post", **kw)
         else:
             ax.plot(xs, ys, **kw)
-    if 1 < len(lines) <= 12:
+    if len(items) > 2:  # (below the axes: a legend never covers the lines)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2,
+                  frameon=False)
+    elif len(items) > 1:
         ax.legend(fontsize=8)
+    note_if_all_zero(ax, [v for _n, (_x, ys) in items for v in ys])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -263,6 +332,7 @@ def bars(labels: Sequence[str], values: Sequence[float], errors: Sequence[float]
     """A bar per category with optional 95 % CI whiskers (categorical x: no line)."""
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2), 3.8))
     ax.bar(range(len(labels)), values, yerr=errors, capsize=4, color=PALETTE[0])
+    note_if_all_zero(ax, values)
     ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0,
                   ha="right" if len(labels) > 4 else "center")
     ax.set_ylabel(ylabel)
@@ -278,21 +348,31 @@ def grouped_bars(categories: Sequence[str], groups: Mapping[str, tuple[Sequence[
     """Categories on x; one bar colour per group (with 95 % CI whiskers), legend below."""
     import numpy as np
 
-    n = max(len(groups), 1)
-    width = 0.8 / n
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(categories) * max(1, n / 2) + 2), 4.2))
+    items = list(groups.items())
+    chunks = [items[i:i + LEGEND_MAX_LINES] for i in range(0, len(items), LEGEND_MAX_LINES)] \
+        or [[]]
+    n_max = max(max(len(c) for c in chunks), 1)
+    fig, axes = plt.subplots(len(chunks), 1, squeeze=False, sharey=True, figsize=(
+        max(6.0, 1.2 * len(categories) * max(1, n_max / 2) + 2), 4.2 * len(chunks)))
     x = np.arange(len(categories))
-    for i, (label, (vals, errs)) in enumerate(groups.items()):
-        ax.bar(x - 0.4 + width * (i + 0.5), vals, width, yerr=errs, capsize=3,
-               color=PALETTE[i % len(PALETTE)], label=label)
-    ax.set_xticks(x, categories)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3, axis="y")
-    if n > 1:
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-                  ncol=min(n, 2))
+    for ax, chunk in zip(axes[:, 0], chunks, strict=True):
+        n = max(len(chunk), 1)
+        width = 0.8 / n
+        for i, (label, (vals, errs)) in enumerate(chunk):
+            ax.bar(x - 0.4 + width * (i + 0.5), vals, width, yerr=errs, capsize=3,
+                   color=PALETTE[(i + LEGEND_MAX_LINES * chunks.index(chunk)) % len(PALETTE)],
+                   label=label)
+        note_if_all_zero(ax, [v for _l, (vals, _e) in chunk for v in vals])
+        ax.set_xticks(x, categories)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, axis="y")
+        if n > 1:
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                      ncol=min(n, 2))
+    axes[0, 0].set_title(title)
+    if len(chunks) > 1:
+        fig.tight_layout()
     return fig
 
 
@@ -337,6 +417,16 @@ def policy_panels(rows: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str
     for ax in axes[0]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(lab, h)
+    # A policy drawn both on the sweep and in a separate case needs one legend line, not
+    # two: its colour names it, one hollow-marker line names the case.
+    for case in [c for c in cases if c]:
+        twins = [lab for lab in seen if lab.endswith(f" ({case} case)")
+                 and lab.removesuffix(f" ({case} case)") in seen]
+        if twins:
+            for lab in twins:
+                del seen[lab]
+            seen[f"hollow: {case} case (colour: policy)"] = plt.Line2D(
+                [], [], ls="none", marker="D", ms=7, mfc="white", mec="#555555", mew=1.5)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(len(seen), 6),

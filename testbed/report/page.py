@@ -18,11 +18,14 @@ h2{font-size:1.2em;margin-top:2em;color:#2b4c6f}
 figure{margin:1em 0;padding:.5em;border:1px solid #e4e4e4;border-radius:4px}
 figure img{max-width:100%;height:auto;display:block;margin:0 auto}
 figcaption{font-size:.9em;color:#444;margin-top:.4em}
-table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
+table{border-collapse:collapse;font-size:.85em;margin:.6em 0;display:block;overflow-x:auto;
+max-width:100%}
 th,td{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f2f5f9}
 .note{font-size:.9em;color:#555}
 .kv td:first-child{font-weight:600;white-space:nowrap}
+.headline td:nth-child(2){font-weight:600}
+details{margin:.6em 0}summary{cursor:pointer;color:#2b4c6f}
 nav a{margin-right:1em}
 """
 
@@ -48,6 +51,7 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     html: str = ""  # trusted HTML (rendered Markdown)
+    fold: str = ""  # when set: the section's body behind a <details> with this summary
 
 
 def _cell(v: Any) -> str:
@@ -87,10 +91,13 @@ def render(title: str, kind: str, run_dir: str, secs: Sequence[Section]) -> str:
     n_fig = 0
     for i, s in enumerate(secs):
         body.append(f"<h2 id='{_anchor(i)}'>{html.escape(s.title)}</h2>")
+        if s.fold:
+            body.append(f"<details><summary>{html.escape(s.fold)}</summary>")
         if s.text:
             body.append(f"<p>{html.escape(s.text)}</p>")
         for t in s.tables:
-            body.append(_table(t, "kv" if len(t.headers) == 0 else ""))
+            body.append(_table(t, "kv" if len(t.headers) == 0 else
+                               "headline" if list(t.headers[:1]) == ["figure"] else ""))
         if s.html:
             body.append(s.html)
         for f in s.figures:
@@ -99,6 +106,8 @@ def render(title: str, kind: str, run_dir: str, secs: Sequence[Section]) -> str:
             body.append(f"<figure><img class='fig' src='{f.uri}' alt='{alt}'>"
                         f"<figcaption><b>Figure {n_fig}.</b> {html.escape(f.caption)}"
                         "</figcaption></figure>")
+        if s.fold:
+            body.append("</details>")
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "

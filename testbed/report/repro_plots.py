@@ -37,40 +37,128 @@ def reproduction_figure(experiment: str, rows: Sequence[dict[str, Any]]) -> MplF
     return fig
 
 
-def schedule_figures(root: DirReader, summ: dict[str, Any]) -> list[Figure]:
-    """crosspipe/geopipe: iteration time per schedule over each sweep, and two timelines."""
+UNSPLIT_IDEAL_LABEL = ("1F1B / GPipe with no network delay, (m+p-1)(F+B): not a bound for "
+                       "interleaved or split-backward schedules")
+SPLIT_BOUND_LABEL = "lower bound, split backward (zb-h1, crosspipe-opt*)"
+LEGEND_MAX_LINES = 6
+"""Lines of one panel's legend (more are split into panels, small multiples)."""
+
+
+def _panels_of(labels: Sequence[str], groups: Sequence[tuple[str, Sequence[str]]] | None,
+               references: int = 2) -> list[tuple[str, list[str]]]:
+    """The labels split into panels: the given groups, else chunks small enough that the
+    lines and the reference lines share a legend of at most LEGEND_MAX_LINES."""
+    if groups:
+        return [(t, [lab for lab in g if lab in labels]) for t, g in groups]
+    size = max(1, LEGEND_MAX_LINES - references)
+    chunks = [list(labels[i:i + size]) for i in range(0, len(labels), size)] or [[]]
+    return [("", c) for c in chunks]
+
+
+def schedule_figure(rows: Sequence[dict], x: str, labels: Sequence[str], metric: str,
+                    title: str, xlabel: str, ideal: float | None = None,
+                    marks: dict | None = None, logx: bool = False,
+                    groups: Sequence[tuple[str, Sequence[str]]] | None = None) -> Any:
+    """One panel per group of schedules (small multiples: at most LEGEND_MAX_LINES legend
+    lines each, one shared y scale). Each schedule has its own marker and line style, so
+    lines that coincide stay visible. `ideal` (the no-delay time of an unsplit schedule,
+    (m+p-1)(F+B)) is labelled as what it is: not a bound for split-backward schedules,
+    whose own lower bound (rows' lower_bound_ms) is drawn dotted where the panel has
+    one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_split = metric == "iteration_time_ms" and any(
+        r.get("split_backward") for r in rows if r["schedule"] in labels)
+    refs = int(ideal is not None and metric == "iteration_time_ms") + int(bool(has_split))
+    panels = _panels_of(labels, groups, refs)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.6), squeeze=False,
+                             sharey=True)
+    styles = ["-", "--", "-.", ":"]
+    markers = "osD^vP*X"
+    ylabel = {"iteration_time_ms": "iteration time (ms)",
+              "bubble_ratio": "bubble ratio (idle / iteration time)"}.get(
+        metric, metric.replace("_", " "))
+    for ax, (sub, labs) in zip(axes[0], panels, strict=True):
+        split_bound: dict[float, float] = {}
+        for i, lab in enumerate(labs):
+            pts = sorted((r[x], r[metric]) for r in rows if r["schedule"] == lab)
+            if not pts:
+                continue
+            ax.plot([a for a, _ in pts], [b for _, b in pts], ls=styles[i % len(styles)],
+                    marker=markers[labels.index(lab) % len(markers)], ms=7 - 1.2 * i,
+                    mfc="none" if i % 2 else None, lw=2.2 - 0.4 * i, label=lab)
+            for r in rows:
+                if r["schedule"] == lab and metric == "iteration_time_ms" \
+                        and r.get("split_backward") and r.get("lower_bound_ms") is not None:
+                    split_bound[r[x]] = max(split_bound.get(r[x], 0.0), r["lower_bound_ms"])
+        if ideal is not None and metric == "iteration_time_ms":
+            ax.axhline(ideal, color="grey", ls="--", lw=1, label=UNSPLIT_IDEAL_LABEL)
+        if split_bound:
+            xs = sorted(split_bound)
+            ax.plot(xs, [split_bound[v] for v in xs], color="black", ls=":", lw=1.2,
+                    label=SPLIT_BOUND_LABEL)
+        for label, xv in (marks or {}).items():
+            if xv is not None:
+                ax.axvline(xv, color="black", ls=":", lw=1)
+                ax.annotate(label, (xv, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                            rotation=90, va="top")
+        if logx:
+            ax.set_xscale("log")
+            xs_all = sorted({r[x] for r in rows if r["schedule"] in labs})
+            ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+            ax.minorticks_off()
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if sub:
+            ax.set_title(sub, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1,
+                  frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def schedule_figures(root: DirReader, summ: dict[str, Any], series: bool = True
+                     ) -> list[Figure]:
+    """crosspipe/geopipe: iteration time per schedule over each sweep (series=True: for a
+    directory without the reproduction's own PNGs), and two timelines."""
     from testbed.report.readers import num, read_csv
 
     name = "crosspipe" if "max_reduction_vs_1f1b_same_memory_pct" in summ else "geopipe"
-    rows = read_csv(root, f"{name}.csv")
+    rows = read_csv(root, f"{name}.csv") if series else []
     figs: list[Figure] = []
+    def cell(v: Any) -> Any:
+        if v in ("True", "False"):
+            return v == "True"
+        x = num(v)
+        return v if x != x else x  # (nan: not a number, the text kept)
+
     for sweep, x, xlabel in (("latency", "latency_ms", "one-way cross-DC latency (ms)"),
                              ("bandwidth", "bandwidth_gbps", "cross-DC bandwidth (Gbit/s)")):
-        mine = [r for r in rows if r.get("sweep") == sweep]
-        lines = {}
-        scheds = list(dict.fromkeys(r["schedule"] for r in mine))
+        mine = [{k: cell(v) for k, v in r.items()} for r in rows if r.get("sweep") == sweep]
+        scheds = list(dict.fromkeys(str(r["schedule"]) for r in mine))
         if len(scheds) > FIGURE_MAX_LINES:
             root.skip(f"{name}.csv", f"{len(scheds)} schedules: the first "
                       f"{FIGURE_MAX_LINES} drawn")
-        for sched in scheds[:FIGURE_MAX_LINES]:
-            pts = sorted((num(r[x]), num(r["iteration_time_ms"])) for r in mine
-                         if r["schedule"] == sched)
-            lines[sched] = ([p[0] for p in pts], [p[1] for p in pts])
-        if lines:
-            fig = F.series(lines, xlabel, "iteration time (ms)",
-                           f"{name}: iteration time per schedule vs {sweep}")
-            if sweep == "bandwidth":
-                fig.axes[0].set_xscale("log")
-            ideal = summ.get("no_delay_ideal_ms")
-            if ideal:
-                fig.axes[0].axhline(ideal, color="grey", ls="--", lw=1)
-                fig.axes[0].annotate("no-delay ideal", (fig.axes[0].get_xlim()[0], ideal),
-                                     fontsize=8, va="bottom")
-            figs.append(Figure(F.data_uri(fig),
-                               f"Iteration time of each schedule as the cross-DC {sweep} "
-                               "varies (one line per schedule; dashed: the no-delay ideal). "
-                               "The lower line wins; the gap to the dashed line is what the "
-                               "DC cut costs."))
+            scheds = scheds[:FIGURE_MAX_LINES]
+        if not scheds:
+            continue
+        trad = [s for s in scheds if not s.startswith(("crosspipe", "geopipe", "best-at"))]
+        groups = [("traditional schedules", trad),
+                  (f"{name} schedules", [s for s in scheds if s not in trad])]
+        fig = schedule_figure(mine, x, scheds, "iteration_time_ms",
+                              f"{name}: iteration time per schedule vs {sweep}", xlabel,
+                              summ.get("no_delay_ideal_ms") or None, logx=sweep == "bandwidth",
+                              groups=[g for g in groups if g[1]])
+        figs.append(Figure(F.data_uri(fig),
+                           f"Iteration time of each schedule as the cross-DC {sweep} varies "
+                           "(dashed: 1F1B's time with no network delay, a bound for unsplit "
+                           "schedules only; dotted: the lower bound of split-backward "
+                           "schedules where the records have it). The lower line wins."))
     figs += _timelines(name, summ)
     return figs
 
@@ -171,20 +259,29 @@ def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
         if numeric:
             import matplotlib.pyplot as plt
 
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for i, (label, rs) in enumerate(groups.items()):
-                pts = sorted((num(r[key]), num(r[metric]), num(r.get(ci_key)) if r.get(ci_key)
-                              not in (None, "") else 0.0) for r in rs)
-                pts = pts[::max(1, -(-len(pts) // FIGURE_MAX_POINTS))]
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                            marker="o", capsize=3, label=label,
-                            color=F.PALETTE[i % len(F.PALETTE)])
-            ax.set_xlabel(key)
-            ax.set_ylabel(metric)
-            ax.grid(alpha=0.3)
-            if len(groups) > 1:
-                ax.legend(fontsize=8)
-            ax.set_title(f"{metric} vs {key} (mean over seeds, 95 % CI)")
+            items = list(groups.items())
+            chunks = [items[i:i + F.LEGEND_MAX_LINES]
+                      for i in range(0, len(items), F.LEGEND_MAX_LINES)] or [[]]
+            fig, axes = plt.subplots(1, len(chunks), figsize=(7 * len(chunks), 4),
+                                     squeeze=False, sharey=True)
+            for c_i, (ax, chunk) in enumerate(zip(axes[0], chunks, strict=True)):
+                for i, (label, rs) in enumerate(chunk):
+                    pts = sorted((num(r[key]), num(r[metric]), num(r.get(ci_key))
+                                  if r.get(ci_key) not in (None, "") else 0.0) for r in rs)
+                    pts = pts[::max(1, -(-len(pts) // FIGURE_MAX_POINTS))]
+                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts],
+                                yerr=[p[2] for p in pts], marker="o", capsize=3, label=label,
+                                color=F.PALETTE[(i + c_i * F.LEGEND_MAX_LINES)
+                                                % len(F.PALETTE)])
+                F.note_if_all_zero(ax, [num(r[metric]) for _l, rs in chunk for r in rs])
+                ax.set_xlabel(F.axis_label(key))
+                ax.set_ylabel(F.axis_label(metric))
+                ax.grid(alpha=0.3)
+                if len(chunk) > 1:
+                    ax.legend(fontsize=8)
+            axes[0][0].set_title(f"{metric} vs {key} (mean over seeds, 95 % CI)")
+            if len(chunks) > 1:
+                fig.tight_layout()
         else:
             cats = list(dict.fromkeys(_show(r[key]) for r in agg))
             if len(cats) > FIGURE_MAX_BARS:
@@ -199,8 +296,9 @@ def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
                     [num(by_cat[c][metric]) if c in by_cat else 0.0 for c in cats],
                     [num(by_cat[c].get(ci_key)) if c in by_cat and by_cat[c].get(ci_key)
                      not in (None, "") else 0.0 for c in cats])
-            fig = F.grouped_bars(cats, bars_by, metric,
-                                 f"{metric} per {key} (mean over seeds, 95 % CI)", key)
+            fig = F.grouped_bars(cats, bars_by, F.axis_label(metric),
+                                 f"{metric} per {key} (mean over seeds, 95 % CI)",
+                                 f"{key} (category)")
         out.append((fig, f"{metric} for each value of {key}"
                     + (" (a line: the values are numbers)" if numeric else
                        " (bars: the values are categories, not a scale)")

@@ -89,38 +89,35 @@ def _safe(fn: Any, *args: Any) -> list[Section]:
 
 # ------------------------------------------------------------------ runs
 def run(d: DirReader, backend: str) -> list[Section]:
-    secs = _safe(_summary_section, d, backend)
+    """A run's page: what it found, its figures, then every recorded field (folded)."""
+    head, body, tail = run_parts(d, backend)
+    return head + body + tail
+
+
+def run_parts(d: DirReader, backend: str) -> tuple[list[Section], list[Section],
+                                                   list[Section]]:
+    """(what the run found, its figures and tables, its raw fields behind a fold)."""
+    from testbed.report.findings import findings, raw_fields
+
+    head = _safe(findings, d, backend)
     scen = _scenario(d)
+    body: list[Section] = []
     if d.has("requests.csv"):
-        secs += _safe(_lightpath_sections, d, scen, backend)
+        body += _safe(_lightpath_sections, d, scen, backend)
     if d.has("jobs.csv"):
-        secs += _safe(_jobs_sections, d, scen, backend)
+        body += _safe(_jobs_sections, d, scen, backend)
     if backend == "emu":
-        secs += _safe(_emu_sections, d, scen)
-    return secs
+        body += _safe(_emu_sections, d, scen)
+    body += _safe(_other_pngs, d)
+    return head, body, _safe(raw_fields, d, backend)
 
 
-def _summary_section(d: DirReader, backend: str) -> list[Section]:
-    man = _dict(read_json(d, "manifest.json"))
-    summ = _dict(read_json(d, "summary.json"))
-    spec = _dict(man.get("spec"))
-    topo = _dict(spec.get("topology"))
-    dcs = ", ".join(f"{x['name']} (node {x['node']}, {x.get('gpus', '?')} GPUs)"
-                    for x in list(spec.get("dcs") or [])[:50])
-    pol = ", ".join(f"{k}={v}" for k, v in list(_dict(spec.get("policy")).items())[:50])
-    kv = [("backend", backend), ("scenario", man.get("scenario")),
-          ("description", spec.get("description")),
-          ("topology", topo.get("library") or topo.get("file") or
-           f"{len(topo.get('links', []))} links given inline"),
-          ("datacentres", dcs), ("policies", pol),
-          ("workload", (spec.get("workload") or {}).get("kind")),
-          ("seed", man.get("seed")), ("spec sha256", (man.get("spec_sha256") or "")[:16]),
-          ("LightPipe version", man.get("lightpipe_version"))]
-    kv += [(k, v) for k, v in summ.items()
-           if isinstance(v, int | float | str | bool) and k not in ("backend", "scenario")]
-    shown, note = table_rows(d, [(k, v) for k, v in kv if v not in (None, "")],
-                             "summary.json")
-    return [Section(f"{backend}: scenario and summary", tables=[Table([], shown, note)])]
+def _other_pngs(d: DirReader) -> list[Section]:
+    """Every PNG the run directory holds (a figure the user or a tool put there)."""
+    from testbed.report.pngs import png_figures
+
+    figs = png_figures(d)
+    return [Section("other figures in the run directory", "", figs)] if figs else []
 
 
 def _topology(scen: Any) -> tuple[Any, dict[str, str]]:
@@ -177,7 +174,12 @@ def _lightpath_sections(d: DirReader, scen: Any, backend: str) -> list[Section]:
     for r in rows:
         by_rate[r["bitrate"]][0] += 1
         by_rate[r["bitrate"]][1] += r.get("accepted") != "1"
-    if xs:
+    notes: list[str] = []
+    if xs and not any(ys):
+        notes.append(f"No request was blocked: the blocking ratio is 0 throughout, for every "
+                     f"requested bit rate ({', '.join(sorted(by_rate, key=io.num))} Gbit/s), "
+                     "so neither is drawn.")
+    elif xs:
         figs.append(Figure(F.data_uri(F.series({"running blocking ratio": (xs, ys)},
                                                "arrival time (s)", "blocked / requested",
                                                "blocking ratio as requests arrive")),
@@ -188,15 +190,19 @@ def _lightpath_sections(d: DirReader, scen: Any, backend: str) -> list[Section]:
         if len(labels) > FIGURE_MAX_BARS:
             d.skip("requests.csv", f"{len(labels)} distinct bit rates: no bar chart of "
                    f"them (the limit is {FIGURE_MAX_BARS})")
-        else:
+        elif len(labels) > 1:
             figs.append(Figure(F.data_uri(F.bars(
                 [f"{b} Gbit/s" for b in labels],
-                [by_rate[b][1] / by_rate[b][0] for b in labels], None, "blocking ratio",
+                [by_rate[b][1] / by_rate[b][0] for b in labels], None,
+                "blocking ratio (blocked / requested)",
                 "blocking ratio per requested bit rate", "requested bit rate")),
                 "Wider requests need more contiguous slots, so they are blocked more often; "
                 "a large spread here is the bandwidth unfairness of the spectrum policy."))
+        else:
+            notes.append(f"Every request asked for {labels[0]} Gbit/s: no blocking per bit "
+                         "rate to compare.")
     secs.append(Section(f"{backend}: lightpaths and spectrum",
-                        f"{len(rows)} requests, {len(acc)} accepted.", figs))
+                        " ".join([f"{len(rows)} requests, {len(acc)} accepted.", *notes]), figs))
     return secs
 
 
@@ -251,7 +257,7 @@ def _spectrum_figures(d: DirReader, holds: list[tuple[str, int, int, float, floa
     figs.append(Figure(F.data_uri(F.spectrum_heatmap(
         snap, names, "spectrum slot index", None,
         f"spectrum occupancy per fibre at t = {busiest_t:.1f} s ({busiest_n} {what} live)",
-        "occupied (1) / free (0)"), "png"),
+        "occupied (1) / free (0)", ylabel="fibre (node-node)"), "png"),
         "Which slots of each fibre are occupied at the busiest instant of the run (yellow "
         "occupied, purple free). First-fit packs the low slot indices; a fibre whose row "
         "is full blocks every new request routed over it."))
@@ -282,7 +288,8 @@ def _spectrum_figures(d: DirReader, holds: list[tuple[str, int, int, float, floa
     figs.append(Figure(F.data_uri(F.spectrum_heatmap(
         grid, labels, "simulated time (s)", (0.0, end or 1.0),
         f"slots x time on the busiest fibre {names[idx[top]]}",
-        "fraction of the time bin occupied", height_in=4.5), "png"),
+        "fraction of the time bin occupied", height_in=4.5,
+        ylabel="spectrum slot index"), "png"),
         "Spectrum slot (rows, 0 at the top) against simulated time (columns) on fibre "
         f"{names[idx[top]]}, the "
         "fibre with the most slot-seconds in use. Gaps inside the occupied band are "
@@ -425,7 +432,7 @@ def _emu_sections(d: DirReader, scen: Any) -> list[Section]:
                 [str(p.get(label_key)) for p in probes],
                 [io.num(p.get(ratio_key)) for p in probes], None,
                 "measured / configured goodput", "iperf3 goodput per emulated lightpath",
-                "lightpath")), caption))
+                "lightpath (id)")), caption))
         elif ratio_key:
             figs.append(Figure(F.data_uri(F.histograms(
                 {"lightpaths": [io.num(p.get(ratio_key)) for p in probes]},
@@ -478,12 +485,13 @@ def _emu_sections(d: DirReader, scen: Any) -> list[Section]:
         tables.append(Table(cols, [[cell(r.get(c)) for c in cols] for r in rows],
                             "Simulated vs emulated iteration time per job (p10/p90: signed "
                             "errors of the measured iterations' spread)." + note))
-    from testbed.report.prom import prometheus_figures
+    from testbed.report.prom import prometheus_charts
 
-    figs += prometheus_figures(d)
-    if not figs and not tables:
-        return []
-    return [Section("emulation: measurements", text, figs, tables)]
+    pfigs, pnote = prometheus_charts(d)
+    secs = [Section("emulation: measurements", text, figs, tables)] if figs or tables else []
+    if pfigs or pnote:
+        secs.append(Section("emulation: the run's Prometheus series", pnote, pfigs))
+    return secs
 
 
 MAX_TIMELINE_JOBS = 6  # one side-by-side figure per emulated job, at most this many
@@ -625,17 +633,48 @@ def agreement(root: DirReader) -> list[Section]:
 
 
 # ------------------------------------------------------------------ reproductions
+HEADLINE_NOTES = {
+    "cba": "The largest effect over the load sweep: the paired change against sp-ff, mean "
+           "over seeds, at the load where it is largest.",
+    "bace": "The largest effect over the load sweep: the paired change against each "
+            "baseline, mean over seeds, at the load where it is largest.",
+    "routing": "Per case, mean over seeds: greedy against ECMP (negative time and positive "
+               "utilisation are better), and greedy's bottleneck against the best known one "
+               "(the ILP's in the small cases).",
+    "crosspipe": "The largest iteration-time reduction over the latency and bandwidth sweeps, "
+                 "for each way of giving the schedules memory.",
+    "geopipe": "The largest reduction over the latency and bandwidth sweeps against 1F1B, at "
+               "equal bytes per GPU and with relaxed memory.",
+}
+
+
+REPRODUCES = {
+    "cba": "CBA (Dec 2025): communication-bound-aware cross-domain resource assignment of "
+           "pipeline jobs, against shortest-path first-fit (sp-ff)",
+    "bace": "BACE-Pipe (May 2026): bandwidth-aware, cost-efficient pipeline scheduling "
+            "across regions, against delay-first and cost-first placement",
+}
+
+
+def _experiment(summ: dict[str, Any]) -> str:
+    exp = summ.get("experiment")
+    if isinstance(exp, str):
+        return exp
+    return "crosspipe" if "max_reduction_vs_1f1b_same_memory_pct" in summ else (
+        "geopipe" if "max_bubble_reduction_pct" in summ else "")
+
+
 def reproduction(root: DirReader) -> list[Section]:
     from testbed.report.headline import headline_rows
 
     io = readers
     summ = _dict(io.read_json(root, "summary.json"))
-    secs = [Section("headline against the paper", str(summ.get("reproduces", ""))[:500],
+    exp = _experiment(summ)
+    what = str(summ.get("reproduces") or REPRODUCES.get(exp) or f"reproduction: {exp}")[:500]
+    secs = [Section("what this reproduction found", what,
                     tables=[Table(["figure", "this run", "paper"],
                                   table_rows(root, headline_rows(summ), "summary.json")[0],
-                                  "The largest effect over the sweep: for cba and bace the "
-                                  "paired change against the named baseline, mean over "
-                                  "seeds, at the load where it is largest.")])]
+                                  HEADLINE_NOTES.get(exp, ""))])]
     secs += _safe(_reproduction_figures, root, summ)
     mds = [n for n in root.names() if n.endswith(".md") and n != "README.md"]
     if len(mds) > MARKDOWN_MAX_FILES:
@@ -643,12 +682,14 @@ def reproduction(root: DirReader) -> list[Section]:
     for name in mds[:MARKDOWN_MAX_FILES]:
         text = root.read_text(name)
         if text is not None:
-            secs.append(Section(f"table: {name}", "", [], [], markdown_html(text)))
+            secs.append(Section(f"table: {name}", "", [], [], markdown_html(text),
+                                fold=f"{name}: the full table"))
     setup = summ.get("setup")
     if isinstance(setup, dict):
         rows, note = table_rows(root, [(k, json.dumps(v)[:2000] if isinstance(
             v, dict | list) else v) for k, v in setup.items()], "summary.json setup")
-        secs.append(Section("set-up", tables=[Table([], rows, note)]))
+        secs.append(Section("set-up", tables=[Table([], rows, note)],
+                            fold="every set-up value (summary.json)"))
     return secs
 
 
@@ -670,43 +711,99 @@ REPRO_MAX_ROWS = 5_000
 
 
 def _reproduction_figures(root: DirReader, summ: dict[str, Any]) -> list[Section]:
-    figs: list[Figure] = []
-    exp = summ.get("experiment")
-    rows = summ.get("rows")
-    if isinstance(rows, list):
-        rows = [r for r in rows if isinstance(r, dict)]
-        lines = len({(r.get("policy"), r.get("case")) for r in rows})
-        if len(rows) > REPRO_MAX_ROWS or lines > FIGURE_MAX_LINES * 2:
-            root.skip("summary.json", f"{len(rows)} rows, {lines} policy lines: the "
-                      f"comparison is drawn for at most {REPRO_MAX_ROWS} rows and "
-                      f"{FIGURE_MAX_LINES * 2} lines")
-            return [Section("figures", "(not drawn: too many rows; see summary.json)")]
-    if exp in CAPTIONS and isinstance(rows, list):
-        from testbed.report.repro_plots import reproduction_figure
+    """The figures the reproduction wrote (its PNG files, every one), and for the schedule
+    reproductions the engine's timelines; a directory without PNGs (older runs) gets its
+    comparison redrawn from summary.json."""
+    from testbed.report.pngs import CAPTIONS as PNG_CAPTIONS
+    from testbed.report.pngs import png_figures, png_names
 
-        figs.append(Figure(F.data_uri(reproduction_figure(exp, rows)), CAPTIONS[exp]))
-    else:
+    exp = _experiment(summ)
+    pngs = png_names(root)
+    caps = dict(PNG_CAPTIONS)
+    if exp in CAPTIONS:
+        caps[f"{exp}.png"] = CAPTIONS[exp]
+    figs = png_figures(root, pngs, caps)
+    rows = summ.get("rows")
+    if not pngs:
+        if isinstance(rows, list):
+            rows = [r for r in rows if isinstance(r, dict)]
+            lines = len({(r.get("policy"), r.get("case")) for r in rows})
+            if len(rows) > REPRO_MAX_ROWS or lines > FIGURE_MAX_LINES * 2:
+                root.skip("summary.json", f"{len(rows)} rows, {lines} policy lines: the "
+                          f"comparison is drawn for at most {REPRO_MAX_ROWS} rows and "
+                          f"{FIGURE_MAX_LINES * 2} lines")
+                return [Section("figures", "(not drawn: too many rows; see summary.json)")]
+        if exp in CAPTIONS and isinstance(rows, list):
+            from testbed.report.repro_plots import reproduction_figure
+
+            figs.append(Figure(F.data_uri(reproduction_figure(exp, rows)), CAPTIONS[exp]))
+    if exp in ("crosspipe", "geopipe"):
         from testbed.report.repro_plots import schedule_figures
 
-        figs += schedule_figures(root, summ)
+        figs += schedule_figures(root, summ, series=not pngs)
+    if not figs:
+        return [Section("figures", "This reproduction wrote no figure and none could be "
+                        "drawn from its summary.json.")]
     return [Section("figures", "", figs)]
 
 
 # ------------------------------------------------------------------ sweeps
 def sweep(root: DirReader) -> list[Section]:
+    """A sweep's page: its best and worst point first, its figures (the PNGs it wrote;
+    redrawn for an older directory without them), then the tables behind folds."""
+    from testbed.report.pngs import png_figures, png_names
     from testbed.report.repro_plots import sweep_figures
 
     io = readers
     meta = _dict(io.read_json(root, "sweep.json"))
-    sets, note = table_rows(root, list(_dict(meta.get("set")).items()), "sweep.json set")
-    secs = [Section("sweep", f"{str(meta.get('points'))[:40]} runs, "
-                    f"{str(meta.get('seeds'))[:40]} seed(s) per point; metric "
-                    f"{str(meta.get('metric'))[:100]}.", tables=[Table([], sets, note)])]
-    secs += _safe(sweep_figures, root, meta)
+    metric = str(meta.get("metric", "blocking_ratio"))[:100]
+    keys = [str(k) for k in _dict(meta.get("set"))]
     agg = io.read_csv(root, "sweep_mean.csv")
+    secs = [Section("what this sweep found", f"{str(meta.get('points'))[:40]} runs, "
+                    f"{str(meta.get('seeds'))[:40]} seed(s) per point; metric {metric}.",
+                    tables=[Table(["figure", "this sweep", "at"], _sweep_extremes(
+                        agg, keys, metric), "Means over seeds (95 % CI half-width in "
+                        "brackets where there are several seeds).")])]
+    pngs = png_names(root)
+    if pngs:
+        from testbed.report.repro_plots import _is_number
+
+        caps = {f"{metric}_vs_{k.split('.')[-1]}.png":
+                f"{metric} for each value of {k}"
+                + (" (a line: the values are numbers)" if all(_is_number(r.get(k))
+                                                              for r in agg) else
+                   " (bars: the values are categories, not a scale)")
+                + "; the other swept fields' values are separate lines or bar colours; "
+                "whiskers are 95 % confidence intervals over seeds." for k in keys}
+        secs.append(Section("figures", "", png_figures(root, pngs, caps)))
+    else:
+        secs += _safe(sweep_figures, root, meta)
+    sets, note = table_rows(root, list(_dict(meta.get("set")).items()), "sweep.json set")
+    secs.append(Section("swept values", tables=[Table([], sets, note)],
+                        fold=f"{len(sets)} swept field(s) and their values"))
     if agg:
         cols = [k for k in agg[0] if k is not None][:50]
         rows, note = table_rows(root, agg, "sweep_mean.csv")
         secs.append(Section("mean per point", tables=[Table(cols, [[r.get(k) for k in cols]
-                                                                   for r in rows], note)]))
+                                                                   for r in rows], note)],
+                            fold=f"{len(rows)} points (sweep_mean.csv)"))
     return secs
+
+
+def _sweep_extremes(agg: list[dict[str, str]], keys: list[str], metric: str
+                    ) -> list[tuple[str, str, str]]:
+    """The lowest and highest mean of the metric over the grid, and where."""
+    io = readers
+    pts = [r for r in agg if math.isfinite(io.num(r.get(metric)))]
+    if not pts:
+        return []
+    ci_key = next((k for k in (f"{metric}_ci95_half", f"{metric}_ci95") if k in pts[0]), "")
+
+    def show(r: dict[str, str]) -> tuple[str, str]:
+        ci = io.num(r.get(ci_key)) if ci_key else math.nan
+        return (f"{io.num(r[metric]):.4g}" + (f" (± {ci:.2g})" if math.isfinite(ci) else ""),
+                ", ".join(f"{k}={r.get(k)}" for k in keys))
+
+    lo = min(pts, key=lambda r: io.num(r[metric]))
+    hi = max(pts, key=lambda r: io.num(r[metric]))
+    return [(f"lowest {metric}", *show(lo)), (f"highest {metric}", *show(hi))]

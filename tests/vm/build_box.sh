@@ -18,11 +18,19 @@ CACHE="${LIGHTPIPE_BOX_CACHE:-/var/tmp/lightpipe-box}"
 SUITE=bookworm
 MIRROR="${LIGHTPIPE_BOX_MIRROR:-http://deb.debian.org/debian}"
 INCLUDE=systemd,systemd-sysv,systemd-resolved,dbus,udev,iproute2,kmod,ca-certificates,curl,python3,python3-venv,make,sudo,openssh-server,rsync
-# The heaviest of make setup's system packages (scripts/setup.sh), preinstalled natively
-# here (apt in a chroot): dpkg under software emulation took ~10 min for chromium alone.
-# Open vSwitch, mininet and prometheus are left to provision.sh, which holds and masks
-# prometheus's service.
-PREINSTALL=(chromium chromium-driver shellcheck tcpdump iperf3 ethtool iptables nftables iputils-ping)
+# Warmed natively here (apt and pip in a chroot) rather than under software emulation in the
+# guest, where dpkg and pip take ~25 min: gnupg (provision.sh's), and what `make setup`
+# installs, by its own script (scripts/setup.sh --deps-only, from this checkout): its system
+# packages (mininet, openvswitch-switch, prometheus, chromium, ...) and the locked Python
+# dependencies in /lightpipe/.venv, where the guest's checkout will be (rsync leaves the
+# excluded .venv alone). `make setup` in the guest still runs and finishes it (LightPipe
+# itself, pip check). Debian's prometheus.service stays enabled, as a user's apt-get would
+# leave it: it starts at boot on port 9090, and provision.sh must stop, disable and mask it.
+# The apt lists are kept.
+PREINSTALL=(gnupg)
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+SETUP_FILES=(scripts/setup.sh requirements.lock)
+GUEST_VENV=/lightpipe/.venv
 DISK_GB=12
 APT_PKGS=(debootstrap qemu-utils e2fsprogs linux-image-amd64 vagrant)
 # Where this machine keeps pip's configuration and the files it points at (shared read-only).
@@ -58,6 +66,7 @@ KEY="$(find / -xdev -name vagrant.pub -path '*keys*' 2>/dev/null | head -n 1)"
 recipe() {
   cat "$0"
   echo "$KVER $MIRROR"; sha256sum "$KERNEL" "$INITRD" "$KEY"
+  (cd "$REPO" && cat "${SETUP_FILES[@]}")
   for f in "${PIP_CONFS[@]}" /etc/xdg/pip/constraints.txt /usr/local/share/ca-certificates/*.crt; do
     [ -f "$f" ] && cat "$f"
   done
@@ -73,7 +82,13 @@ if [ ! -s "$BOX" ]; then
   T0=$(date +%s)
   mkdir -p "$CACHE"
   WORK="$(mktemp -d "$CACHE/build.XXXXXX")"
-  trap 'umount "$WORK/rootfs/proc" 2>/dev/null || true; rm -rf --one-file-system "$WORK"' EXIT
+  MOUNTS=()
+  # shellcheck disable=SC2317  # (called by the trap)
+  unmount_all() {
+    local i
+    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount "${MOUNTS[$i]}" 2>/dev/null || true; done
+  }
+  trap 'unmount_all; rm -rf --one-file-system "$WORK"' EXIT
   ROOT="$WORK/rootfs"
   log "debootstrap $SUITE (minbase + $INCLUDE) into $ROOT"
   debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$ROOT" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
@@ -86,16 +101,44 @@ if [ ! -s "$BOX" ]; then
   fi
   rm -f "$ROOT/etc/resolv.conf"  # (systemd-resolved's link: this machine's, for apt)
   cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  # pip in the guest (and in the chroot below): this machine's settings in one file; the
+  # directories they name are bind-mounted here and shared by 9p in the guest.
+  mkdir -p "$ROOT/etc/xdg/pip"
+  [ -f /etc/xdg/pip/constraints.txt ] && cp /etc/xdg/pip/constraints.txt "$ROOT/etc/xdg/pip/"
+  { echo "[global]"
+    for f in "${PIP_CONFS[@]}"; do [ -f "$f" ] && grep -v '^\s*\[' "$f" | grep -v '^\s*#'; done
+    true; } | grep -v '^\s*$' > "$ROOT/etc/pip.conf"
   mount -t proc proc "$ROOT/proc"
+  MOUNTS=("$ROOT/proc")
+  for d in "${PIP_DIRS[@]}"; do
+    [ -d "$d" ] || continue
+    mkdir -p "$ROOT$d"
+    mount --bind "$d" "$ROOT$d"
+    mount -o remount,bind,ro "$ROOT$d"
+    MOUNTS+=("$ROOT$d")
+  done
   printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
   chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
   chroot "$ROOT" apt-get -qq update
   chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
     --no-install-recommends "${PREINSTALL[@]}" >"$WORK/preinstall.log" 2>&1 ||
     { tail -n 20 "$WORK/preinstall.log" >&2; die "installing ${PREINSTALL[*]} failed"; }
+  T1=$(date +%s)
+  mkdir -p "$ROOT/tmp/lightpipe-setup/scripts"
+  for f in "${SETUP_FILES[@]}"; do cp "$REPO/$f" "$ROOT/tmp/lightpipe-setup/$f"; done
+  chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive HOME=/root bash -c \
+    "cd /tmp/lightpipe-setup && bash scripts/setup.sh --deps-only $GUEST_VENV" \
+    >"$WORK/setup.log" 2>&1 ||
+    { tail -n 20 "$WORK/setup.log" >&2; die "scripts/setup.sh --deps-only in the chroot failed"; }
+  rm -rf "$ROOT/tmp/lightpipe-setup" "$ROOT/root/.cache/pip"
+  log "make setup's packages and $GUEST_VENV (scripts/setup.sh --deps-only) took $(( $(date +%s) - T1 )) s"
   rm -f "$ROOT/usr/sbin/policy-rc.d"
-  umount "$ROOT/proc"
-  log "${PREINSTALL[*]}: done at $(( $(date +%s) - T0 )) s"
+  for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount "${MOUNTS[$i]}"; done
+  MOUNTS=()
+  rmdir "$ROOT/opt"/* 2>/dev/null || true
+  [ "$(chroot "$ROOT" systemctl is-enabled prometheus 2>/dev/null)" = enabled ] ||
+    die "Debian's prometheus.service is not enabled in the box (the path provision.sh must mask)"
+  log "${PREINSTALL[*]} and make setup's packages: done at $(( $(date +%s) - T0 )) s"
 
   mkdir -p "$ROOT/lib/modules"
   cp -a "/lib/modules/$KVER" "$ROOT/lib/modules/$KVER"
@@ -119,14 +162,7 @@ if [ ! -s "$BOX" ]; then
   install -d -m 0700 -o 1000 -g 1000 "$ROOT/home/vagrant/.ssh"
   install -m 0600 -o 1000 -g 1000 "$KEY" "$ROOT/home/vagrant/.ssh/authorized_keys"
   [ "$(chroot "$ROOT" id -u vagrant)" = 1000 ] || die "vagrant's uid is not 1000"
-  # pip in the guest: this machine's settings in one file, the directories shared by 9p.
-  mkdir -p "$ROOT/etc/xdg/pip"
-  [ -f /etc/xdg/pip/constraints.txt ] && cp /etc/xdg/pip/constraints.txt "$ROOT/etc/xdg/pip/"
-  { echo "[global]"
-    for f in "${PIP_CONFS[@]}"; do [ -f "$f" ] && grep -v '^\s*\[' "$f" | grep -v '^\s*#'; done
-    true; } | grep -v '^\s*$' > "$ROOT/etc/pip.conf"
-  chroot "$ROOT" apt-get clean
-  rm -rf "$ROOT"/var/lib/apt/lists/*
+  chroot "$ROOT" apt-get clean  # (the downloaded .debs; the lists stay)
 
   log "disk image (${DISK_GB}G, ext4 from the tree) and qcow2"
   mkfs.ext4 -q -F -L root -d "$ROOT" "$WORK/raw.img" "${DISK_GB}G" >&2

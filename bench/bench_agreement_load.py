@@ -1,0 +1,114 @@
+"""Benchmark (root): emulated vs simulated iteration time on a calibration scenario, on an
+idle machine and with one core kept busy, over several runs.
+
+Each run is `lightpipe run SCENARIO --backend both` (default calib-latency-1f1b: two 4-stage
+jobs, 20 measured iterations each). Per run and job it prints the relative error of the
+emulated iteration time against the simulated one (median, p10, p90 over the measured
+iterations), the verdict and the host's busy share. The contract it checks (exit 1 if
+broken): every run either agrees (every job's median within 5 %) or says it is UNRELIABLE
+and why, in its agreement table. The tests check the verdict's logic on made-up records
+(tests/test_workers.py); this measures it.
+
+    sudo .venv/bin/python bench/bench_agreement_load.py                  # 3 idle + 3 busy
+    sudo .venv/bin/python bench/bench_agreement_load.py --runs 10 --mode busy --json a.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AGREEMENT_TOLERANCE = 0.05  # every job, median of its measured iterations
+
+
+def _spin() -> None:  # one core busy for as long as the process lives
+    while True:
+        pass
+
+
+def _pct(x: object) -> str:
+    return f"{x:+.3f}" if isinstance(x, float) else "n/a"
+
+
+def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
+    spinner = None
+    if busy:
+        spinner = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+        spinner.start()
+    try:
+        r = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "run",
+                            str(scenario), "--backend", "both", "--out", str(out), "-q"],
+                           capture_output=True, text=True, timeout=1200, cwd=ROOT,
+                           check=False)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.join(5)
+    if r.returncode != 0:
+        return {"rc": r.returncode, "error": r.stderr.strip()[-500:], "contract": False}
+    summary = json.loads((out / "emu" / "summary.json").read_text())
+    verdict, rows = summary["agreement_verdict"], summary["agreement"]
+    table = (out / "agreement.md").read_text()
+    if verdict["reliable"]:
+        ok = verdict["worst_relative_error"] <= AGREEMENT_TOLERANCE and "UNRELIABLE" not in table
+    else:
+        ok = bool(verdict["reasons"]) and "UNRELIABLE" in table \
+            and verdict["reasons"][0] in table
+    return {"rc": 0, "contract": ok, "reliable": verdict["reliable"],
+            "reasons": verdict.get("reasons", []),
+            "busy_frac": verdict["host"]["busy_frac"],
+            "worst_relative_error": verdict.get("worst_relative_error"),
+            "jobs": [{k: row.get(k) for k in ("relative_error", "relative_error_p10",
+                                              "relative_error_p90", "iterations_measured",
+                                              "cpu_share_median")} for row in rows]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3, help="runs per mode")
+    ap.add_argument("--mode", choices=("idle", "busy", "both"), default="both")
+    ap.add_argument("--scenario", type=Path,
+                    default=ROOT / "scenarios" / "calib-latency-1f1b.yaml")
+    ap.add_argument("--json", type=Path, help="write every run here")
+    args = ap.parse_args()
+    modes = ["idle", "busy"] if args.mode == "both" else [args.mode]
+    results: dict[str, list[dict[str, object]]] = {m: [] for m in modes}
+    broken = 0
+    with tempfile.TemporaryDirectory(prefix="lp-agree-") as tmp:
+        for mode in modes:
+            for i in range(args.runs):
+                res = one_run(args.scenario, Path(tmp) / f"{mode}-{i}", mode == "busy")
+                results[mode].append(res)
+                broken += not res["contract"]
+                if res["rc"]:
+                    print(f"{mode} run {i + 1}: FAILED rc={res['rc']} {res['error']}")
+                    continue
+                errs = " ".join(f"{_pct(j['relative_error'])} [{_pct(j['relative_error_p10'])},"
+                                f"{_pct(j['relative_error_p90'])}]"
+                                for j in res["jobs"])  # type: ignore[union-attr]
+                print(f"{mode} run {i + 1}: busy {res['busy_frac']:.2f}; per job median "
+                      f"[p10,p90]: {errs}; "
+                      + ("agrees" if res["reliable"] else f"UNRELIABLE: {res['reasons']}")
+                      + ("" if res["contract"] else "  CONTRACT BROKEN"), flush=True)
+            medians = [abs(j["relative_error"]) for r in results[mode] if not r["rc"]
+                       for j in r["jobs"]  # type: ignore[union-attr]
+                       if isinstance(j["relative_error"], float)]
+            if medians:
+                print(f"{mode}: |median error| over {len(medians)} job runs: median "
+                      f"{statistics.median(medians):.3f}, worst {max(medians):.3f}; "
+                      f"{sum(bool(r.get('reliable')) for r in results[mode])} of "
+                      f"{len(results[mode])} runs reliable")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
