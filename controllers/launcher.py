@@ -129,6 +129,11 @@ def main(argv: list[str] | None = None, announce: Announce | None = None) -> int
     p.add_argument("--max-placements", type=int, default=None,
                    help="POST /jobs placements computing at once; one more gets 503 busy "
                    "(default: $LIGHTPIPE_CTL_MAX_PLACEMENTS, else 4)")
+    p.add_argument("--switch-timeout-s", type=float, default=None,
+                   help="longest wait for a switch's barrier or table-read reply before it "
+                   "is logged (barrier) or its tables are wiped and refilled (read) "
+                   "(default: $LIGHTPIPE_CTL_SWITCH_TIMEOUT_S, else 5; raise it on a slow "
+                   "machine)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     args = p.parse_args(argv)
     if args.token is not None:
@@ -167,6 +172,11 @@ def main(argv: list[str] | None = None, announce: Announce | None = None) -> int
         new_token_file(token_file)
     env = os.environ
     env.update(place_env)
+    if args.switch_timeout_s is not None:
+        if not 0 < args.switch_timeout_s <= 3600:
+            return _refuse(f"--switch-timeout-s {args.switch_timeout_s}: expected a number "
+                           "of seconds in (0, 3600]")
+        env["LIGHTPIPE_CTL_SWITCH_TIMEOUT_S"] = str(args.switch_timeout_s)
     env["LIGHTPIPE_CTL_SPEC"] = args.spec
     env["LIGHTPIPE_CTL_DB"] = args.db
     env["LIGHTPIPE_CTL_TOKEN_FILE"] = str(token_file)

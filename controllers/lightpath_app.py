@@ -56,7 +56,16 @@ from controllers.tokenfile import new_token_file, read_token
 
 log = logging.getLogger("lightpipe.controller.app")
 
-BARRIER_TIMEOUT_S = 5.0
+BARRIER_TIMEOUT_S = 5.0  # default wait for a switch's reply (--switch-timeout-s)
+
+
+def switch_timeout_s(env: Any = os.environ) -> float:
+    """How long to wait for a switch's barrier or multipart reply."""
+    try:
+        value = float(env.get("LIGHTPIPE_CTL_SWITCH_TIMEOUT_S", BARRIER_TIMEOUT_S))
+    except ValueError:
+        return BARRIER_TIMEOUT_S
+    return value if 0 < value <= 3600 else BARRIER_TIMEOUT_S
 
 
 def _actions(dp: Any, rule: FlowRule) -> list[Any]:
@@ -178,9 +187,13 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 layout = Layout.model_validate(json.load(f))
         self.datapaths: dict[int, Any] = {}
         self.installed: dict[int, dict[tuple, FlowRule]] = {}
+        # Switches connected before any layout: their tables are left as they are (they
+        # may forward on a previous controller's rules) until a layout says what is wanted.
+        self.awaiting_layout: set[int] = set()
         self.barriers: dict[tuple[int, int], threading.Event] = {}
         self.multiparts: dict[tuple[int, int], _Multipart] = {}
         self.sync_lock = threading.RLock()
+        self.reply_timeout_s = switch_timeout_s()
         # Last PortStatus per fibre port, in arrival order: a repair runs only if both ends
         # are up when it gets the core's lock (a stale "up" must not undo a later cut).
         self.port_up: dict[tuple[int, int], bool] = {}
@@ -214,10 +227,14 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         """Bring every connected switch to `desired` (adds first, then deletes; barrier)."""
         waits = []
         with self.sync_lock:
+            for dpid in self.awaiting_layout:  # a layout at last: their first full sync
+                if dpid in self.datapaths:
+                    hub.spawn(self._full_sync, self.datapaths[dpid])
+            self.awaiting_layout.clear()
             for dpid, rules in desired.items():
                 dp = self.datapaths.get(dpid)
-                if dp is None:
-                    continue  # gets everything when it connects
+                if dp is None or dpid not in self.installed:
+                    continue  # gets everything in its full sync (connected, or later)
                 d = diff_rules(self.installed.get(dpid, {}), rules, dpid)
                 if not d.add and not d.delete:
                     continue
@@ -233,13 +250,23 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         (fail-mode secure), so its tables are read first; every desired rule is written
         over (an ADD with the same match replaces the entry in place) and only entries
         no longer wanted are deleted. If the switch does not answer the read, its tables
-        are wiped and refilled instead.
+        are wiped and refilled instead. Before any layout, nothing is wanted yet and
+        nothing is known: the tables stay untouched until the layout comes (`sync`).
         """
         parser, ofp = dp.ofproto_parser, dp.ofproto
+        with self.core.lock, self.sync_lock:
+            if self.core.layout is None:
+                if self.datapaths.get(dp.id) is dp:
+                    self.awaiting_layout.add(dp.id)
+                log.info("switch %#x: connected before any layout; tables left as they are",
+                         dp.id)
+                return
         tables = self._read_tables(dp)
         # Lock order core -> sync (as in core._program): a layout or lightpath change
         # cannot slip between computing this switch's rules and installing them.
         with self.core.lock, self.sync_lock:
+            if self.datapaths.get(dp.id) is not dp:
+                return  # reconnected meanwhile: the new connection's full sync does it
             desired = self.core.desired().get(dp.id, {})
             if tables is None:
                 log.warning("switch %#x: tables not readable; wiping and refilling", dp.id)
@@ -256,7 +283,9 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             ev = self._barrier(dp)
             self.installed[dp.id] = dict(desired)
         self._wait([(dp.id, ev)])
-        self.core.synced.add(dp.id)  # type: ignore[attr-defined]
+        with self.sync_lock:
+            if self.datapaths.get(dp.id) is dp:
+                self.core.synced.add(dp.id)  # type: ignore[attr-defined]
         log.info("switch %#x: %d rules installed, %d stale removed", dp.id, len(desired),
                  len(stale))
 
@@ -273,7 +302,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             self.multiparts[(dp.id, req.xid)] = pending
             dp.send_msg(req)
             got[name] = (req.xid, pending)
-        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        deadline = time.monotonic() + self.reply_timeout_s
         ok = all(p.done.wait(max(0.0, deadline - time.monotonic())) for _, p in got.values())
         for xid, _ in got.values():
             self.multiparts.pop((dp.id, xid), None)
@@ -290,19 +319,24 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         return ev
 
     def _wait(self, waits: list[tuple[int, threading.Event]]) -> None:
-        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        deadline = time.monotonic() + self.reply_timeout_s
         for dpid, ev in waits:
             if not ev.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("switch %#x: no barrier reply within %.0f s", dpid,
-                            BARRIER_TIMEOUT_S)
+                            self.reply_timeout_s)
 
     # ---- events -------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _features(self, ev: Any) -> None:
         dp = ev.msg.datapath
+        # os-ken queues this event to the apps before its own handler (in the switch's
+        # receive thread) sets dp.id; with the native hub's real threads this handler can
+        # run first and see dp.id None. The id is in the message itself.
+        dp.id = ev.msg.datapath_id
         with self.sync_lock:
             self.datapaths[dp.id] = dp
             self.installed.pop(dp.id, None)
+            self.awaiting_layout.discard(dp.id)
             self.core.synced.discard(dp.id)  # type: ignore[attr-defined]
         self.core.connected.add(dp.id)  # type: ignore[attr-defined]
         self.core.metrics.switches.set(len(self.datapaths))
@@ -317,11 +351,14 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             if self.datapaths.get(dp.id) is dp:
                 self.datapaths.pop(dp.id)
                 self.installed.pop(dp.id, None)
+                self.awaiting_layout.discard(dp.id)
                 self.core.connected.discard(dp.id)  # type: ignore[attr-defined]
                 self.core.synced.discard(dp.id)  # type: ignore[attr-defined]
         self.core.metrics.switches.set(len(self.datapaths))
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    # CONFIG too: the reply may be read before os-ken's handler has read the port list
+    # and moved the switch to MAIN.
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _barrier_reply(self, ev: Any) -> None:
         done = self.barriers.pop((ev.msg.datapath.id, ev.msg.xid), None)
         if done is not None:

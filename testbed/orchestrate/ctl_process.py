@@ -113,6 +113,9 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
     cmd = [sys.executable, "-m", "controllers.launcher", "--spec", str(spec), "--db", str(db),
            "--of-port", str(of_port or 0), "--rest", f"{rest_host}:{rest_port or 0}",
            "--address-file", str(address_file)]
+    # A switch's replies come as slowly as everything else: wait in proportion to the
+    # start-up time-out (5 s at the default 30 s; ~50 s in a software-emulated VM).
+    cmd += ["--switch-timeout-s", f"{max(5.0, timeout_s / 6):.1f}"]
     cmd += ["-v"] * verbose
     if layout:
         cmd += ["--layout", str(layout)]

@@ -114,13 +114,23 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
         attach_layout(ctl, net, timeout_s=timeout_s)
         want = {int(s.dpid, 16) for s in net.plan.switches}
         deadline = time.monotonic() + timeout_s
+        body: dict[str, Any] = {}
         while time.monotonic() < deadline:
             status, body = ctl.request("GET", "/health")
             if status == 200 and want <= set(body["synced"]):
                 return ctl
             time.sleep(0.05)
+        names = {int(s.dpid, 16): s.node for s in net.plan.switches}
+
+        def named(dpids: set[int]) -> str:
+            return ", ".join(sorted(names[d] for d in dpids)) or "none"
+
+        connected = set(body.get("switches", ()))
         raise RuntimeError(f"switches did not all connect to the controller within "
-                           f"{timeout_s:.0f} s (see {ctl.log_path})")
+                           f"{timeout_s:.0f} s: not connected: {named(want - connected)}; "
+                           f"connected but not synced: "
+                           f"{named((want & connected) - set(body.get('synced', ())))} "
+                           f"(see {ctl.log_path})")
     except BaseException:
         ctl.stop()
         raise

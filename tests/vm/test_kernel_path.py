@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -199,7 +200,13 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     except Exception:
         log = tmp / "run" / "controller.log"  # on the guest's tmpfs: gone after the VM
         if log.exists():
-            _report("controller.log tail:\n" + log.read_text()[-3000:])
+            _report("controller.log tail:\n" + log.read_text()[-6000:])
+        if net.ovs is not None:  # each switch's view of its controller connection
+            try:
+                _report("ovs controllers:\n" + net.ovs.vsctl(
+                    "--columns=target,is_connected,role,status", "list", "Controller"))
+            except Exception as e:  # noqa: BLE001 - diagnosis only
+                _report(f"ovs-vsctl list Controller failed: {e}")
         raise
     finally:
         if "ctl" in state:
@@ -262,6 +269,34 @@ def test_kernel_datapath_forwards(ring: dict[str, Any]) -> None:
     n = len([x for x in flows.splitlines() if "packets:" in x])
     _report(f"kernel datapath: {n} datapath flows after ping, {st.received}/{st.sent} replies")
     assert st.received == st.sent and n > 0
+
+
+def test_lightpath_caps_follow_the_controller(ring: dict[str, Any]) -> None:
+    """A new lightpath gets its netem-mode cap (an HTB class behind a VLAN filter on the
+    fibre's emulator) and loses it when deleted (tests/test_controller_netem.py's root
+    test, on the ring the guest already has)."""
+    net, ctl = ring["net"], ring["ctl"]
+    status, lp = ctl.request("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-c",
+                                                     "slots": 1})
+    assert status == 201, lp
+    f = net.plan.fibre(lp["nodes"][0], lp["nodes"][1])
+    emu = net.emulators[f.middle]
+
+    def filters() -> str:
+        return subprocess.run(["mnexec", "-a", str(emu.ns_pid), "tc", "filter", "show", "dev",
+                               emu.intf_v], capture_output=True, text=True, check=True).stdout
+
+    # tc prints the basic filter's ematch as "meta(vlan eq V)" (iproute2 6.1) or
+    # "vlan_tag eq V" (older)
+    def has(out: str, vid: int) -> bool:
+        return re.search(rf"\bvlan(?:_tag)? eq {vid}\b", out) is not None
+
+    assert has(filters(), lp["vid"])
+    status, _ = ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+    assert status in (200, 204)
+    out = filters()
+    _report(f"netem caps: lightpath vid {lp['vid']} on {f.middle} added and removed")
+    assert not has(out, lp["vid"])
 
 
 def test_fibre_cut_restored_by_controller(ring: dict[str, Any]) -> None:
