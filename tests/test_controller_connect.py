@@ -97,7 +97,7 @@ def test_features_before_os_ken_sets_the_id(app: Any) -> None:
 
 
 def test_no_layout_leaves_the_switch_tables_alone(app: Any) -> None:
-    dp, switch = _datapath()
+    dp, _switch = _datapath()  # the far end stays open
     app._features(_features(dp, 7))
     wait_until(lambda: 7 in getattr(app, "awaiting_layout", ()) or dp.send_q.qsize(),
                timeout_s=10, what="the switch's full sync to decide")

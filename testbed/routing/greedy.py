@@ -33,10 +33,8 @@ def greedy(inst: Instance, start: Sequence[int | None] | None = None,
         mat = inst.cand_mat[i]
         pick = 0
         if len(mat) > 1:
-            mask = inst.own_mask[i]
-            own_load = np.where(mask, load[mat], 0).sum(axis=1)
-            ocap = inst.own_cap[i]
-            free = np.flatnonzero((own_load == 0) & (ocap >= ocap.max()))
+            own_load = load[mat[:, inst.own_cols[i]]].sum(axis=1)
+            free = np.flatnonzero((own_load == 0) & (inst.own_cap[i] >= inst.own_cap_max[i]))
             if free.size:
                 pick = int(free[0]) if rng is None else int(free[rng.randrange(free.size)])
             else:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cached_property
+from typing import NamedTuple, overload
 
 import networkx as nx
 import numpy as np
@@ -42,17 +44,83 @@ def candidate_paths(graph: nx.DiGraph, src: str, dst: str) -> list[tuple[str, ..
     return sorted(paths, key=lambda p: [_natural(n) for n in p])
 
 
+class SpinePaths(Sequence[tuple[str, ...]]):
+    """The candidate paths src-leaf-spine-leaf-dst of one host pair on a 2-layer Clos, one
+    per spine (in spine order), made into tuples only when asked for (a routing needs one
+    path per flow, not all of them)."""
+
+    __slots__ = ("dst", "la", "lb", "spines", "src")
+
+    def __init__(self, src: str, la: str, spines: list[str], lb: str, dst: str) -> None:
+        self.src, self.la, self.spines, self.lb, self.dst = src, la, spines, lb, dst
+
+    def __len__(self) -> int:
+        return len(self.spines)
+
+    @overload
+    def __getitem__(self, k: int) -> tuple[str, ...]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[tuple[str, ...]]: ...
+
+    def __getitem__(self, k: int | slice) -> tuple[str, ...] | list[tuple[str, ...]]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(len(self))[k]]
+        return (self.src, self.la, self.spines[k], self.lb, self.dst)
+
+    def index(self, value: object, start: int = 0, stop: int | None = None) -> int:
+        p = tuple(value) if isinstance(value, Iterable) else ()
+        if len(p) == 5 and (p[0], p[1], p[3], p[4]) == (self.src, self.la, self.lb, self.dst):
+            k = self.spines.index(p[2]) if p[2] in self.spines else -1
+            if k >= 0 and start <= k and (stop is None or k < stop):
+                return k
+        raise ValueError(f"{value!r} is not a candidate path")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SpinePaths({list(self)!r})"
+
+
+# Own-link mask of k > 1 candidates src-leaf-spine-leaf-dst: the two spine links.
+_SPINE_OWN = np.array([False, True, True, False])
+
+
+class Pair(NamedTuple):
+    """One host pair's candidates, compiled (see `Fabric.pair`)."""
+
+    paths: Sequence[tuple[str, ...]]
+    mat: np.ndarray
+    mask: np.ndarray
+    cols: np.ndarray
+    ocap: np.ndarray
+    ocap_max: float
+
+
 class _SpineCache:
     """Fast candidate paths (and their link indices) on a 2-layer Clos: hosts on one leaf,
-    leaves under spines. Per leaf, the up- and down-link index to every spine (-1: none)."""
+    leaves under spines. Per leaf, the up- and down-link index to every spine (-1: none);
+    per leaf pair, what all its host pairs share (spines, spine links, capacities)."""
 
-    def __init__(self, graph: nx.DiGraph, index: dict[tuple[str, str], int]) -> None:
+    def __init__(self, graph: nx.DiGraph, index: dict[tuple[str, str], int],
+                 cap: np.ndarray) -> None:
         self.g = graph
         self.index = index
+        self.cap = cap
         self.role: dict[str, str | None] = dict(graph.nodes(data="role"))
         self.spines = sorted((n for n, r in self.role.items() if r == SPINE), key=_natural)
         self.up: dict[str, np.ndarray] = {}
         self.down: dict[str, np.ndarray] = {}
+        self._whole: dict[tuple[str, bool], bool] = {}  # (leaf, up): a link to every spine
+        # (leaf a, leaf b) -> a Pair with the host-link columns (0 and 3) still 0, or None
+        # where no spine joins them
+        self.leaf_pairs: dict[tuple[str, str], Pair | None] = {}
+        self._masks: dict[int, np.ndarray] = {}  # read-only, shared by every pair
 
     def _links(self, leaf: str, up: bool) -> np.ndarray:
         cache = self.up if up else self.down
@@ -62,29 +130,55 @@ class _SpineCache:
             got = cache[leaf] = np.array(
                 [idx.get((leaf, s) if up else (s, leaf), -1) for s in self.spines],
                 dtype=np.int64)
+            self._whole[(leaf, up)] = bool(got.min() >= 0) if got.size else False
         return got
 
-    def paths(self, src: str, dst: str) -> tuple[list[tuple[str, ...]], np.ndarray] | None:
-        g, role = self.g, self.role
+    def _leaf_pair(self, la: str, lb: str) -> Pair | None:
+        key = (la, lb)
+        if key in self.leaf_pairs:
+            return self.leaf_pairs[key]
+        u, d = self._links(la, True), self._links(lb, False)
+        if self._whole[(la, True)] and self._whole[(lb, False)]:  # every spine joins them
+            names, uu, dd = self.spines, u, d
+        else:
+            sel = np.flatnonzero((u >= 0) & (d >= 0))
+            names, uu, dd = [self.spines[k] for k in sel.tolist()], u[sel], d[sel]
+        got: Pair | None = None
+        if len(names):
+            n = len(names)
+            tmpl = np.zeros((n, 4), dtype=np.int64)
+            tmpl[:, 1], tmpl[:, 2] = uu, dd
+            if n > 1:  # distinct spines: the spine links are each candidate's own
+                mask = self._masks.get(n)
+                if mask is None:
+                    mask = self._masks[n] = np.broadcast_to(_SPINE_OWN, (n, 4))
+                ocap = np.minimum(self.cap[uu], self.cap[dd])
+            else:
+                mask = np.zeros((1, 4), dtype=bool)
+                ocap = np.full(1, np.inf)
+            got = Pair(names, tmpl, mask, np.flatnonzero(mask[0]), ocap, float(ocap.max()))
+        self.leaf_pairs[key] = got
+        return got
+
+    def pair(self, src: str, dst: str) -> Pair | None:
+        """The pair's candidates through one spine each, None if the fabric is not a
+        2-layer Clos around them."""
+        # graph._succ / _pred: networkx's adjacency dicts (its views cost ~10x per lookup)
+        succ, pred, role = self.g._succ, self.g._pred, self.role
         if role.get(src) != HOST or role.get(dst) != HOST or src == dst:
             return None
-        up, down = list(g.succ[src]), list(g.pred[dst])
+        up, down = succ[src], pred[dst]
         if len(up) != 1 or len(down) != 1:
             return None
-        la, lb = up[0], down[0]
-        if role.get(la) != LEAF or role.get(lb) != LEAF:
+        la, lb = next(iter(up)), next(iter(down))
+        if role.get(la) != LEAF or role.get(lb) != LEAF or la == lb:
+            return None  # hosts on one leaf: the generic path below
+        lp = self._leaf_pair(la, lb)
+        if lp is None:
             return None
-        hu, hd = self.index[(src, la)], self.index[(lb, dst)]
-        if la == lb:
-            return [(src, la, dst)], np.array([[hu, hd]], dtype=np.int64)
-        u, d = self._links(la, True), self._links(lb, False)
-        sel = np.flatnonzero((u >= 0) & (d >= 0))
-        if not sel.size:
-            return None
-        mat = np.empty((sel.size, 4), dtype=np.int64)
-        mat[:, 0], mat[:, 1], mat[:, 2], mat[:, 3] = hu, u[sel], d[sel], hd
-        sp = self.spines
-        return [(src, la, sp[k], lb, dst) for k in sel.tolist()], mat
+        mat = lp.mat.copy()
+        mat[:, 0], mat[:, 3] = self.index[(src, la)], self.index[(lb, dst)]
+        return lp._replace(paths=SpinePaths(src, la, lp.paths, lb, dst), mat=mat)  # type: ignore[arg-type]
 
 
 def _natural(name: str) -> tuple[str, int]:
@@ -102,25 +196,32 @@ class Fabric:
         self.graph = graph
         self.idx = LinkIndex(graph)
         self.cap = self.idx.capacity_gbps
-        self._spines = _SpineCache(graph, self.idx.index)
-        # (src, dst) -> (paths, link matrix, own-link mask, own-link min capacity)
-        self._pairs: dict[tuple[str, str], tuple[list[tuple[str, ...]], np.ndarray,
-                                                 np.ndarray, np.ndarray]] = {}
+        self._spines = _SpineCache(graph, self.idx.index, self.cap)
+        self._cols: dict[bytes, np.ndarray] = {}
+        self._pairs: dict[tuple[str, str], Pair] = {}
 
-    def pair(self, src: str, dst: str) -> tuple[list[tuple[str, ...]], np.ndarray,
-                                                np.ndarray, np.ndarray]:
+    def pair(self, src: str, dst: str) -> Pair:
+        """Candidate paths, their link matrix (candidates x hops), the own-link mask (links
+        not on every candidate; the same in every row), its columns, each candidate's least
+        own-link capacity (inf without own links) and the largest of those."""
         got = self._pairs.get((src, dst))
         if got is None:
-            sp = self._spines.paths(src, dst)
-            if sp is None:
-                paths = candidate_paths(self.graph, src, dst)
-                sp = paths, np.array([self.idx.links_of(p) for p in paths], dtype=np.int64)
-            paths, mat = sp
-            # all candidates are shortest paths: a link every candidate uses sits at one hop
-            mask = ~(mat == mat[0]).all(axis=0)[None, :].repeat(len(mat), axis=0)
-            ocap = np.where(mask, self.cap[mat], np.inf).min(axis=1)
-            got = self._pairs[(src, dst)] = (paths, mat, mask, ocap)
+            got = self._spines.pair(src, dst)
+            if got is None:
+                got = self._generic(src, dst)
+            self._pairs[(src, dst)] = got
         return got
+
+    def _generic(self, src: str, dst: str) -> Pair:
+        paths = candidate_paths(self.graph, src, dst)
+        mat = np.array([self.idx.links_of(p) for p in paths], dtype=np.int64)
+        # all candidates are shortest paths: a link every candidate uses sits at one hop
+        mask = ~(mat == mat[0]).all(axis=0)[None, :].repeat(len(mat), axis=0)
+        ocap = np.where(mask, self.cap[mat], np.inf).min(axis=1)
+        cols = self._cols.get(mask[0].tobytes())
+        if cols is None:
+            cols = self._cols[mask[0].tobytes()] = np.flatnonzero(mask[0])
+        return Pair(paths, mat, mask, cols, ocap, float(ocap.max()))
 
 
 class Instance:
@@ -138,28 +239,37 @@ class Instance:
         self.flows = list(flows)
         self.idx = fabric.idx
         self.cap = fabric.cap
-        self.cands: list[list[tuple[str, ...]]] = []
-        # cand_mat[i]: (candidates, hops) link indices; cand_links[i][k]: one row;
-        # own_mask[i]: links not on every candidate; own_cap[i]: their least capacity
+        self.cands: list[Sequence[tuple[str, ...]]] = []
+        # cand_mat[i]: (candidates, hops) link indices, row k candidate k (cand_links is the
+        # same list: cand_links[i][k] is one row); own_mask[i]: links not on every
+        # candidate; own_cols[i]: their columns; own_cap[i]: their least capacity per
+        # candidate, own_cap_max[i] its largest
         self.cand_mat: list[np.ndarray] = []
         self.own_mask: list[np.ndarray] = []
+        self.own_cols: list[np.ndarray] = []
         self.own_cap: list[np.ndarray] = []
+        self.own_cap_max: list[float] = []
         for f in self.flows:
-            paths, mat, mask, ocap = fabric.pair(f.src, f.dst)
-            self.cands.append(paths)
-            self.cand_mat.append(mat)
-            self.own_mask.append(mask)
-            self.own_cap.append(ocap)
-        self.cand_links = [list(m) for m in self.cand_mat]
-        self.common = [set(m[0][~mask[0]].tolist()) for m, mask in zip(self.cand_mat,
-                                                                      self.own_mask,
-                                                                      strict=True)]
+            pr = fabric.pair(f.src, f.dst)
+            self.cands.append(pr.paths)
+            self.cand_mat.append(pr.mat)
+            self.own_mask.append(pr.mask)
+            self.own_cols.append(pr.cols)
+            self.own_cap.append(pr.ocap)
+            self.own_cap_max.append(pr.ocap_max)
+        self.cand_links = self.cand_mat
         self._own: dict[tuple[int, int], np.ndarray] = {}
         jobs = list(dict.fromkeys(f.job for f in self.flows))
         self.job_names = jobs
         jpos = {j: i for i, j in enumerate(jobs)}
         self.job_of = np.array([jpos[f.job] for f in self.flows], dtype=np.int64)
         self.pos = {f.id: i for i, f in enumerate(self.flows)}
+
+    @cached_property
+    def common(self) -> list[set[int]]:
+        """Per flow, the links every candidate uses (its host links on a Clos)."""
+        return [set(m[0][~mask[0]].tolist()) for m, mask in zip(self.cand_mat, self.own_mask,
+                                                                strict=True)]
 
     def own(self, i: int, k: int) -> np.ndarray:
         """Links of flow i's candidate k that not every candidate of the flow uses."""

@@ -17,10 +17,12 @@ class LinkIndex:
 
     def __init__(self, graph: nx.DiGraph) -> None:
         self.graph = graph
-        data = list(graph.edges(data="capacity_gbps"))
-        self.edges: list[tuple[str, str]] = [(u, v) for u, v, _ in data]
+        # graph.edges' order, read from networkx's adjacency dict (its views are ~4x slower)
+        adj = graph._adj
+        self.edges: list[tuple[str, str]] = [(u, v) for u, nbrs in adj.items() for v in nbrs]
         self.index: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
-        self.capacity_gbps = np.array([c for _, _, c in data], dtype=float)
+        self.capacity_gbps = np.array([d.get("capacity_gbps") for nbrs in adj.values()
+                                       for d in nbrs.values()], dtype=float)
 
     def links_of(self, path: Sequence[str]) -> np.ndarray:
         """Link indices along a node path; InputError if a hop is not a link."""

@@ -205,7 +205,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             try:
                 _report("ovs controllers:\n" + net.ovs.vsctl(
                     "--columns=target,is_connected,role,status", "list", "Controller"))
-            except Exception as e:  # noqa: BLE001 - diagnosis only
+            except Exception as e:  # diagnosis only
                 _report(f"ovs-vsctl list Controller failed: {e}")
         raise
     finally:
