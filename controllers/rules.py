@@ -143,6 +143,11 @@ class LayoutIndex:
     hosts: dict[str, HostSpec] = field(default_factory=dict)
     hosts_by_dc: dict[str, list[HostSpec]] = field(default_factory=dict)
     host_by_ip: dict[str, HostSpec] = field(default_factory=dict)
+    # (lightpath route, carries the DC pair) -> its rules. They read the edges, ports,
+    # ROADMs and hosts, never the DC fabrics, so a copy with other fabrics
+    # (flowroute.without_failed) may share this cache.
+    lp_rules: dict[tuple[LightpathRoute, bool], tuple[FlowRule, ...]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, layout: Layout) -> LayoutIndex:
@@ -342,9 +347,15 @@ def desired_rules(ix: LayoutIndex, routing: RoutingPolicy,
         if lp.src_host is None and not (lp.src_dc.startswith(NODE_END)
                                         or lp.dst_dc.startswith(NODE_END)):
             owners.setdefault(frozenset((lp.src_dc, lp.dst_dc)), lp.id)
+    cache = ix.lp_rules
     for lp in lps:
         own = owners.get(frozenset((lp.src_dc, lp.dst_dc))) == lp.id
-        for r in lightpath_rules(ix, lp, own):
+        rules = cache.get((lp, own))
+        if rules is None:
+            if len(cache) > 4 * len(lps) + 1024:  # routes gone (deleted, restored)
+                cache.clear()
+            rules = cache[(lp, own)] = tuple(lightpath_rules(ix, lp, own))
+        for r in rules:
             out[r.dpid][r.key] = r
     return out
 
@@ -361,6 +372,8 @@ class RuleDiff:
 def diff_rules(installed: dict[tuple, FlowRule], desired: dict[tuple, FlowRule],
                dpid: int) -> RuleDiff:
     """Changes that turn `installed` into `desired` on one switch."""
-    add = tuple(r for k, r in desired.items() if installed.get(k) != r)
+    # identity first: unchanged rules are mostly the very objects installed (lp_rules)
+    add = tuple(r for k, r in desired.items()
+                if (old := installed.get(k)) is not r and old != r)
     delete = tuple(r for k, r in installed.items() if k not in desired)
     return RuleDiff(dpid, add, delete)

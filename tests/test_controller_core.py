@@ -314,3 +314,27 @@ def test_bad_slot_blocks(core: ControllerCore, fibre: tuple[str, str], first: in
             call(*fibre, first, n)
         assert err.value.status == status
     assert core.store.lost_slots() == [] and not core.net.lost_slots("A", "B")
+
+
+def test_cached_lightpath_rules_equal_fresh(core: ControllerCore) -> None:
+    """desired() with the per-lightpath rule cache warm equals a fresh computation, through
+    set-ups, a restoration that moves a lightpath, a DC-pair owner deleted and a new one."""
+    from controllers.rules import LayoutIndex
+
+    def fresh() -> dict:
+        saved = core.layout
+        assert saved is not None
+        core.layout = LayoutIndex.build(saved.layout)  # an index with an empty cache
+        try:
+            return core.desired()
+        finally:
+            core.layout = saved
+
+    a = core.request("dc-a", "dc-c", slots=2)
+    core.request("dc-a", "dc-c", slots=1)  # a second one: not the pair's owner
+    core.request("dc-a", "dc-b", slots=1)
+    assert core.desired() == fresh() and core.layout.lp_rules  # type: ignore[union-attr]
+    core.fail_fibre("A", "B")  # moves a: new route, same id and vid
+    assert core.desired() == fresh()
+    core.delete(a["id"])  # the second dc-a~dc-c lightpath now carries the pair
+    assert core.desired() == fresh()
