@@ -125,6 +125,8 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
         def named(dpids: set[int]) -> str:
             return ", ".join(sorted(names[d] for d in dpids)) or "none"
 
+        if not isinstance(body, dict):  # the last answer was not JSON (an error page)
+            body = {}
         connected = set(body.get("switches", ()))
         raise RuntimeError(f"switches did not all connect to the controller within "
                            f"{timeout_s:.0f} s: not connected: {named(want - connected)}; "
