@@ -199,3 +199,57 @@ def test_metrics_server_quiet_when_the_scraper_gave_up(capsys: pytest.CaptureFix
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_final_metrics_wait_for_a_scrape_despite_a_stale_backlog() -> None:
+    """A worker's /metrics socket is bound by the launcher long before the worker serves
+    (importing torch takes minutes on a slow VM): the scrapes of that time wait in the
+    backlog and are gone when serving starts. A live scrape after them is answered at
+    once, and a worker waiting for one scrape of its final values sees it delivered;
+    without any scrape the wait ends at its bound."""
+    import socket
+    import threading
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from workloads.metrics import Scrapes, WorkerMetrics, serve
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(128)
+    port = lsock.getsockname()[1]
+    stale = []
+    for _ in range(40):  # scrapes that sent their request and gave up before serving
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        stale.append(c)
+    m = WorkerMetrics("job0", 0)
+    scrapes = Scrapes()
+    server, _ = serve(m.registry, fd=lsock.detach(), scrapes=scrapes)
+    try:
+        for c in stale:
+            c.close()
+        from tests.waiting import wait_until
+
+        wait_until(lambda: scrapes.started >= len(stale), what="the stale scrapes handled")
+        m.iterations.inc(6)  # the final value
+        mark = scrapes.started
+        assert not scrapes.wait_after(mark, 0.2)  # nobody scraped since: the bound
+        got: list[bytes] = []
+        t = threading.Thread(target=lambda: got.append(urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=30).read()))
+        t.start()
+        assert scrapes.wait_after(mark, 30)
+        t.join(30)
+        assert b'lightpipe_worker_iterations_total{stage="0",training_job="job0"} 6.0' in got[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # an unused registry serves without counting (no Scrapes given)
+    server, port2 = serve(CollectorRegistry(), port=0)
+    try:
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port2}/metrics", timeout=30).status == 200
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -14,7 +14,8 @@ import logging
 import socket
 import sys
 import threading
-from http.server import HTTPServer
+import time
+from http.server import HTTPServer, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import MetricsHandler
@@ -84,7 +85,11 @@ class _OnFirstSet:
         self.family.labels(**self.labels).set(value)
 
 
-class _Server(HTTPServer):
+class _Server(ThreadingHTTPServer):
+    """One thread per scrape: scrapes that gave up while the worker was still importing
+    (their connections wait in the inherited socket's backlog) are answered side by side,
+    not one after another ahead of the next live scrape."""
+
     daemon_threads = True
 
     def handle_error(self, request: object, client_address: object) -> None:
@@ -96,14 +101,60 @@ class _Server(HTTPServer):
         super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
-def _handler(registry: CollectorRegistry) -> type[MetricsHandler]:
-    return MetricsHandler.factory(registry)
+class Scrapes:
+    """Counts the scrapes of /metrics, so a worker can wait, before it exits, for one that
+    began after its last update and was answered whole (readiness by signal, not by a
+    sleep). A scrape that began earlier does not count, even if answered later."""
+
+    def __init__(self) -> None:
+        self.started = 0  # scrapes begun
+        self.latest = 0  # the newest begun scrape (by start order) answered whole
+        self._cond = threading.Condition()
+
+    def begin(self) -> int:
+        with self._cond:
+            self.started += 1
+            return self.started
+
+    def delivered(self, seq: int) -> None:
+        with self._cond:
+            self.latest = max(self.latest, seq)
+            self._cond.notify_all()
+
+    def wait_after(self, mark: int, timeout_s: float) -> bool:
+        """True once a scrape begun after the first `mark` ones was answered; False at
+        timeout_s. Take `mark` from `started` when the values are final."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self.latest <= mark:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+
+def _handler(registry: CollectorRegistry, scrapes: Scrapes | None = None
+             ) -> type[MetricsHandler]:
+    base = MetricsHandler.factory(registry)
+    if scrapes is None:
+        return base
+
+    class Counted(base):  # type: ignore[misc,valid-type]
+        def do_GET(self) -> None:
+            seq = scrapes.begin()
+            super().do_GET()
+            self.wfile.flush()
+            scrapes.delivered(seq)  # not reached if the answer could not be written
+
+    return Counted
 
 
 def serve(registry: CollectorRegistry, *, fd: int | None = None, host: str = "127.0.0.1",
-          port: int = 0) -> tuple[HTTPServer, int]:
-    """Serve /metrics in a daemon thread on an inherited listening fd or a new socket."""
-    handler = _handler(registry)
+          port: int = 0, scrapes: Scrapes | None = None) -> tuple[HTTPServer, int]:
+    """Serve /metrics in a daemon thread on an inherited listening fd or a new socket;
+    `scrapes` (optional) counts the answers delivered."""
+    handler = _handler(registry, scrapes)
     if fd is not None:
         server = _Server(("127.0.0.1", 0), handler, bind_and_activate=False)
         server.socket.close()

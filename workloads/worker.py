@@ -39,6 +39,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="inherited listening socket for /metrics")
     ap.add_argument("--metrics-port", type=int, default=None,
                     help="serve /metrics on this port (0: any) when no fd is given")
+    ap.add_argument("--metrics-linger-s", type=float, default=0.0,
+                    help="after the last iteration, wait up to this long for a scrape of "
+                    "/metrics (a monitor is scraping), so the final values are collected; "
+                    "0: exit at once")
     ap.add_argument("--timeout-s", type=float, default=120.0,
                     help="collective/p2p timeout (a dead peer is reported sooner)")
     ap.add_argument("--duty", type=float, default=1.0,
@@ -129,7 +133,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
 
     from workloads.compute import Burner
     from workloads.executor import Executor
-    from workloads.metrics import WorkerMetrics, serve
+    from workloads.metrics import Scrapes, WorkerMetrics, serve
     from workloads.plan import JobPlan
 
     torch.set_num_threads(1)
@@ -139,9 +143,10 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         raise ValueError(f"rank {args.rank} outside 0..{plan.stages - 1}")
     metrics = WorkerMetrics(plan.job, args.rank)
     metrics_port = None
+    scrapes = Scrapes()
     if args.metrics_fd is not None or args.metrics_port is not None:
         _, metrics_port = serve(metrics.registry, fd=args.metrics_fd,
-                                port=args.metrics_port or 0)
+                                port=args.metrics_port or 0, scrapes=scrapes)
     program: Any
     calibration: dict[str, float] = {}
     if plan.mode == "shadow":
@@ -177,9 +182,16 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         rec = ex.run_iteration(it, total)
         _emit(fh, {"type": "iteration", "warmup": it < plan.warmup_iterations,
                    **rec.as_dict()})
+    final = scrapes.started  # every metric holds its final value from here on
     dist.barrier()
     _emit(fh, {"type": "done", "end_s": time.monotonic()})
     dist.destroy_process_group()
+    if metrics_port is not None and args.metrics_linger_s > 0:
+        t0 = time.monotonic()
+        got = scrapes.wait_after(final, args.metrics_linger_s)
+        log.info("stage %d: final metrics %s after %.1f s", args.rank,
+                 "scraped" if got else f"not scraped within {args.metrics_linger_s:.0f} s",
+                 time.monotonic() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:

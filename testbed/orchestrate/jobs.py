@@ -187,6 +187,7 @@ def iterations_csv(records: Mapping[str, Sequence[Sequence[dict[str, Any]]]],
 # deadline of all the jobs' workers together. A slower machine gets them x its slowness.
 WORKER_TIMEOUT_S = 120.0
 JOBS_DEADLINE_S = 600.0
+METRICS_LINGER_S = 10.0  # longest wait for a scrape of a worker's final metrics (scaled)
 
 
 def worker_time_limits_s(scale: float | None = None) -> tuple[float, float]:
@@ -221,8 +222,12 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     time_factor = jobs[0].plan.time_factor if jobs else 1.0
     log.info("workers: time-out %.0f s, deadline %.0f s (scaled with the machine)",
              timeout_s, deadline_s)
+    # With a monitor, each worker waits for one scrape of its final metrics before it
+    # exits (a short job on a slow machine could otherwise end between two scrapes).
+    linger_s = min(timeout_s, METRICS_LINGER_S * timeout_s / WORKER_TIMEOUT_S) \
+        if prometheus is not None else 0.0
     with Launcher(out_dir, timeout_s=timeout_s, duty=duty,
-                  metrics_netns_fd=metrics_netns_fd) as launcher:
+                  metrics_netns_fd=metrics_netns_fd, metrics_linger_s=linger_s) as launcher:
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
         if prometheus is not None:
             prometheus.set_targets("workers", launcher.metrics_targets())

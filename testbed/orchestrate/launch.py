@@ -82,7 +82,9 @@ class Launcher:
 
     def __init__(self, out_dir: Path, *, timeout_s: float = 120.0, duty: float | None = None,
                  nice: int = 0, python: str = sys.executable,
-                 metrics_netns_fd: int | None = None) -> None:
+                 metrics_netns_fd: int | None = None, metrics_linger_s: float = 0.0) -> None:
+        """metrics_linger_s: how long each worker waits, after its last iteration, for a
+        scrape of its final metrics (set it when a monitor scrapes the workers)."""
         self.out_dir = Path(out_dir)
         self.timeout_s = timeout_s
         self.duty = duty
@@ -91,6 +93,7 @@ class Launcher:
         self.jobs: dict[str, JobRun] = {}
         self._sockets: list[socket.socket] = []
         self.metrics_netns_fd = metrics_netns_fd
+        self.metrics_linger_s = metrics_linger_s
         self._load = HostLoad()
 
     def __enter__(self) -> Launcher:
@@ -138,6 +141,7 @@ class Launcher:
                     "--rendezvous-file", str(port_file),
                     "--out", str(rec), "--metrics-fd", str(lsock.fileno()),
                     "--timeout-s", str(self.timeout_s), "--duty", f"{duty:.4f}",
+                    "--metrics-linger-s", f"{self.metrics_linger_s:.1f}",
                     "--nice", str(self.nice)]
             if host.iface:
                 argv += ["--iface", host.iface]
