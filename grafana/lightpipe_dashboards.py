@@ -127,11 +127,12 @@ def overview() -> tuple[str, str, list[str], list[P]]:
           "stage DCs (lightpipe_job_info).", "none",
           [Q(last(f"lightpipe_job_info{{{J}}}"), instant=True, fmt="table")], w=24, h=5),
         P("timeseries", "Iteration time per job",
-          "Mean pipeline iteration wall time per training job over the last rate window "
-          "(emulated seconds: divide by the run's time_factor for real seconds).", "s",
-          [Q("sum by (run, training_job) (rate(lightpipe_worker_iteration_duration_seconds_sum"
-             f"{{{J}}}[$__rate_interval])) / sum by (run, training_job) (rate("
-             f"lightpipe_worker_iteration_duration_seconds_count{{{J}}}[$__rate_interval]))",
+          "Mean pipeline iteration wall time per training job over every iteration so far "
+          "(emulated seconds: divide by the run's time_factor for real seconds). Not a rate "
+          "window: a short job may be scraped once, after its last iteration.", "s",
+          [Q("sum by (run, training_job) (lightpipe_worker_iteration_duration_seconds_sum"
+             f"{{{J}}}) / sum by (run, training_job) ("
+             f"lightpipe_worker_iteration_duration_seconds_count{{{J}}} > 0)",
              "{{training_job}}")]),
         P("timeseries", "Bubble ratio", "Idle share of each stage's last iteration, averaged "
           "over the job's stages (1 - compute / iteration time).", "percentunit",

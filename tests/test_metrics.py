@@ -253,3 +253,60 @@ def test_final_metrics_wait_for_a_scrape_despite_a_stale_backlog() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@needs_prometheus
+@pytest.mark.timeout(300)
+def test_a_job_scraped_only_after_its_last_iteration_fills_every_worker_panel(
+        tmp_path: Path) -> None:
+    """A short job in a slow guest (user path, CI run 3 of 2026-11-26): its iterations all
+    end between two scrapes, and Prometheus only ever sees its final values. Every
+    dashboard query over worker series (the loss aside: shadow workers) must still have
+    data; a rate() ratio there is 0/0 (NaN) and its panel stays empty."""
+    pytest.importorskip("grafana_foundation_sdk")
+    import time
+
+    from testbed.metrics.query import query_range
+    from testbed.monitor import dashboards as dash
+    from workloads.metrics import serve
+
+    m = WorkerMetrics("job0", 0)
+    for _ in range(6):  # the whole job, done before anyone scrapes
+        m.iteration.observe(0.2)
+        m.iterations.inc()
+        m.compute.inc(0.15)
+        m.wait.inc(0.05)
+        m.sent.inc(1000)
+        m.received.inc(1000)
+        m.bubble.set(0.25)
+    server, port = serve(m.registry, port=0)
+    try:
+        with PrometheusServer(tmp_path, scrape_interval_s=0.5) as prom:
+            start_s = time.time()
+            prom.set_targets("workers", [(f"127.0.0.1:{port}", {})])
+            wait_for(prom.url, "lightpipe_worker_iterations_total == 6", timeout_s=scaled(120))
+            exprs = [(f"{d}: {q.title}", dash.substitute(q.expr, {}))
+                     for d, board in dash.load_dashboards().items()
+                     for q in dash.queries(d, board)
+                     if q.kind == "panel" and "lightpipe_worker_" in q.expr
+                     and "lightpipe_worker_loss" not in q.expr]
+            assert any("Iteration time per job" in t for t, _ in exprs)
+
+            def empty() -> list[str] | None:
+                end_s = time.time()
+                out = [t for t, e in exprs
+                       if not any(v[1] not in ("NaN", "+Inf", "-Inf")
+                                  for r in query_range(prom.url, e, start_s, end_s, 1.0)
+                                  for v in r.get("values", []))]
+                return out or None
+
+            # poll until several scrapes of the same final values are stored: the case
+            # a rate() ratio cannot show
+            wait_until(lambda: len(query_range(
+                prom.url, "lightpipe_worker_iterations_total", start_s, time.time(), 0.5)
+                [0]["values"]) >= 6 or None, "six samples of the final values",
+                timeout_s=120, interval_s=0.5)
+            assert empty() is None, empty()
+    finally:
+        server.shutdown()
+        server.server_close()
