@@ -2,15 +2,26 @@
 # Move the lock: resolve pyproject.toml's dependencies (the dev extras included) again,
 # write requirements.lock (exact versions and sha256 hashes), reinstall from it and run
 # the suite. `make lock` runs this; commit requirements.lock only when the suite passes.
-#   bash scripts/lock.sh [--no-test]
+#   bash scripts/lock.sh [--keep] [--no-test]
+# --keep: keep every pin of the current lock and only resolve what pyproject.toml added
+# (pip-compile prefers the pins already in its output file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+keep=0 test=1
+for arg in "$@"; do
+  case "$arg" in
+    --keep) keep=1 ;;
+    --no-test) test=0 ;;
+    *) echo "lock: unknown option $arg (use --keep, --no-test)" >&2; exit 2 ;;
+  esac
+done
 PIP_TOOLS_VERSION=7.6.2
 log() { echo "lock: $*" >&2; }
 tools=$(mktemp -d /tmp/lightpipe-lock.XXXXXX)
 trap 'rm -rf "$tools"' EXIT
 "${PYTHON:-python3}" -m venv "$tools/venv"
 "$tools/venv/bin/pip" install -q "pip-tools==$PIP_TOOLS_VERSION"
+if [ "$keep" = 1 ]; then cp requirements.lock "$tools/raw.lock"; fi
 log "resolving (pip-compile --generate-hashes; a few minutes)"
 "$tools/venv/bin/pip-compile" -q --generate-hashes --allow-unsafe --extra dev --strip-extras \
   --no-emit-index-url --no-emit-find-links --no-header \
@@ -37,6 +48,6 @@ PY
 mv requirements.lock.tmp requirements.lock
 log "wrote requirements.lock ($(grep -c '==' requirements.lock) packages)"
 rm -f .venv/.lightpipe-setup
-if [ "${1:-}" != "--no-test" ]; then
+if [ "$test" = 1 ]; then
   make test
 fi
