@@ -1,4 +1,5 @@
-"""Built-in catalogue of LLM architectures and GPU types used by pipeline jobs.
+"""Built-in catalogue of LLM architectures and GPU types used by pipeline jobs, and the
+GSNR each modulation format needs (optical.qot: gnpy).
 
 Figures are public architecture constants (papers / model cards) and vendor peak
 dense BF16 throughput; the MFU applied to them is a modelling choice of the job
@@ -64,4 +65,25 @@ GPUS: dict[str, GPUType] = {
         GPUType("b200", peak_tflops=2250.0, power_w=1000.0, memory_gb=192.0),
         GPUType("ascend-910b", peak_tflops=320.0, power_w=400.0, memory_gb=64.0),
     )
+}
+
+
+# Pre-FEC bit error ratio a format must reach: the 7 % overhead hard-decision FEC threshold
+# (ITU-T G.975.1, appendix I.9 code), the usual threshold in the QoT-aware RMSA literature.
+PRE_FEC_BER = 3.8e-3
+
+# GSNR (dB, in the signal bandwidth, i.e. SNR per symbol, what GNPy's `snr` is) each format
+# needs to reach PRE_FEC_BER on an AWGN channel with Gray coding, no implementation penalty
+# (put that in optical.gsnr_margin_db). Source: the textbook closed forms (J. G. Proakis and
+# M. Salehi, Digital Communications, 5th ed., 2008, sec. 4.3): BPSK BER = Q(sqrt(2 SNR));
+# QPSK BER = Q(sqrt(SNR)); M-QAM BER ~= 4/log2(M) (1 - 1/sqrt(M)) Q(sqrt(3 SNR / (M - 1)))
+# (exact for square M, the usual approximation for 8QAM and 32QAM). tests/test_qot.py
+# recomputes every entry from these formulas with scipy.
+REQUIRED_GSNR_DB: dict[str, float] = {
+    "BPSK": 5.52,
+    "QPSK": 8.53,
+    "8QAM": 12.04,
+    "16QAM": 15.19,
+    "32QAM": 18.19,
+    "64QAM": 21.12,
 }

@@ -3,18 +3,20 @@
 No Mininet here: the plan is plain data that the network builder turns into namespaces,
 switches and link emulators, and that tests check without root.
 
-Rates: a fibre's capacity is all of its spectrum at the best modulation whose reach
-covers the fibre (flex grid: slots x gbps_per_slot; fixed grid: wavelengths x
-gbps_per_wavelength); a lightpath's capacity is its slots (or wavelengths) at the best
-modulation for its path length. Emulated rate and delay come from the run's `Scale`
-(testbed.emu.scale): delay = length_km x optical.propagation_us_per_km, plus the
-optical node delay of the node a fibre enters, both scaled.
+Rates: a fibre's capacity is all of its spectrum at the best modulation for the fibre
+(flex grid: slots x gbps_per_slot; fixed grid: wavelengths x gbps_per_wavelength); a
+lightpath's capacity is its slots (or wavelengths) at the best modulation for its path.
+Best: in reach (optical.qot: reach) or by the GSNR GNPy computes (qot: gnpy).
+Emulated rate and delay come from the run's `Scale` (testbed.emu.scale): delay =
+length_km x optical.propagation_us_per_km, plus the optical node delay of the node a
+fibre enters, both scaled.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations, pairwise
 from typing import Any
@@ -24,7 +26,12 @@ import networkx as nx
 from testbed import names
 from testbed.emu.scale import Scale
 from testbed.errors import InputError
-from testbed.optical.modulation import Modulation, choose_modulation, modulation_table
+from testbed.optical.modulation import (
+    Modulation,
+    choose_modulation,
+    choose_modulation_by_gsnr,
+    modulation_table,
+)
 from testbed.spec import Scenario, topology_of
 from testbed.spec.check import dc_host_count
 
@@ -119,9 +126,20 @@ class EmuPlan:
         return asdict(self)
 
 
-def _best(length_km: float, table: tuple[Modulation, ...]) -> Modulation:
-    """Best format in reach; the longest-reach one (with regeneration) if none reaches."""
-    return choose_modulation(length_km, table) or max(table, key=lambda m: m.reach_km)
+def _chooser(opt: Any) -> Callable[[Sequence[float]], Modulation]:
+    """Best format for a route given by its links' lengths (km): in reach (qot: reach) or
+    whose required GSNR plus the margin holds (qot: gnpy, GSNR from GNPy); if none holds,
+    the most robust one (with regeneration)."""
+    table = modulation_table(opt)
+    if opt.qot != "gnpy":
+        longest = max(table, key=lambda m: m.reach_km)
+        return lambda lengths: choose_modulation(sum(lengths), table) or longest
+    from testbed.optical.qot import qot_model
+
+    qot = qot_model(opt)
+    robust = min(table, key=lambda m: m.required_gsnr_db or 0.0)
+    return lambda lengths: choose_modulation_by_gsnr(
+        qot.gsnr_db(list(lengths)), table, opt.gsnr_margin_db) or robust
 
 
 def _ifname(name: str, suffix_len: int = 0) -> str:
@@ -146,7 +164,7 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
         raise InputError("dcs", "emulation needs at least one DC")
     topo = topology_of(scenario)
     graph = topo.graph()
-    table = modulation_table(opt)
+    best = _chooser(opt)
     scale = Scale.of(emu)
     node_delay_ms = scale.delay_ms(opt.node_delay_ms)
 
@@ -210,7 +228,7 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
             assert opt.wavelengths is not None and opt.gbps_per_wavelength is not None
             real_gbps, mod_name = opt.wavelengths * opt.gbps_per_wavelength, "fixed"
         else:
-            mod = _best(f.length_km, table)
+            mod = best([f.length_km])
             real_gbps, mod_name = opt.slots * mod.gbps_per_slot, mod.name
         rate_mbps = scale.rate_mbps(real_gbps)
         too_fast(f"fibre {f.u}-{f.v} ({real_gbps:g} Gb/s real)", rate_mbps)
@@ -229,12 +247,12 @@ def build_plan(scenario: Scenario, prefix: str | None = None) -> EmuPlan:
             path = nx.shortest_path(graph, a.node, b.node, weight="length_km")
         except nx.NetworkXNoPath:
             raise InputError("dcs", f"no optical path between {a.name} and {b.name}") from None
-        length_km = sum(graph[u][v]["length_km"] for u, v in pairwise(path))
+        hop_km = [graph[u][v]["length_km"] for u, v in pairwise(path)]
         if opt.grid == "fixed":
             assert opt.gbps_per_wavelength is not None
             per_unit = opt.gbps_per_wavelength
         else:
-            per_unit = _best(length_km, table).gbps_per_slot
+            per_unit = best(hop_km).gbps_per_slot
         units = max(1, math.ceil(emu.lightpath_gbps / per_unit - 1e-9))
         real_gbps = units * per_unit
         rate_mbps = scale.rate_mbps(real_gbps)

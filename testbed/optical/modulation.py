@@ -1,4 +1,4 @@
-"""Modulation formats by reach: pick the most efficient format whose reach covers a path."""
+"""Modulation formats: the most efficient one a path allows, by reach or (qot: gnpy) by GSNR."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from testbed.spec.models import OpticalSpec
 
 @dataclass(frozen=True)
 class Modulation:
-    """A modulation format: maximum transparent reach and capacity per spectrum slot."""
+    """A modulation format: maximum transparent reach and capacity per spectrum slot (and,
+    under qot: gnpy, the GSNR it needs)."""
 
     name: str
     reach_km: float
     gbps_per_slot: float
+    required_gsnr_db: float | None = None  # set by modulation_table under qot: gnpy
 
 
 # Typical flex-grid figures (12.5 GHz slots), as in the RMSA literature and optical-rl-gym.
@@ -39,6 +41,14 @@ def modulation_table(optical: OpticalSpec) -> tuple[Modulation, ...]:
     else:
         table = tuple(Modulation(m.name, m.reach_km, m.gbps_per_slot)
                       for m in optical.modulations)
+    if optical.qot == "gnpy":
+        from testbed.optical.qot import required_gsnr_db
+
+        given = ({} if optical.modulations == "default" else
+                 {m.name: m.required_gsnr_db for m in optical.modulations})
+        table = tuple(Modulation(m.name, m.reach_km, m.gbps_per_slot,
+                                 required_gsnr_db(m.name, given.get(m.name)))
+                      for m in table)
     return tuple(sorted(table, key=lambda m: (-m.gbps_per_slot, m.reach_km)))
 
 
@@ -47,6 +57,20 @@ def choose_modulation(length_km: float, table: tuple[Modulation, ...]) -> Modula
     best: Modulation | None = None
     for m in table:
         if m.reach_km >= length_km and (best is None or m.gbps_per_slot > best.gbps_per_slot):
+            best = m
+    return best
+
+
+def choose_modulation_by_gsnr(gsnr_db: float, table: tuple[Modulation, ...],
+                              margin_db: float) -> Modulation | None:
+    """Most spectrally efficient format whose required GSNR plus margin_db is at most gsnr_db
+    (None: no format holds, the path is unusable). Needs required_gsnr_db on every format."""
+    best: Modulation | None = None
+    for m in table:
+        if m.required_gsnr_db is None:
+            raise ValueError(f"format {m.name!r} has no required GSNR")
+        if m.required_gsnr_db + margin_db <= gsnr_db and (
+                best is None or m.gbps_per_slot > best.gbps_per_slot):
             best = m
     return best
 

@@ -14,13 +14,20 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
-from testbed.optical.modulation import Modulation, choose_modulation, modulation_table, slots_for
+from testbed.optical.modulation import (
+    Modulation,
+    choose_modulation,
+    choose_modulation_by_gsnr,
+    modulation_table,
+    slots_for,
+)
 from testbed.optical.paths import k_shortest_paths
 from testbed.optical.spectrum import bits, block_mask, choose_start, full_mask
 from testbed.spec.models import OpticalSpec
 from testbed.topologies import Topology
 
 if TYPE_CHECKING:
+    from testbed.optical.qot import GnpyQoT
     from testbed.spec.models import Scenario
 
 # Reasons a request is refused (requests.csv `reason` column).
@@ -40,6 +47,7 @@ class PathInfo:
     gbps_per_slot: float  # 0.0 when modulation is None
     spectra: tuple[int, ...] = field(repr=False, compare=False)  # internal bitmap indices
     links: tuple[int, ...] = field(repr=False, compare=False)  # internal fibre indices
+    gsnr_db: float | None = field(default=None, compare=False)  # qot: gnpy only
 
     @property
     def hops(self) -> int:
@@ -82,6 +90,12 @@ class OpticalNetwork:
         self.k_paths: int = opt.k_paths
         self.per_direction = opt.spectrum_sharing == "per_direction"
         self.modulations: tuple[Modulation, ...] = modulation_table(opt)
+        # qot: gnpy: the format comes from the path's GSNR (testbed/optical/qot.py)
+        self.qot: GnpyQoT | None = None
+        if opt.qot == "gnpy":
+            from testbed.optical.qot import qot_model
+
+            self.qot = qot_model(opt)
         self.full = full_mask(self.slots)
         self.graph = topology.graph()
         self._link_index: dict[frozenset[str], int] = {}
@@ -111,7 +125,7 @@ class OpticalNetwork:
 
     # Set at construction and never changed afterwards: a copy shares them.
     _SHARED = frozenset({"topology", "optical", "fixed_grid", "slots", "guard_slots", "k_paths",
-                         "per_direction", "modulations", "full", "graph", "_link_index",
+                         "per_direction", "modulations", "qot", "full", "graph", "_link_index",
                          "_link_ends"})
 
     def copy(self) -> OpticalNetwork:
@@ -212,12 +226,17 @@ class OpticalNetwork:
             if not self.graph.has_edge(u, v):
                 raise KeyError(f"no fibre {u}-{v} in topology {self.topology.name}")
             length += self.graph[u][v]["length_km"]
-        mod = choose_modulation(length, self.modulations)
+        gsnr: float | None = None
+        if self.qot is None:
+            mod = choose_modulation(length, self.modulations)
+        else:
+            gsnr = self.qot.gsnr_db([self.graph[u][v]["length_km"] for u, v in hops])
+            mod = choose_modulation_by_gsnr(gsnr, self.modulations, self.optical.gsnr_margin_db)
         return PathInfo(nodes=tuple(nodes), fibres=tuple(hops), length_km=length,
                         modulation=mod.name if mod else None,
                         gbps_per_slot=mod.gbps_per_slot if mod else 0.0,
                         spectra=tuple(self.spectrum_id(u, v) for u, v in hops),
-                        links=tuple(self.link_id(u, v) for u, v in hops))
+                        links=tuple(self.link_id(u, v) for u, v in hops), gsnr_db=gsnr)
 
     def latency_ms(self, path: PathInfo) -> float:
         """Propagation (length x propagation_us_per_km) plus node_delay_ms per node passed."""

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from testbed import names
 from testbed.catalog import GPUS
@@ -150,6 +157,11 @@ class ModulationSpec(Frozen):
     name: Annotated[str, Field(min_length=1, max_length=16, pattern=r"^[A-Za-z0-9_-]+$")]
     reach_km: PositiveFloat
     gbps_per_slot: PositiveFloat
+    required_gsnr_db: Annotated[float, Field(ge=-10, le=50, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="GSNR (dB, signal bandwidth) the format needs under qot: gnpy; default: "
+        "the built-in table for BPSK, QPSK, 8QAM, 16QAM, 32QAM, 64QAM (docs/optical.md)",
+    )
 
 
 class OpticalSpec(Frozen):
@@ -170,6 +182,30 @@ class OpticalSpec(Frozen):
     )
     propagation_us_per_km: PositiveFloat = 5.0
     node_delay_ms: NonNegFloat = 0.0
+    # Quality of transmission (testbed/optical/qot.py, docs/optical.md "QoT from GNPy").
+    qot: Literal["reach", "gnpy"] = Field(
+        default="reach",
+        description="reach: format by length from the reach table; gnpy: by the GSNR GNPy "
+        "computes for the path (flex grid only)",
+    )
+    # at least 10 km: GNPy's cost grows with the spans (a 40,000 km link: 4,000 spans)
+    span_length_km: Annotated[float, Field(ge=10, le=150, allow_inf_nan=False)] = 80.0
+    fiber_type: Literal["SSMF", "NZDF", "LOF"] = "SSMF"
+    fiber_loss_db_per_km: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.2
+    edfa_noise_figure_db: Annotated[float, Field(ge=3, le=20, allow_inf_nan=False)] | None = \
+        Field(default=None, description="None: GNPy's design picks variable-gain EDFAs from "
+              "its example equipment (NF from gain); a number: every EDFA has this NF")
+    launch_power_dbm: Annotated[float, Field(ge=-20, le=20, allow_inf_nan=False)] | None = \
+        Field(default=None, description="per-channel launch power; None: GNPy's SI power_dbm")
+    gsnr_margin_db: Annotated[float, Field(ge=0, le=30, allow_inf_nan=False)] = 2.0
+
+    @field_validator("qot")
+    @classmethod
+    def _qot_grid(cls, value: str, info: ValidationInfo) -> str:
+        if value == "gnpy" and info.data.get("grid") == "fixed":
+            raise ValueError("qot: gnpy needs grid: flex (a fixed grid has no modulation "
+                             "formats to choose)")
+        return value
 
     @model_validator(mode="after")
     def _grid_fields(self) -> OpticalSpec:
@@ -184,6 +220,14 @@ class OpticalSpec(Frozen):
             seen = [m.name for m in self.modulations]
             if len(set(seen)) != len(seen):
                 raise ValueError("modulations: duplicate names")
+            if self.qot == "gnpy":
+                from testbed.catalog import REQUIRED_GSNR_DB
+
+                for m in self.modulations:
+                    if m.required_gsnr_db is None and m.name not in REQUIRED_GSNR_DB:
+                        raise ValueError(f"modulations: format {m.name!r} needs required_gsnr_db "
+                                         "under qot: gnpy (built in: "
+                                         f"{', '.join(REQUIRED_GSNR_DB)})")
         return self
 
 
