@@ -302,10 +302,13 @@ def test_a_job_scraped_only_after_its_last_iteration_fills_every_worker_panel(
 
             # poll until several scrapes of the same final values are stored: the case
             # a rate() ratio cannot show
-            wait_until(lambda: len(query_range(
-                prom.url, "lightpipe_worker_iterations_total", start_s, time.time(), 0.5)
-                [0]["values"]) >= 6 or None, "six samples of the final values",
-                timeout_s=120, interval_s=0.5)
+            def samples() -> int:  # a range whose last step precedes the 1st sample: none
+                got = query_range(prom.url, "lightpipe_worker_iterations_total", start_s,
+                                  time.time(), 0.5)
+                return len(got[0]["values"]) if got else 0
+
+            wait_until(lambda: samples() >= 6 or None, "six samples of the final values",
+                       timeout_s=120, interval_s=0.5)
             assert empty() is None, empty()
     finally:
         server.shutdown()

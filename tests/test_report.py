@@ -315,6 +315,7 @@ def test_report_of_a_run_on_both_backends(tmp_path: Path) -> None:
 def test_emulation_sections_read_the_workers_records(tmp_path: Path) -> None:
     """The workers' trace.json and iterations.csv (as workloads writes them) become the
     measured timeline and the distribution of measured iterations."""
+    from testbed.emu.scale import Scale
     from testbed.orchestrate.jobs import iterations_csv
     from testbed.orchestrate.results import chrome_trace
     from testbed.report.sections import _emu_sections
@@ -329,7 +330,7 @@ def test_emulation_sections_read_the_workers_records(tmp_path: Path) -> None:
                          "waits": [["act", t + 0.2, t + 0.4]], "sent_bytes": 1000})
         stages.append(recs)
     (tmp_path / "trace.json").write_text(json.dumps(chrome_trace({"0": stages})))
-    (tmp_path / "iterations.csv").write_text(iterations_csv({"0": stages}, 1.0))
+    (tmp_path / "iterations.csv").write_text(iterations_csv({"0": stages}, Scale()))
     secs = _emu_sections(tmp_path, None)
     caps = [f.caption for s in secs for f in s.figures]
     assert any("measured iteration of the real PyTorch workers" in c for c in caps)
@@ -358,6 +359,7 @@ def _worker_records_from_engine(timing, factor: float, iterations: int, t0: floa
 def test_emulation_timelines_side_by_side_for_every_job(tmp_path: Path) -> None:
     """Per emulated job, the engine's timeline and the workers' measured one in one figure
     (two panels, one time scale); capped at MAX_TIMELINE_JOBS with a note of the rest."""
+    from testbed.emu.scale import Scale
     from testbed.orchestrate.jobs import iterations_csv, pipeline_record
     from testbed.orchestrate.results import chrome_trace
     from testbed.report.build import build_report
@@ -375,7 +377,7 @@ def test_emulation_timelines_side_by_side_for_every_job(tmp_path: Path) -> None:
         workers.append({"job": f"job{j}", "schedule": "1f1b", "time_factor": factor,
                         "pipeline": pipeline_record(prob)})
     (tmp_path / "trace.json").write_text(json.dumps(chrome_trace(records)))
-    (tmp_path / "iterations.csv").write_text(iterations_csv(records, factor))
+    (tmp_path / "iterations.csv").write_text(iterations_csv(records, Scale(time_factor=factor)))
     (tmp_path / "summary.json").write_text(json.dumps({"backend": "emu",
                                                        "worker_jobs": workers}))
     (sec,) = _emu_sections(tmp_path, None)

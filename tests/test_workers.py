@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.emu.scale import Scale
 from testbed.errors import InputError
 from testbed.metrics.agreement import agreement_rows, markdown_table, relative_error
 from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
@@ -78,7 +79,7 @@ def test_job_iterations_measure_like_the_simulator() -> None:
     assert its[0]["time_s"] == pytest.approx(0.9)
     assert its[0]["bubble_ratio"] == pytest.approx(1 - 0.9 / (2 * 0.9))
     assert its[1]["time_s"] == pytest.approx(1.0)
-    summ = summarize_job("j", [s0, s1], time_factor=10.0)
+    summ = summarize_job("j", [s0, s1], Scale(time_factor=10.0))
     assert summ["iterations_measured"] == 1
     assert summ["emulated_iteration_time_s"] == pytest.approx(0.1)
     trace = chrome_trace({"j": [s0, s1]})
@@ -354,7 +355,7 @@ def test_summarize_job_percentiles_cpu_share_and_overrun() -> None:
 
     stages = [[rec(i, 10.0 * i, 1.0 + 0.1 * i, 0.9, 1.0) for i in range(11)],
               [rec(i, 10.0 * i, 1.0, 0.6 if i % 2 else 0.95, 1.0) for i in range(11)]]
-    s = summarize_job("j", stages, time_factor=2.0)
+    s = summarize_job("j", stages, Scale(time_factor=2.0))
     assert s["iterations_measured"] == 10
     times = [1.0 + 0.1 * i for i in range(1, 11)]  # stage 0's op sets the iteration's span
     assert s["emulated_iteration_time_s"] == pytest.approx(sum(times[4:6]) / 2 / 2.0)

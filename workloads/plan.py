@@ -72,6 +72,7 @@ class JobPlan:
     warmup_iterations: int = 1
     weight_grad_fraction: float = 0.5
     time_factor: float = 1.0
+    bandwidth_divisor: float = 1.0
     model: TinyGPTConfig | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +89,7 @@ class JobPlan:
                              f"{len(self.activation_bytes)}")
         if self.iterations < 1 or self.warmup_iterations < 0:
             raise InputError("iterations", "iterations >= 1 and warmup_iterations >= 0 needed")
+        self.scale  # noqa: B018  (raises InputError on a factor out of bounds)
         sched = self.sched()
         if sched.stages != p:
             raise InputError("schedule", f"schedule has {sched.stages} stage lists, plan has "
@@ -105,6 +107,11 @@ class JobPlan:
     @property
     def stages(self) -> int:
         return len(self.forward_ms)
+
+    @property
+    def scale(self) -> Scale:
+        """The run's scale, which converts this plan's times back to real ones."""
+        return Scale(self.bandwidth_divisor, self.time_factor)
 
     def sched(self) -> Schedule:
         return Schedule.from_dict(self.schedule)
@@ -150,7 +157,8 @@ def scaled_plan(job: str, problem: PipelineProblem, schedule: Schedule, scale: S
                    activation_bytes=acts, microbatches=problem.microbatches,
                    iterations=iterations, warmup_iterations=warmup_iterations,
                    weight_grad_fraction=problem.weight_grad_fraction,
-                   time_factor=scale.time_factor, info=dict(info or {}))
+                   time_factor=scale.time_factor,
+                   bandwidth_divisor=scale.bandwidth_divisor, info=dict(info or {}))
 
 
 def model_plan(job: str, schedule: Schedule, microbatches: int, *, iterations: int,

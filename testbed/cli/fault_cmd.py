@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.cli.held import add_network_arg, find_network
+from testbed.emu.scale import Scale
 
 HELP = ("inject a fault into the live emulated network now (fibre cut/repair, link flap, "
         "controller or Prometheus killed and restarted; see lightpipe emu --hold)")
@@ -142,25 +143,13 @@ def check_state_dir(state_dir: Path) -> None:
                              f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
 
 
-def time_factor_of(net: dict[str, object]) -> float:
-    """network.json's time_factor (1 when absent), within the spec's bounds."""
-    from testbed.errors import RuntimeFailure
-
-    factor = net.get("time_factor", 1.0)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
-            math.isfinite(factor) and 0 < factor <= 1e6):
-        raise RuntimeFailure(f"network.json: time_factor {factor!r} is not a number in "
-                             "(0, 1e6]")
-    return float(factor)
-
-
-def answer_timeout_s(req: dict[str, Any], time_factor: float) -> float:
+def answer_timeout_s(req: dict[str, Any], scale: Scale) -> float:
     """How long to wait for the answer: the fault's own span on the wall clock (at most
     the run's MAX_FAULT_WALL_S: it refuses longer ones) and a margin."""
     from testbed.orchestrate.faultctl import MAX_FAULT_WALL_S
 
     span = req.get("down_s", 0.0) + req.get("period_s", 0.0) * req.get("count", 0)
-    wall_s = span * time_factor
+    wall_s = scale.emulated_s(span)
     if not (math.isfinite(wall_s) and wall_s <= MAX_FAULT_WALL_S):
         wall_s = MAX_FAULT_WALL_S
     return wall_s + ANSWER_MARGIN_S
@@ -184,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     req = build_request(args)
     net = find_network(args.network)
     path = socket_of(net)
-    scale = time_factor_of(net)
+    scale = Scale.of_record(net, "network.json")
     try:
         row = request_fault(path, req, answer_timeout_s(req, scale))
     except InputError as exc:  # the run's field names -> this command's options

@@ -11,10 +11,15 @@ passed to whoever converts.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.errors import InputError
+from testbed.errors import InputError, RuntimeFailure
+
+# The spec's bounds (testbed/spec/models.py, EmulationSpec).
+MAX_BANDWIDTH_DIVISOR = 1e9
+MAX_TIME_FACTOR = 1e6
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,28 @@ class Scale:
 
     @classmethod
     def of(cls, emulation: Any) -> Scale:
-        """The scale of a scenario's `emulation` section."""
+        """The scale of a scenario's `emulation` section (1:1 when it has none)."""
+        if emulation is None:
+            return cls()
         return cls(emulation.bandwidth_divisor, emulation.time_factor)
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any], where: str) -> Scale:
+        """The scale a record holds (network.json, summary.json's worker_jobs rows: what
+        as_record() wrote; 1 where a factor is absent). A factor that is not a finite
+        number within the spec's bounds raises RuntimeFailure naming `where`."""
+        got = {}
+        for key, lo_ok, hi in (("bandwidth_divisor", lambda x: x >= 1, MAX_BANDWIDTH_DIVISOR),
+                               ("time_factor", lambda x: x > 0, MAX_TIME_FACTOR)):
+            v = record.get(key)
+            if v is None:
+                v = 1.0
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    math.isfinite(v) and lo_ok(v) and v <= hi):
+                raise RuntimeFailure(f"{where}: {key} {v!r} is not a number within the "
+                                     "spec's bounds")
+            got[key] = float(v)
+        return cls(**got)
 
     # real -> emulated
     def rate_mbps(self, real_gbps: float) -> float:
@@ -48,6 +73,10 @@ class Scale:
     def delay_ms(self, real_ms: float) -> float:
         """Emulated delay (or compute time) of a real one."""
         return real_ms * self.time_factor
+
+    def emulated_s(self, real_s: float) -> float:
+        """Emulated (wall-clock) seconds of real seconds."""
+        return real_s * self.time_factor
 
     def transfer_bytes(self, real_bytes: float) -> int:
         """Bytes an emulated transfer carries for `real_bytes` (at least 1)."""

@@ -15,6 +15,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from testbed.emu.scale import Scale
+
 log = logging.getLogger(__name__)
 
 JOB_METRICS = (
@@ -77,7 +79,7 @@ class RunExporter:
 
     def record_jobs(self, result: Mapping[str, Any], scenario: Any = None) -> None:
         """Per-job gauges from run_pp_jobs' result (worker_jobs, agreement)."""
-        tf = float(getattr(getattr(scenario, "emulation", None), "time_factor", 1.0) or 1.0)
+        scale = Scale.of(getattr(scenario, "emulation", None))
         for s in result.get("worker_jobs", []):
             name = str(s["job"])
             self.job_info.labels(name, str(s.get("model", "")), str(s.get("schedule", "")),
@@ -86,7 +88,7 @@ class RunExporter:
             self.ok.labels(name).set(1 if s.get("ok") else 0)
             its = s.get("iteration_times_s") or []
             if its:
-                jct = sum(its) / tf
+                jct = scale.real_s(sum(its))
                 self.jct.labels(name).set(jct)
                 cost = job_cost_usd(scenario, name, s.get("stage_dcs", []), jct)
                 if cost is not None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from testbed.emu.scale import Scale
 from testbed.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ def run_info(scenario: Any, **extra: Any) -> dict[str, str]:
     pol = getattr(scenario, "policy", None)
     info = {"workload": str(getattr(scenario.workload, "kind", "")),
             "forwarding": str(getattr(em, "forwarding", "")),
-            "time_factor": str(getattr(em, "time_factor", "")),
-            "bandwidth_divisor": str(getattr(em, "bandwidth_divisor", "")),
+            **({k: str(v) for k, v in Scale.of(em).as_record().items()} if em is not None
+               else {"time_factor": "", "bandwidth_divisor": ""}),
             "placement": str(getattr(pol, "placement", "") or ""),
             "schedule": str(getattr(pol, "schedule", "") or ""),
             "spectrum": str(getattr(pol, "spectrum", "") or ""),

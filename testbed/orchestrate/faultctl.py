@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from testbed.emu.scale import Scale
 from testbed.errors import InputError, RuntimeFailure
 from testbed.spec.check import check_scenario
 from testbed.spec.load import format_validation_error
@@ -97,7 +98,7 @@ def parse_request(line: bytes, scenario: Scenario) -> EventSpec:
         check_scenario(scenario.model_copy(update={"events": [ev]}))
     except InputError as exc:
         raise InputError(_field(exc.path), exc.message) from None
-    check_wall_span(ev, scenario.emulation.time_factor)
+    check_wall_span(ev, Scale.of(scenario.emulation))
     return ev
 
 
@@ -106,14 +107,15 @@ def fault_span_s(ev: EventSpec) -> float:
     return (ev.down_s or 0.0) + (ev.period_s or 0.0) * (ev.count or 0)
 
 
-def check_wall_span(ev: EventSpec, scale: float) -> None:
+def check_wall_span(ev: EventSpec, scale: Scale) -> None:
     """InputError naming the field when the fault would last over MAX_FAULT_WALL_S on the
     wall clock (its timers, and the answer's wait, must stay finite and sane)."""
-    wall_s = fault_span_s(ev) * scale
+    wall_s = scale.emulated_s(fault_span_s(ev))
     if not (math.isfinite(wall_s) and wall_s <= MAX_FAULT_WALL_S):
         field = "down_s" if ev.down_s is not None else "period_s"
         raise InputError(field, f"the fault would last {wall_s:g} s of wall-clock time "
-                         f"(x time_factor {scale:g}); the limit is {MAX_FAULT_WALL_S:g} s")
+                         f"(x time_factor {scale.time_factor:g}); the limit is "
+                         f"{MAX_FAULT_WALL_S:g} s")
 
 
 def _field(path: str) -> str:

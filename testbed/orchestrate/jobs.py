@@ -169,7 +169,7 @@ def assign_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence[Host
 
 
 def iterations_csv(records: Mapping[str, Sequence[Sequence[dict[str, Any]]]],
-                   time_factor: float) -> str:
+                   scale: Scale) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["job", "iteration", "warmup", "wall_time_s", "iteration_time_s",
@@ -177,7 +177,7 @@ def iterations_csv(records: Mapping[str, Sequence[Sequence[dict[str, Any]]]],
     for job, stages in sorted(records.items()):
         for r in job_iterations(stages):
             w.writerow([job, r["iteration"], int(r["warmup"]), f"{r['time_s']:.6f}",
-                        f"{r['time_s'] / time_factor:.6f}", f"{r['bubble_ratio']:.4f}",
+                        f"{scale.real_s(r['time_s']):.6f}", f"{r['bubble_ratio']:.4f}",
                         r["sent_bytes"], "" if "loss" not in r else f"{r['loss']:.5f}"])
     return buf.getvalue()
 
@@ -219,7 +219,7 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     deadline_s = scaled_deadline_s if deadline_s is None else deadline_s
     placement = [list(p) for p in placement] if placement is not None else assign_hosts(
         jobs, hosts_by_dc)
-    time_factor = jobs[0].plan.time_factor if jobs else 1.0
+    scale = jobs[0].plan.scale if jobs else Scale()
     log.info("workers: time-out %.0f s, deadline %.0f s (scaled with the machine)",
              timeout_s, deadline_s)
     # With a monitor, each worker waits for one scrape of its final metrics before it
@@ -237,17 +237,17 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         records = launcher.records()
         outcome = launcher.outcome()
         host_load = launcher.host_load()
-    atomic_write_text(out_dir / "iterations.csv", iterations_csv(records, time_factor))
+    atomic_write_text(out_dir / "iterations.csv", iterations_csv(records, scale))
     atomic_write_json(out_dir / "trace.json", chrome_trace(records))
     per_job = []
     emulated: dict[str, float | None] = {}
     for j in jobs:
-        s = summarize_job(j.job, records[j.job], j.plan.time_factor)
+        s = summarize_job(j.job, records[j.job], j.plan.scale)
         s.update(outcome[j.job])
         s.update({"mode": j.plan.mode, "schedule": j.schedule.name, "stage_dcs": j.stage_dcs,
                   "simulated_iteration_time_s": j.simulated_iteration_time_s,
                   "simulated_bubble_ratio": j.simulated_bubble_ratio,
-                  "lightpaths": j.lightpaths, "time_factor": j.plan.time_factor,
+                  "lightpaths": j.lightpaths, "time_factor": j.plan.scale.time_factor,
                   "pipeline": pipeline_record(j.problem)})
         per_job.append(s)
         if j.plan.mode == "shadow":

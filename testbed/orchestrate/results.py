@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from testbed.emu.scale import Scale
+
+UNSCALED = Scale()  # records of a run at 1:1
+
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The JSON lines of one worker; a truncated last line (killed worker) is skipped."""
@@ -78,7 +82,7 @@ def job_iterations(stages: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str,
 
 
 def summarize_job(job: str, stages: Sequence[Sequence[dict[str, Any]]],
-                  time_factor: float = 1.0) -> dict[str, Any]:
+                  scale: Scale = UNSCALED) -> dict[str, Any]:
     """Median iteration time (emulated and rescaled to real seconds) over measured iterations."""
     its = job_iterations(stages)
     measured = [r for r in its if not r["warmup"]] or its
@@ -86,9 +90,9 @@ def summarize_job(job: str, stages: Sequence[Sequence[dict[str, Any]]],
     if measured:
         times = sorted(r["time_s"] for r in measured)
         med = statistics.median(times)
-        out.update({"emulated_iteration_time_s": med / time_factor,
-                    "emulated_p10_s": quantile(times, 0.1) / time_factor,
-                    "emulated_p90_s": quantile(times, 0.9) / time_factor,
+        out.update({"emulated_iteration_time_s": scale.real_s(med),
+                    "emulated_p10_s": scale.real_s(quantile(times, 0.1)),
+                    "emulated_p90_s": scale.real_s(quantile(times, 0.9)),
                     "wall_iteration_time_s": med,
                     "bubble_ratio": statistics.median(r["bubble_ratio"] for r in measured),
                     "iteration_times_s": [r["time_s"] for r in its]})

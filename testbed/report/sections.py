@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from testbed.boundedio import DirReader
+from testbed.emu.scale import Scale
+from testbed.errors import RuntimeFailure
 from testbed.report import figures as F
 from testbed.report import readers
 from testbed.report.page import Figure, Section, Table, markdown_html
@@ -558,7 +560,11 @@ def _job_timelines(d: DirReader, trace: dict[str, Any], summ: dict[str, Any],
             d.skip("trace.json", f"{name}: no span on a stage 0..{MAX_TIMELINE_STAGES - 1}")
             continue
         w = info.get(job, {})
-        factor = float(w.get("time_factor") or 1.0)
+        try:
+            factor = Scale.of_record(w, name).time_factor
+        except RuntimeFailure as exc:
+            d.skip("summary.json", str(exc))
+            continue
         t0 = min(e["ts"] for e in mine)
         pipe = w.get("pipeline")
         if isinstance(pipe, dict) and not readers.small_pipeline(
