@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from controllers import heap
 from controllers.api import RestApi
 from controllers.compat import (
     CONFIG_DISPATCHER,
@@ -214,9 +215,15 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             token = new_token_file(Path(token_file))
         self.api = RestApi(self.core, host or "127.0.0.1", int(port), token=token,
                            jobs=JobService(self.core, PlaceLimits.from_env(os.environ)),
-                           sock=sock)
+                           on_layout=self._adopt_layout, sock=sock)
         self.api.serve()
         log.info("REST API on %s (bearer token in %s)", self.api.url, token_file)
+        heap.settle("start-up")  # no full-GC pause inside a later request (controllers/heap.py)
+
+    def _adopt_layout(self, layout: Layout) -> None:
+        """PUT /layout: the core adopts and programs it; its index joins the settled heap."""
+        self.core.set_layout(layout)
+        heap.settle("a new layout")
 
     def close(self) -> None:
         self.api.close()

@@ -338,3 +338,48 @@ def test_cached_lightpath_rules_equal_fresh(core: ControllerCore) -> None:
     assert core.desired() == fresh()
     core.delete(a["id"])  # the second dc-a~dc-c lightpath now carries the pair
     assert core.desired() == fresh()
+
+
+def test_heap_settle_freezes_the_survivors_and_collects_the_garbage() -> None:
+    """controllers.heap.settle (the controller process, after start-up and each layout):
+    cyclic garbage is collected first, what survives is frozen (a later full collection
+    does not walk it), and what is made afterwards is not frozen."""
+    import gc
+    import weakref
+
+    from controllers import heap
+
+    class Node:
+        pass
+
+    keep, junk = Node(), Node()
+    junk.self = junk  # type: ignore[attr-defined]  # a cycle: only the GC frees it
+    gone = weakref.ref(junk)
+    del junk
+    try:
+        heap.settle("a test")
+        assert gone() is None
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        later = [Node() for _ in range(100)]
+        assert gc.get_freeze_count() == frozen and gc.is_tracked(later[0])
+        assert keep is not None
+    finally:
+        gc.unfreeze()
+
+
+def test_controller_app_settles_the_heap_after_start_up_and_each_layout() -> None:
+    """The wiring: the app passes its own layout hook to the REST API, and both it and
+    the start-up call heap.settle (read from the source: the app needs os-ken and OVS)."""
+    import ast
+    import inspect
+
+    from controllers import lightpath_app
+
+    tree = ast.parse(inspect.getsource(lightpath_app.LightpathApp))
+    calls = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and ast.unparse(n.func) == "heap.settle"}
+    assert calls == {"heap.settle('start-up')", "heap.settle('a new layout')"}, calls
+    kw = {k.arg: ast.unparse(k.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+          and ast.unparse(n.func) == "RestApi" for k in n.keywords}
+    assert kw.get("on_layout") == "self._adopt_layout"
