@@ -49,10 +49,18 @@ class _Router:
         self.rng = rng
         self.version = net.paths_version
         self.tables: dict[tuple[str, str, float], tuple[list[_Cand], str]] = {}
+        # per (src, dst): (path, up, "a-b-c"); per (bitrate, gbps_per_slot): slots needed;
+        # per (src, dst, slots needed on each route): the table, shared by the bitrates
+        # that need the same slots (76 bitrates x 182 pairs: 13,832 keys, 1,274 tables)
+        self.routes: dict[tuple[str, str], list[tuple[PathInfo, bool, str]]] = {}
+        self.slots_memo: dict[tuple[float, float], int] = {}
+        self.shared: dict[tuple[str, str, tuple[int, ...]], tuple[list[_Cand], str]] = {}
 
     def table(self, src: str, dst: str, bitrate: float) -> tuple[list[_Cand], str]:
         if self.version != self.net.paths_version:
             self.tables.clear()
+            self.routes.clear()
+            self.shared.clear()
             self.version = self.net.paths_version
         key = (src, dst, bitrate)
         got = self.tables.get(key)
@@ -62,19 +70,41 @@ class _Router:
 
     def _build(self, src: str, dst: str, bitrate: float) -> tuple[list[_Cand], str]:
         net = self.net
+        routes = self.routes.get((src, dst))
+        if routes is None:
+            routes = self.routes[(src, dst)] = [(p, net.path_up(p), "-".join(p.nodes))
+                                                for p in net.candidate_paths(src, dst)]
+        memo = self.slots_memo
+        needs: list[int] = []
+        for p, up, _ in routes:
+            if not up or p.modulation is None:  # (slots_needed is None: out of reach)
+                needs.append(0)
+                continue
+            n = memo.get((bitrate, p.gbps_per_slot))
+            if n is None:
+                n = net.slots_needed(bitrate, p)
+                assert n is not None
+                memo[(bitrate, p.gbps_per_slot)] = n
+            needs.append(n)
+        key = (src, dst, tuple(needs))
+        got = self.shared.get(key)
+        if got is None:
+            got = self.shared[key] = self._candidates(routes, needs)
+        return got
+
+    def _candidates(self, routes: list[tuple[PathInfo, bool, str]], needs: list[int]
+                    ) -> tuple[list[_Cand], str]:
         cands: list[_Cand] = []
         reason = NO_PATH
-        for p in net.candidate_paths(src, dst):
-            if not net.path_up(p):
+        for (p, up, label), n in zip(routes, needs, strict=True):
+            if not up:
                 continue
-            n = net.slots_needed(bitrate, p)
-            if n is None:
+            if p.modulation is None:
                 reason = NO_REACH if reason == NO_PATH else reason
                 continue
             reason = NO_SPECTRUM
-            if n <= net.slots:
-                cands.append((p.spectra, n, shift_plan(n), p, "-".join(p.nodes),
-                              p.modulation or ""))
+            if n <= self.net.slots:
+                cands.append((p.spectra, n, shift_plan(n), p, label, p.modulation))
         return cands, reason
 
     def place(self, src: str, dst: str, bitrate: float) -> tuple[_Cand, int] | str:
@@ -107,7 +137,8 @@ def request_stream(scenario: Scenario, net: OpticalNetwork) -> tuple[Iterator[Re
                          f"got {wl.kind}")
     if wl.trace is not None:
         return read_request_trace(wl.trace, set(net.topology.nodes)), count_trace_rows(wl.trace)
-    return poisson_requests(wl, _endpoints(scenario, net), random.Random(wl.seed)), wl.requests
+    # (no rng: the stream draws from its own random.Random(wl.seed), in numpy batches)
+    return poisson_requests(wl, _endpoints(scenario, net)), wl.requests
 
 
 def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | None = None,
@@ -142,6 +173,8 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
 def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total: int,
           events: list[EventSpec], out: RecordStream | None, bar: Any, n_batches: int
           ) -> dict[str, Any]:
+    if not events:
+        return _loop_plain(net, router, stream, total, out, bar, n_batches)
     occ, busy, blocked_m = net.slot_masks()
     full = net.full
     first_fit = router.policy == "first_fit"
@@ -268,6 +301,125 @@ def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total
             "slot_time_area": area, "end_s": last_t, "lost": lost, "restored": restored,
             "events_applied": applied, "events_total": len(events), "live_at_end": len(
                 [1 for e in heap if e[2][0] is not None])}
+
+
+def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total: int,
+                out: RecordStream | None, bar: Any, n_batches: int) -> dict[str, Any]:
+    """_loop for a run without network events, the same results (requests.csv, summary)
+    with less work per request: no slot is ever out of service, so only the busy bitmaps
+    are kept (the occupied ones are set equal at the end), departures are immutable
+    tuples (nothing re-routes them) and the next departure time is held in a local."""
+    occ, busy, _ = net.slot_masks()
+    full = net.full
+    policy = router.policy
+    first_fit = policy == "first_fit"
+    last_fit = policy == "last_fit"
+    tables, table = router.tables, router.table  # paths_version never changes here
+    write = out.fh.write if out is not None else None  # (RecordStream.write_line, unwrapped)
+    push, pop = heapq.heappush, heapq.heappop
+    heap: list[tuple[float, int, tuple[int, ...], int, int]] = []  # (departure_s, id, spectra,
+    inf = math.inf                                                  # slot mask, slot-fibres)
+    next_dep = inf  # heap[0][0], or inf when empty
+    sizes = batch_sizes(total, n_batches) if total else []
+    batch_ratios: list[float] = []
+    b_idx, b_left, b_blocked = 0, (sizes[0] if sizes else -1), 0
+    used = 0  # sum over live lightpaths of slots x spectra
+    area = 0.0  # time integral of used
+    last_t = 0.0
+    n_req = n_blocked = 0
+    br_req = br_blocked = 0.0
+    reasons = {NO_PATH: 0, NO_REACH: 0, NO_SPECTRUM: 0}
+    brs: dict[float, str] = {}
+    first = 0
+    tick = 0
+
+    for rid, t, hold, src, dst, br in stream:
+        if next_dep <= t:  # departures up to this arrival, in time order
+            while True:
+                _, _, spectra, m, cost = pop(heap)
+                area += used * (next_dep - last_t)
+                last_t = next_dep
+                m = ~m
+                for s in spectra:
+                    busy[s] &= m
+                used -= cost
+                next_dep = heap[0][0] if heap else inf
+                if next_dep > t:
+                    break
+        area += used * (t - last_t)
+        last_t = t
+
+        got = tables.get((src, dst, br))
+        if got is None:
+            got = table(src, dst, br)
+        n_req += 1
+        br_req += br
+        for cand in got[0]:
+            b = 0
+            for s in cand[0]:
+                b |= busy[s]
+            x = full & ~b
+            if first_fit or last_fit:
+                for sh in cand[2]:
+                    x &= x >> sh
+                if not x:
+                    continue
+                first = (x & -x).bit_length() - 1 if first_fit else x.bit_length() - 1
+            else:
+                f = choose_start(x, cand[1], policy, router.rng)
+                if f is None:
+                    continue
+                first = f
+            spectra, n = cand[0], cand[1]  # accepted on this candidate
+            m = ((1 << n) - 1) << first
+            for s in spectra:
+                busy[s] |= m
+            cost = n * len(spectra)
+            used += cost
+            dep = t + hold
+            push(heap, (dep, rid, spectra, m, cost))
+            if dep < next_dep:
+                next_dep = dep
+            if write is not None:
+                brs_s = brs.get(br)
+                if brs_s is None:
+                    brs_s = brs[br] = f"{br:g}"
+                write(f"{rid},{src},{dst},{brs_s},{cand[4]},{cand[5]},{first},{n},1,,"
+                      f"{t:.6f},{hold:.6f}\n")
+            break
+        else:  # blocked
+            reason = got[1]
+            n_blocked += 1
+            b_blocked += 1
+            br_blocked += br
+            reasons[reason] += 1
+            if write is not None:
+                brs_s = brs.get(br)
+                if brs_s is None:
+                    brs_s = brs[br] = f"{br:g}"
+                write(f"{rid},{src},{dst},{brs_s},,,,,0,{reason},{t:.6f},{hold:.6f}\n")
+        b_left -= 1
+        if b_left == 0:
+            batch_ratios.append(b_blocked / sizes[b_idx])
+            b_idx += 1
+            b_blocked = 0
+            b_left = sizes[b_idx] if b_idx < len(sizes) else -1
+        tick += 1
+        if tick == 4096:
+            bar.advance(tick)
+            tick = 0
+            if out is not None:
+                out.tick()  # complete lines reach the file every FLUSH_S
+    bar.advance(tick)
+    occ[:] = busy  # nothing out of service: occupied == busy
+    if n_req != total:  # a trace whose row count changed under us; keep what ran
+        log.warning("expected %d requests, simulated %d", total, n_req)
+    if b_left > 0 and b_idx < len(sizes) and sizes[b_idx] != b_left:
+        batch_ratios.append(b_blocked / (sizes[b_idx] - b_left))
+    return {"requests": n_req, "blocked": n_blocked, "bitrate_requested_gbps": br_req,
+            "bitrate_blocked_gbps": br_blocked, "reasons": reasons, "batch_ratios": batch_ratios,
+            "slot_time_area": area, "end_s": last_t, "lost": 0, "restored": 0,
+            "events_applied": 0, "events_total": 0, "live_at_end": len(heap)}
 
 
 def _apply_event(net: OpticalNetwork, router: _Router, heap: list[tuple[float, int, list[Any]]],
