@@ -17,10 +17,8 @@ spaces, the penalty and the assumptions.
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -30,7 +28,7 @@ from gymnasium import spaces
 from testbed.errors import InputError
 from testbed.gym.scenario import ScenarioLike, check_count, load, with_pp_jobs, workload_seed
 from testbed.jobs.cluster import Allocation, Cluster
-from testbed.jobs.engine import _ARRIVE, _DEPART, _NET, JobSimulator, JobState
+from testbed.jobs.engine import JobSimulator, JobState
 from testbed.jobs.model import model_catalog
 from testbed.jobs.outcome import NO_GPUS, NO_SPECTRUM, Job, Placed, Refused
 from testbed.jobs.placement import cba_setup
@@ -61,39 +59,15 @@ class _SteppedJobs(JobSimulator):
     network events (the simulator's handlers) up to the next arrival; `decide` starts
     the job with the planner's pending decision or records it blocked."""
 
-    def load(self, jobs: Sequence[Job], arrivals_s: Sequence[float]) -> None:
-        for job, t in zip(jobs, arrivals_s, strict=True):
-            self._push(t, _ARRIVE, JobState(job, t, float(job.req.iterations)))
-        for ev in self.events:
-            self._push(ev.at_s, _NET, ev)
-
     def next_arrival(self) -> JobState | None:
         while self._heap:
-            t, kind, _, payload = heapq.heappop(self._heap)
-            if kind == _DEPART:  # as JobSimulator.run
-                st, version = payload  # type: ignore[misc]
-                if version != st.version:
-                    continue
-                self._advance(t)
-                self._settle(st)
-                st.remaining_iter = 0.0
-                self._finish(st)
-                self._serve_queue()
-                self._upgrade_running()
-            elif kind == _NET:
-                self._advance(t)
-                self._network_event(payload)  # type: ignore[arg-type]
-            else:
-                self._advance(t)
-                return payload  # type: ignore[return-value]
+            got = self.step_event()
+            if isinstance(got, JobState):
+                return got
         return None
 
     def decide(self, st: JobState) -> Placed | Refused:
-        res = self._try_start(st)
-        if isinstance(res, Refused):
-            st.blocked, st.reason, st.end_s = True, res.reason, self.now
-            self.done.append(st)
-        return res
+        return self.admit_or_block(st)
 
 
 class PlacementEnv(gym.Env[dict[str, Any], np.int64]):

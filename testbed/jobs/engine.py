@@ -270,12 +270,47 @@ class JobSimulator:
         self._serve_queue()
 
     # ---- main loop -------------------------------------------------------------------
-    def run(self, jobs: Sequence[Job], arrivals_s: Sequence[float],
-            tick: Callable[[], None] | None = None) -> list[JobState]:
+    def load(self, jobs: Sequence[Job], arrivals_s: Sequence[float]) -> None:
+        """Queue the jobs' arrivals and the network events."""
         for job, t in zip(jobs, arrivals_s, strict=True):
             self._push(t, _ARRIVE, JobState(job, t, float(job.req.iterations)))
         for ev in self.events:
             self._push(ev.at_s, _NET, ev)
+
+    def step_event(self) -> JobState | bool:
+        """Pop the next event (the heap must not be empty) and handle a departure or a
+        network event; an arrival is returned, the clock at its time, for the caller to
+        admit. False: a stale departure (re-timed or interrupted job), nothing done."""
+        t, kind, _, payload = heapq.heappop(self._heap)
+        if kind == _DEPART:
+            st, version = payload  # type: ignore[misc]
+            if version != st.version:
+                return False
+            self._advance(t)
+            self._settle(st)
+            st.remaining_iter = 0.0
+            self._finish(st)
+            self._serve_queue()
+            self._upgrade_running()
+        elif kind == _NET:
+            self._advance(t)
+            self._network_event(payload)  # type: ignore[arg-type]
+        else:
+            self._advance(t)
+            return payload  # type: ignore[no-any-return]
+        return True
+
+    def admit_or_block(self, st: JobState) -> Placed | Refused:
+        """Start an arrived job now (admission: block), or record it blocked."""
+        res = self._try_start(st)
+        if isinstance(res, Refused):
+            st.blocked, st.reason, st.end_s = True, res.reason, self.now
+            self.done.append(st)
+        return res
+
+    def run(self, jobs: Sequence[Job], arrivals_s: Sequence[float],
+            tick: Callable[[], None] | None = None) -> list[JobState]:
+        self.load(jobs, arrivals_s)
         while self._heap or self.queue:
             if not self._heap:  # only waiting jobs left: the head never fits an idle cluster
                 st = self.queue.pop(0)
@@ -285,31 +320,15 @@ class JobSimulator:
                 self.done.append(st)
                 self._serve_queue()
                 continue
-            t, kind, _, payload = heapq.heappop(self._heap)
-            if kind == _DEPART:
-                st, version = payload  # type: ignore[misc]
-                if version != st.version:
-                    continue  # stale (re-timed or interrupted)
-                self._advance(t)
-                self._settle(st)
-                st.remaining_iter = 0.0
-                self._finish(st)
-                self._serve_queue()
-                self._upgrade_running()
-            elif kind == _NET:
-                self._advance(t)
-                self._network_event(payload)  # type: ignore[arg-type]
-            else:
-                self._advance(t)
-                st = payload  # type: ignore[assignment]
+            got = self.step_event()
+            if got is False:
+                continue
+            if isinstance(got, JobState):
                 if self.admission == "queue":
-                    self.queue.append(st)
+                    self.queue.append(got)
                     self._serve_queue()
                 else:
-                    res = self._try_start(st)
-                    if isinstance(res, Refused):
-                        st.blocked, st.reason, st.end_s = True, res.reason, t
-                        self.done.append(st)
+                    self.admit_or_block(got)
                 if tick is not None:
                     tick()
             if self.on_change is not None:
