@@ -234,3 +234,30 @@ def test_keep_paths_takes_a_copys_routes_unless_fibres_changed() -> None:
     fresh = net.candidate_paths("2", "12")
     assert fresh is not other
     assert not any({a, b} == {"1", "2"} for p in fresh for a, b in p.fibres)
+
+
+def test_apply_event_dispatches_each_network_event() -> None:
+    """One dispatch of a scenario's network events (used by the lightpath simulator, the
+    job simulator and RMSA-v0): cut and wavelength loss release what they hit, repairs
+    hit nothing and give the spectrum back, other kinds are refused."""
+    from testbed.spec.models import EventSpec
+
+    net = OpticalNetwork(line(300, 300), OpticalSpec(slots=10, k_paths=1))
+    lp = net.allocate("0", "2", slots=2)
+    assert lp is not None
+    cut = net.apply_event(EventSpec(at_s=1, kind="fiber_cut", link=["0", "1"]))
+    assert [x.id for x in cut] == [lp.id]
+    assert net.allocate("0", "2", slots=2) is None  # the only route is cut
+    assert net.apply_event(EventSpec(at_s=2, kind="fiber_repair", link=["0", "1"])) == []
+    lp2 = net.allocate("0", "2", slots=2)
+    assert lp2 is not None and lp2.first_slot == 0
+    loss = EventSpec(at_s=3, kind="wavelength_loss", link=["1", "2"], first_slot=1, slots=1)
+    assert [x.id for x in net.apply_event(loss)] == [lp2.id]
+    lp3 = net.allocate("0", "2", slots=2)
+    assert lp3 is not None and lp3.first_slot == 2  # slot 1 is out of service
+    back = EventSpec(at_s=4, kind="wavelength_repair", link=["1", "2"], first_slot=1, slots=1)
+    assert net.apply_event(back) == []
+    firsts = [net.allocate("0", "2", slots=1) for _ in range(2)]
+    assert [x.first_slot for x in firsts if x is not None] == [0, 1]  # slot 1 is back
+    with pytest.raises(ValueError, match="not a network event"):
+        net.apply_event(EventSpec(at_s=5, kind="worker_kill", job=0, stage=0))

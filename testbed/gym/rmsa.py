@@ -245,20 +245,7 @@ class RMSAEnv(gym.Env[dict[str, Any], np.int64]):
         """A cut or slot loss releases the lightpaths it hits, then each (in request order)
         is re-routed with the scenario's spectrum policy or lost, as `lightpipe sim`."""
         net = self.net
-        assert ev.link is not None
-        u, v = ev.link
-        if ev.kind == "fiber_cut":
-            hit = net.fail_link(u, v)
-        elif ev.kind == "wavelength_loss":
-            assert ev.first_slot is not None and ev.slots is not None
-            hit = net.block_slots(u, v, ev.first_slot, ev.slots)
-        elif ev.kind == "fiber_repair":
-            net.repair_link(u, v)
-            return
-        else:
-            assert ev.first_slot is not None and ev.slots is not None
-            net.unblock_slots(u, v, ev.first_slot, ev.slots)
-            return
+        hit = net.apply_event(ev)
         rids = sorted(self._rid_of.pop(lp.id) for lp in hit)
         policy = self.scenario.policy.spectrum
         for rid in rids:

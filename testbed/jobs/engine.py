@@ -224,19 +224,7 @@ class JobSimulator:
     # ---- network events --------------------------------------------------------------
     def _network_event(self, ev: EventSpec) -> None:
         net = self.cluster.network
-        u, v = ev.link
-        if ev.kind == "fiber_cut":
-            hit = net.fail_link(u, v)
-        elif ev.kind == "wavelength_loss":
-            assert ev.first_slot is not None and ev.slots is not None
-            hit = net.block_slots(u, v, ev.first_slot, ev.slots)
-        elif ev.kind == "fiber_repair":
-            net.repair_link(u, v)
-            hit = []
-        else:
-            assert ev.first_slot is not None and ev.slots is not None
-            net.unblock_slots(u, v, ev.first_slot, ev.slots)
-            hit = []
+        hit = net.apply_event(ev)
         self.lost_lightpaths += len(hit)
         ids = {lp.id for lp in hit}
         for st in list(self.running.values()):

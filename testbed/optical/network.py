@@ -23,12 +23,13 @@ from testbed.optical.modulation import (
 )
 from testbed.optical.paths import k_shortest_paths
 from testbed.optical.spectrum import bits, block_mask, choose_start, full_mask
+from testbed.spec.faults import NETWORK_KINDS
 from testbed.spec.models import OpticalSpec
 from testbed.topologies import Topology
 
 if TYPE_CHECKING:
     from testbed.optical.qot import GnpyQoT
-    from testbed.spec.models import Scenario
+    from testbed.spec.models import EventSpec, Scenario
 
 # Reasons a request is refused (requests.csv `reason` column).
 NO_PATH = "no_path"  # no route (disconnected, or every candidate crosses a failed fibre)
@@ -394,6 +395,24 @@ class OpticalNetwork:
         for lp in hit:
             self.release(lp)
         return hit
+
+    def apply_event(self, ev: EventSpec) -> list[Lightpath]:
+        """Apply a network event (fiber_cut / fiber_repair / wavelength_loss /
+        wavelength_repair of a scenario's `events`): the lightpaths it hits, released
+        (none for a repair)."""
+        if ev.kind not in NETWORK_KINDS or ev.link is None:
+            raise ValueError(f"{ev.kind!r} is not a network event")
+        u, v = ev.link
+        if ev.kind == "fiber_cut":
+            return self.fail_link(u, v)
+        if ev.kind == "fiber_repair":
+            self.repair_link(u, v)
+            return []
+        assert ev.first_slot is not None and ev.slots is not None
+        if ev.kind == "wavelength_loss":
+            return self.block_slots(u, v, ev.first_slot, ev.slots)
+        self.unblock_slots(u, v, ev.first_slot, ev.slots)  # wavelength_repair
+        return []
 
     def unblock_slots(self, u: str, v: str, first_slot: int, n_slots: int) -> None:
         """Return slots taken out with block_slots to service (wavelength repair)."""

@@ -428,22 +428,15 @@ def _apply_event(net: OpticalNetwork, router: _Router, heap: list[tuple[float, i
 
     Returns (change in used slot-fibres, lightpaths lost, lightpaths restored).
     """
-    u, v = ev.link
-    link = net.link_id(u, v)
-    if ev.kind == "fiber_cut":
-        net.fail_link(u, v)
-        hit_mask = -1
-    elif ev.kind == "fiber_repair":
-        net.repair_link(u, v)
+    link = net.link_id(*ev.link)
+    net.apply_event(ev)  # (the live lightpaths are this loop's own: found below)
+    if ev.kind in ("fiber_repair", "wavelength_repair"):
         return 0, 0, 0
-    elif ev.kind == "wavelength_loss":
-        assert ev.first_slot is not None and ev.slots is not None
-        net.block_slots(u, v, ev.first_slot, ev.slots)
-        hit_mask = ((1 << ev.slots) - 1) << ev.first_slot
+    if ev.kind == "fiber_cut":
+        hit_mask = -1
     else:
         assert ev.first_slot is not None and ev.slots is not None
-        net.unblock_slots(u, v, ev.first_slot, ev.slots)
-        return 0, 0, 0
+        hit_mask = ((1 << ev.slots) - 1) << ev.first_slot
     occ, busy, blocked_m = net.slot_masks()
     hit = sorted((item for item in heap if item[2][0] is not None
                   and link in item[2][6].links and item[2][1] & hit_mask),
