@@ -15,6 +15,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
                    f"--junitxml={junit}", *selection]
             rc = subprocess.run(cmd, cwd=ROOT, check=False).returncode
             total, found = failures_of(junit, r)
-            if rc not in (0, 1) and not found:
-                found = [Failure(r, "(whole round)", f"pytest exited {rc}")]
+            if rc not in (0, 1):  # how pytest ended: a test that killed it is in its log
+                how = (f"killed by {signal.Signals(-rc).name}" if rc < 0
+                       else f"exited {rc}")
+                found = [f for f in found if f.test != "(whole round)"]
+                found.append(Failure(r, "(whole round)", f"pytest {how}"
+                                     + ("" if junit.is_file() else ", no JUnit XML")))
             all_failures += found
             line = (f"round {r}/{args.rounds}: {total} tests, {len(found)} failed, "
                     f"{time.monotonic() - t0:.0f} s (busy cores: {args.busy})")
