@@ -88,3 +88,18 @@ def test_no_module_reads_the_factors_by_name_but_scale() -> None:
     for src in ('x["time_factor"]', 'x.get("bandwidth_divisor")',
                 'getattr(em, "time_factor", 1.0)'):
         assert _reads_by_name(ast.parse(src)), src
+
+
+def test_record_bounds_are_the_specs() -> None:
+    """Scale.of_record refuses what the spec refuses (the bounds are written twice so that
+    a worker importing Scale does not import pydantic and the spec)."""
+    from testbed.emu import scale
+    from testbed.spec.models import EmulationSpec
+
+    def bound(name: str, kind: str) -> float:
+        meta = EmulationSpec.model_fields[name].metadata
+        return next(getattr(m, kind) for m in meta if getattr(m, kind, None) is not None)
+
+    assert bound("bandwidth_divisor", "le") == scale.MAX_BANDWIDTH_DIVISOR
+    assert bound("time_factor", "le") == scale.MAX_TIME_FACTOR
+    assert bound("bandwidth_divisor", "ge") == 1 and bound("time_factor", "gt") == 0

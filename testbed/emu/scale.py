@@ -17,7 +17,8 @@ from typing import Any
 
 from testbed.errors import InputError, RuntimeFailure
 
-# The spec's bounds (testbed/spec/models.py, EmulationSpec).
+# The spec's bounds (testbed/spec/models.py, EmulationSpec), not imported from it: a worker
+# imports Scale and should not pay for pydantic (tests/test_scale.py checks they agree).
 MAX_BANDWIDTH_DIVISOR = 1e9
 MAX_TIME_FACTOR = 1e6
 
