@@ -117,12 +117,14 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
     import urllib.request
     from types import SimpleNamespace
 
+    from testbed.emu.slack import SlackHistogram
     from testbed.metrics.links import LINK_METRIC_NAMES, LinkExporter
 
     def direction(tx: int) -> dict:
         return {"rx_packets": 3, "rx_bytes": tx, "tx_packets": 3, "tx_bytes": tx,
                 "tx_segments": 3, "queue_drops": 2, "loss_drops": 1, "down_drops": 0,
-                "send_errors": 0, "queue_depth_bytes": 1500, "in_flight_frames": 0,
+                "send_errors": 0, "socket_drops": 4, "queue_depth_bytes": 1500,
+                "in_flight_frames": 0,
                 "vlans": {"101": {"rate_mbps": 50.0, "bytes": tx, "packets": 3, "drops": 2,
                                   "queue_depth_bytes": 0}}}
 
@@ -134,8 +136,12 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
         def stats(self) -> dict:
             if self.tx is None:
                 raise ConnectionRefusedError("forwarder stopped")
+            slack = SlackHistogram()
+            for late_s in (0.00002, 0.0003, 0.2):
+                slack.observe(late_s)
             return {"directions": {"a_to_b": direction(self.tx),
-                                   "b_to_a": direction(self.tx + 1)}}
+                                   "b_to_a": direction(self.tx + 1)},
+                    "timer_slack": slack.as_record()}
 
     exp = LinkExporter([Link("A", "B", 1000), Link("B", "C", None)])
     exp.start()
@@ -149,6 +155,12 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
     assert 'lightpipe_fibre_tx_bytes_total{direction="b_to_a",fibre="A-B"} 1001.0' in body
     assert ('lightpipe_lightpath_drops_total{direction="a_to_b",fibre="A-B",vlan="101"} 2.0'
             in body)
+    assert 'lightpipe_fibre_socket_drops_total{direction="a_to_b",fibre="A-B"} 4.0' in body
+    # timer slack: cumulative buckets (0.02 ms <= 0.05 ms; 0.3 ms <= 0.5 ms; 200 ms > all)
+    assert 'lightpipe_fibre_timer_slack_seconds_bucket{fibre="A-B",le="5e-05"} 1.0' in body
+    assert 'lightpipe_fibre_timer_slack_seconds_bucket{fibre="A-B",le="0.0005"} 2.0' in body
+    assert 'lightpipe_fibre_timer_slack_seconds_bucket{fibre="A-B",le="0.1"} 2.0' in body
+    assert 'lightpipe_fibre_timer_slack_seconds_count{fibre="A-B"} 3.0' in body
     assert 'fibre="B-C"' not in body  # a stopped forwarder gives no samples, no error
     assert exp.snapshot()["A-B"]["a_to_b"]["lightpath_drops"] == {"101": 2}
 

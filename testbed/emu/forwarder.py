@@ -41,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.emu.slack import SlackHistogram
+
 log = logging.getLogger("lightpipe.forwarder")
 
 ETH_P_ALL = 0x0003
@@ -48,6 +50,8 @@ SOL_PACKET = 263
 PACKET_VNET_HDR = 15
 PACKET_IGNORE_OUTGOING = 23
 PACKET_AUXDATA = 8
+PACKET_STATISTICS = 6
+_PSTATS = struct.Struct("=II")  # tp_packets, tp_drops (reading resets them)
 TP_STATUS_VLAN_VALID = 0x10
 TP_STATUS_VLAN_TPID_VALID = 0x40
 _AUX = struct.Struct("=IIIHHHH")  # status, len, snaplen, mac, net, vlan_tci, vlan_tpid
@@ -165,6 +169,7 @@ class Direction:
     loss_drops: int = 0
     down_drops: int = 0
     send_errors: int = 0
+    socket_drops: int = 0  # frames the kernel dropped before this process read them
 
 
 class Forwarder:
@@ -195,6 +200,7 @@ class Forwarder:
             self.control.listen(8)
             self.control.setblocking(False)
         self.running = True
+        self.slack = SlackHistogram()  # how late timed select() wake-ups came (s)
 
     # -- lightpath caps ------------------------------------------------------------
     def set_vlan(self, vlan: int, rate_mbps: float, limit_bytes: int | None = None) -> None:
@@ -351,13 +357,14 @@ class Forwarder:
             "loss": self.loss, "queue_bytes": self.queue_bytes, "down": self.down,
             "directions": {}}
         now = time.monotonic()
-        for d in self.dirs.values():
+        for fd, d in self.dirs.items():
+            d.socket_drops += _socket_drops(self.socks[fd])
             out["directions"][d.name] = {
                 "rx_packets": d.rx_packets, "rx_bytes": d.rx_bytes,
                 "tx_packets": d.tx_packets, "tx_bytes": d.tx_bytes,
                 "tx_segments": d.tx_segments, "queue_drops": d.queue_drops,
                 "loss_drops": d.loss_drops, "down_drops": d.down_drops,
-                "send_errors": d.send_errors,
+                "send_errors": d.send_errors, "socket_drops": d.socket_drops,
                 "queue_depth_bytes": int(max(0.0, d.fibre_next_s - now) * self.rate_bps / 8),
                 "in_flight_frames": len(d.delay_line) + sum(
                     len(c.line or ()) for c in d.vlans.values()),
@@ -366,6 +373,7 @@ class Forwarder:
                                    "packets": c.packets, "drops": c.drops,
                                    "queue_depth_bytes": c.queued_bytes}
                           for v, c in d.vlans.items()}}
+        out["timer_slack"] = self.slack.as_record()
         return out
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -450,6 +458,8 @@ class Forwarder:
                 readable, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
                 continue
+            if not readable and 0.0 < timeout < 0.2:  # a timed wake-up: how late it came
+                self.slack.observe(time.monotonic() - (nxt - EARLY_S))
             for fd in readable:
                 if fd in self.socks:
                     self._read(fd)
@@ -468,6 +478,17 @@ class Forwarder:
             self.control.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.control_path or "")
+
+
+def _socket_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped on this packet socket since the last call (its receive
+    buffer was full: this process did not read in time); 0 where unreadable."""
+    try:
+        _packets, drops = _PSTATS.unpack(sock.getsockopt(SOL_PACKET, PACKET_STATISTICS,
+                                                         _PSTATS.size))
+    except OSError:
+        return 0
+    return int(drops)
 
 
 def _packet_socket(ifname: str) -> socket.socket:

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 LINK_METRIC_NAMES = (
     "lightpipe_fibre_rx_bytes_total", "lightpipe_fibre_tx_bytes_total",
     "lightpipe_fibre_queue_drops_total", "lightpipe_fibre_loss_drops_total",
+    "lightpipe_fibre_socket_drops_total", "lightpipe_fibre_timer_slack_seconds_count",
     "lightpipe_fibre_queue_depth_bytes",
     "lightpipe_lightpath_bytes_total", "lightpipe_lightpath_drops_total",
     "lightpipe_lightpath_rate_bits_per_second",
