@@ -1,15 +1,21 @@
-"""The fast 2-layer Clos compile of a routing instance equals the generic one (same paths,
-link rows, own-link masks and capacities), including after link failures; the lazy path
-list behaves as a list."""
+"""The fast 2-layer Clos compile of a routing instance (per pair and in one batch) equals the
+generic one (same paths, link rows, own-link masks and capacities), including after link
+failures; the lazy path list behaves as a list; the fast greedy loop makes the reference
+loop's choices."""
 
 from __future__ import annotations
 
+import itertools
+import random
+
+import networkx as nx
 import numpy as np
 import pytest
 
-from testbed.routing.flows import flows_of, jobs_on_clos
-from testbed.routing.instance import Fabric, SpinePaths
-from testbed.routing.topology import clos
+from testbed.routing.flows import Flow, Job, flows_of, jobs_on_clos
+from testbed.routing.greedy import greedy, greedy_reference
+from testbed.routing.instance import Fabric, Instance, SpinePaths
+from testbed.routing.topology import clos, fat_tree, wan_lightpaths
 
 
 def _same(fabric: Fabric, src: str, dst: str) -> None:
@@ -58,3 +64,68 @@ def test_spine_paths_is_a_list() -> None:
     with pytest.raises(IndexError):
         p[3]
     assert as_list[2] in p
+
+
+def _graphs() -> list[tuple[str, nx.DiGraph]]:
+    """Fabrics the batch compile must handle like `pair`: intact, oversubscribed, links and
+    a spine gone, unequal capacities, one spine, a fat-tree, lightpaths between DCs."""
+    out = [("clos", clos(8, 16, 4)), ("oversub", clos(4, 8, 4, oversubscription=2.0)),
+           ("one-spine", clos(1, 4, 4))]
+    g = clos(6, 12, 4)
+    rng = random.Random(5)
+    for s, leaf in rng.sample([(s, leaf) for s in range(6) for leaf in range(12)], 10):
+        g.remove_edge(f"spine{s}", f"leaf{leaf}")
+        g.remove_edge(f"leaf{leaf}", f"spine{s}")
+    g.edges["leaf3", "spine1"]["capacity_gbps"] = 40.0
+    out.append(("failed", g))
+    h = clos(4, 8, 2)
+    for leaf in range(8):
+        h.remove_edge("spine2", f"leaf{leaf}")
+        h.remove_edge(f"leaf{leaf}", "spine2")
+    out += [("spine-down", h), ("fat-tree", fat_tree(4)),
+            ("wan", wan_lightpaths({"a": 4, "b": 4, "c": 2},
+                                   [("a", "b", 100.0), ("a", "b", 50.0), ("b", "c", 100.0)]))]
+    return out
+
+
+@pytest.mark.parametrize("name,g", _graphs())
+def test_batch_compile_equals_pairs_and_generic(name: str, g: nx.DiGraph) -> None:
+    hosts = [n for n, r in g.nodes(data="role") if r == "host"]
+    flows = [Flow(f"f{k}", "j", a, b, 1.0) for k, (a, b) in
+             enumerate(itertools.permutations(hosts, 2))]
+    comp = Fabric(g).compile(flows)
+    if name in ("clos", "oversub", "failed"):
+        assert comp.batch is not None  # the batch path is taken where it applies
+    ref = Fabric(g)
+    for i, f in enumerate(flows):
+        slow = ref._generic(f.src, f.dst)
+        assert list(comp.paths[i]) == list(slow.paths)
+        assert np.array_equal(comp.mat[i], slow.mat)
+        assert np.array_equal(comp.mask[i], slow.mask)
+        assert np.array_equal(comp.cols[i], slow.cols)
+        assert np.array_equal(comp.ocap[i], slow.ocap) and comp.ocap_max[i] == slow.ocap_max
+
+
+@pytest.mark.parametrize("name,g", _graphs())
+def test_fast_greedy_equals_reference(name: str, g: nx.DiGraph) -> None:
+    """Same choices as the reference loop from scratch, from a partial start, in a random
+    order and with random ties, on fabrics where free candidates run out (few spines,
+    unequal capacities) and where they do not."""
+    hosts = [n for n, r in g.nodes(data="role") if r == "host"]
+    for seed in range(8):
+        rng = random.Random(seed)
+        size = min(len(hosts), rng.randint(3, 8))
+        jobs = []
+        for j in range(rng.randint(1, 4)):
+            jobs.append(Job(f"j{j}", tuple(rng.sample(hosts, size)),
+                            pattern=rng.choice(["ring", "ring", "pipeline", "all_to_all"])))
+        inst = Instance(g, flows_of(jobs))
+        n = len(inst.flows)
+        assert greedy(inst) == greedy_reference(inst)
+        start: list[int | None] = list(greedy_reference(inst))
+        off = rng.sample(range(n), n // 2)
+        for i in off:
+            start[i] = None
+        assert greedy(inst, start, order=off) == greedy_reference(inst, start, order=off)
+        assert greedy(inst, start, order=off, rng=random.Random(seed)) == \
+            greedy_reference(inst, start, order=off, rng=random.Random(seed))

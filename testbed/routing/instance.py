@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 from typing import NamedTuple, overload
 
 import networkx as nx
@@ -89,6 +91,8 @@ class SpinePaths(Sequence[tuple[str, ...]]):
 
 # Own-link mask of k > 1 candidates src-leaf-spine-leaf-dst: the two spine links.
 _SPINE_OWN = np.array([False, True, True, False])
+_NO_COLS = np.zeros(0, dtype=np.int64)
+_NO_COLS.flags.writeable = False
 
 
 class Pair(NamedTuple):
@@ -104,41 +108,55 @@ class Pair(NamedTuple):
 
 class _SpineCache:
     """Fast candidate paths (and their link indices) on a 2-layer Clos: hosts on one leaf,
-    leaves under spines. Per leaf, the up- and down-link index to every spine (-1: none);
-    per leaf pair, what all its host pairs share (spines, spine links, capacities)."""
+    leaves under spines. Per leaf, the up- and down-link index to every spine (-1: none),
+    as two (leaves x spines) arrays; per leaf pair, what all its host pairs share (spines,
+    spine links, capacities)."""
 
-    def __init__(self, graph: nx.DiGraph, index: dict[tuple[str, str], int],
-                 cap: np.ndarray) -> None:
+    def __init__(self, graph: nx.DiGraph, idx: LinkIndex, cap: np.ndarray) -> None:
         self.g = graph
-        self.index = index
+        self.idx = idx
         self.cap = cap
-        self.role: dict[str, str | None] = dict(graph.nodes(data="role"))
+        self.role: dict[str, str | None] = {n: d.get("role") for n, d in graph._node.items()}
         self.spines = sorted((n for n, r in self.role.items() if r == SPINE), key=_natural)
-        self.up: dict[str, np.ndarray] = {}
-        self.down: dict[str, np.ndarray] = {}
-        self._whole: dict[tuple[str, bool], bool] = {}  # (leaf, up): a link to every spine
+        self.leaves = [n for n, r in self.role.items() if r == LEAF]
+        self.leaf_no = {leaf: i for i, leaf in enumerate(self.leaves)}
         # (leaf a, leaf b) -> a Pair with the host-link columns (0 and 3) still 0, or None
         # where no spine joins them
         self.leaf_pairs: dict[tuple[str, str], Pair | None] = {}
         self._masks: dict[int, np.ndarray] = {}  # read-only, shared by every pair
+        # host -> (its leaf, the host's link to or from it), None if not one leaf's host
+        self._host_up: dict[str, tuple[str, int] | None] = {}
+        self._host_down: dict[str, tuple[str, int] | None] = {}
 
-    def _links(self, leaf: str, up: bool) -> np.ndarray:
-        cache = self.up if up else self.down
-        got = cache.get(leaf)
-        if got is None:
-            idx = self.index
-            got = cache[leaf] = np.array(
-                [idx.get((leaf, s) if up else (s, leaf), -1) for s in self.spines],
-                dtype=np.int64)
-            self._whole[(leaf, up)] = bool(got.min() >= 0) if got.size else False
-        return got
+    @cached_property
+    def up(self) -> np.ndarray:
+        """(leaves x spines): link index leaf -> spine, -1 where there is none."""
+        out = self.idx.out_links
+        rows = [list(map(out(leaf).get, self.spines, repeat(-1))) for leaf in self.leaves]
+        return np.array(rows, dtype=np.int64).reshape(len(self.leaves), len(self.spines))
+
+    @cached_property
+    def down(self) -> np.ndarray:
+        """(leaves x spines): link index spine -> leaf, -1 where there is none."""
+        out = self.idx.out_links
+        cols = [list(map(out(s).get, self.leaves, repeat(-1))) for s in self.spines]
+        arr = np.array(cols, dtype=np.int64).reshape(len(self.spines), len(self.leaves))
+        return np.ascontiguousarray(arr.T)
+
+    @cached_property
+    def whole(self) -> tuple[list[bool], list[bool]]:
+        """Per leaf: a link up to every spine; a link down from every spine."""
+        if not self.spines:
+            return [False] * len(self.leaves), [False] * len(self.leaves)
+        return (self.up >= 0).all(axis=1).tolist(), (self.down >= 0).all(axis=1).tolist()
 
     def _leaf_pair(self, la: str, lb: str) -> Pair | None:
         key = (la, lb)
         if key in self.leaf_pairs:
             return self.leaf_pairs[key]
-        u, d = self._links(la, True), self._links(lb, False)
-        if self._whole[(la, True)] and self._whole[(lb, False)]:  # every spine joins them
+        a, b = self.leaf_no[la], self.leaf_no[lb]
+        u, d = self.up[a], self.down[b]
+        if self.whole[0][a] and self.whole[1][b]:  # every spine joins them
             names, uu, dd = self.spines, u, d
         else:
             sel = np.flatnonzero((u >= 0) & (d >= 0))
@@ -149,9 +167,7 @@ class _SpineCache:
             tmpl = np.zeros((n, 4), dtype=np.int64)
             tmpl[:, 1], tmpl[:, 2] = uu, dd
             if n > 1:  # distinct spines: the spine links are each candidate's own
-                mask = self._masks.get(n)
-                if mask is None:
-                    mask = self._masks[n] = np.broadcast_to(_SPINE_OWN, (n, 4))
+                mask = self.spine_mask(n)
                 ocap = np.minimum(self.cap[uu], self.cap[dd])
             else:
                 mask = np.zeros((1, 4), dtype=bool)
@@ -160,24 +176,56 @@ class _SpineCache:
         self.leaf_pairs[key] = got
         return got
 
+    def spine_mask(self, n: int) -> np.ndarray:
+        """The own-link mask of n > 1 candidates through one spine each (read-only, shared)."""
+        mask = self._masks.get(n)
+        if mask is None:
+            mask = self._masks[n] = np.broadcast_to(_SPINE_OWN, (n, 4))
+        return mask
+
+    def host_up(self, h: str) -> tuple[str, int] | None:
+        """A host's leaf and its link to it; None unless h is a host with one uplink to a
+        leaf."""
+        if h in self._host_up:
+            return self._host_up[h]
+        got = None
+        nbrs = self.g._succ.get(h)
+        if self.role.get(h) == HOST and nbrs is not None and len(nbrs) == 1:
+            leaf = next(iter(nbrs))
+            if self.role.get(leaf) == LEAF:
+                got = (leaf, self.idx.offset[h])
+        self._host_up[h] = got
+        return got
+
+    def host_down(self, h: str) -> tuple[str, int] | None:
+        """A host's leaf and the leaf's link to it; None unless h is a host with one
+        downlink from a leaf."""
+        if h in self._host_down:
+            return self._host_down[h]
+        got = None
+        nbrs = self.g._pred.get(h)
+        if self.role.get(h) == HOST and nbrs is not None and len(nbrs) == 1:
+            leaf = next(iter(nbrs))
+            if self.role.get(leaf) == LEAF:
+                got = (leaf, self.idx.out_links(leaf)[h])
+        self._host_down[h] = got
+        return got
+
     def pair(self, src: str, dst: str) -> Pair | None:
         """The pair's candidates through one spine each, None if the fabric is not a
         2-layer Clos around them."""
-        # graph._succ / _pred: networkx's adjacency dicts (its views cost ~10x per lookup)
-        succ, pred, role = self.g._succ, self.g._pred, self.role
-        if role.get(src) != HOST or role.get(dst) != HOST or src == dst:
+        up, down = self.host_up(src), self.host_down(dst)
+        if up is None or down is None or src == dst:
             return None
-        up, down = succ[src], pred[dst]
-        if len(up) != 1 or len(down) != 1:
-            return None
-        la, lb = next(iter(up)), next(iter(down))
-        if role.get(la) != LEAF or role.get(lb) != LEAF or la == lb:
-            return None  # hosts on one leaf: the generic path below
+        (la, hu), (lb, hd) = up, down
+        if la == lb:  # hosts on one leaf: one path, no own links
+            return Pair([(src, la, dst)], np.array([[hu, hd]], dtype=np.int64),
+                        np.zeros((1, 2), dtype=bool), _NO_COLS, np.full(1, np.inf), np.inf)
         lp = self._leaf_pair(la, lb)
         if lp is None:
             return None
         mat = lp.mat.copy()
-        mat[:, 0], mat[:, 3] = self.index[(src, la)], self.index[(lb, dst)]
+        mat[:, 0], mat[:, 3] = hu, hd
         return lp._replace(paths=SpinePaths(src, la, lp.paths, lb, dst), mat=mat)  # type: ignore[arg-type]
 
 
@@ -185,6 +233,22 @@ def _natural(name: str) -> tuple[str, int]:
     head = name.rstrip("0123456789")
     tail = name[len(head):]
     return head, int(tail) if tail else -1
+
+
+@dataclass
+class Compiled:
+    """Candidates of a list of flows (see `Fabric.compile`): per flow what a `Pair` holds;
+    `batch` = (flow positions, their own links (flows x 2 x candidates: the up- and the
+    down-spine link of every candidate), their least own capacity per candidate) for the
+    flows compiled together."""
+
+    paths: list[Sequence[tuple[str, ...]]]
+    mat: list[np.ndarray]
+    mask: list[np.ndarray]
+    cols: list[np.ndarray]
+    ocap: list[np.ndarray]
+    ocap_max: list[float]
+    batch: tuple[list[int], np.ndarray, np.ndarray] | None = None
 
 
 class Fabric:
@@ -196,7 +260,7 @@ class Fabric:
         self.graph = graph
         self.idx = LinkIndex(graph)
         self.cap = self.idx.capacity_gbps
-        self._spines = _SpineCache(graph, self.idx.index, self.cap)
+        self._spines = _SpineCache(graph, self.idx, self.cap)
         self._cols: dict[bytes, np.ndarray] = {}
         self._pairs: dict[tuple[str, str], Pair] = {}
 
@@ -211,6 +275,50 @@ class Fabric:
                 got = self._generic(src, dst)
             self._pairs[(src, dst)] = got
         return got
+
+    def compile(self, flows: Sequence[Flow]) -> Compiled:
+        """Every flow's candidates at once, as `pair` gives them one by one. On a 2-layer
+        Clos, the flows between two leaves that reach every spine are compiled together
+        (one gather from the leaves' spine-link arrays); the others go through `pair`."""
+        sc = self._spines
+        n, n_sp = len(flows), len(sc.spines)
+        out = Compiled([None] * n, [None] * n, [None] * n, [None] * n, [None] * n,  # type: ignore[list-item]
+                       [0.0] * n)
+        rows: list[int] = []
+        ab: list[tuple[int, int, int, int]] = []
+        if n_sp > 1:
+            whole_up, whole_down = sc.whole
+            leaf_no, host_up, host_down, spines = sc.leaf_no, sc.host_up, sc.host_down, sc.spines
+        for i, f in enumerate(flows):
+            if n_sp > 1:
+                up, down = host_up(f.src), host_down(f.dst)
+                if up is not None and down is not None and f.src != f.dst:
+                    a, b = leaf_no[up[0]], leaf_no[down[0]]
+                    if a != b and whole_up[a] and whole_down[b]:
+                        rows.append(i)
+                        ab.append((a, b, up[1], down[1]))
+                        out.paths[i] = SpinePaths(f.src, up[0], spines, down[0], f.dst)
+                        continue
+            pr = self.pair(f.src, f.dst)
+            out.paths[i], out.mat[i], out.mask[i] = pr.paths, pr.mat, pr.mask
+            out.cols[i], out.ocap[i], out.ocap_max[i] = pr.cols, pr.ocap, pr.ocap_max
+        if rows:
+            arr = np.array(ab, dtype=np.int64)
+            up_l, down_l = sc.up[arr[:, 0]], sc.down[arr[:, 1]]
+            mat = np.empty((len(rows), n_sp, 4), dtype=np.int64)
+            mat[:, :, 0] = arr[:, 2:3]
+            mat[:, :, 1] = up_l
+            mat[:, :, 2] = down_l
+            mat[:, :, 3] = arr[:, 3:4]
+            mat.flags.writeable = False
+            ocap = np.minimum(self.cap[up_l], self.cap[down_l])
+            mask = sc.spine_mask(n_sp)
+            cols = np.flatnonzero(mask[0])
+            for i, m, oc, top in zip(rows, mat, ocap, ocap.max(axis=1).tolist(), strict=True):
+                out.mat[i], out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
+                    m, mask, cols, oc, top
+            out.batch = (rows, np.stack([up_l, down_l], axis=1), ocap)
+        return out
 
     def _generic(self, src: str, dst: str) -> Pair:
         paths = candidate_paths(self.graph, src, dst)
@@ -239,24 +347,14 @@ class Instance:
         self.flows = list(flows)
         self.idx = fabric.idx
         self.cap = fabric.cap
-        self.cands: list[Sequence[tuple[str, ...]]] = []
-        # cand_mat[i]: (candidates, hops) link indices, row k candidate k (cand_links is the
-        # same list: cand_links[i][k] is one row); own_mask[i]: links not on every
-        # candidate; own_cols[i]: their columns; own_cap[i]: their least capacity per
-        # candidate, own_cap_max[i] its largest
-        self.cand_mat: list[np.ndarray] = []
-        self.own_mask: list[np.ndarray] = []
-        self.own_cols: list[np.ndarray] = []
-        self.own_cap: list[np.ndarray] = []
-        self.own_cap_max: list[float] = []
-        for f in self.flows:
-            pr = fabric.pair(f.src, f.dst)
-            self.cands.append(pr.paths)
-            self.cand_mat.append(pr.mat)
-            self.own_mask.append(pr.mask)
-            self.own_cols.append(pr.cols)
-            self.own_cap.append(pr.ocap)
-            self.own_cap_max.append(pr.ocap_max)
+        # cands[i]: flow i's candidate paths; cand_mat[i]: (candidates, hops) link indices,
+        # row k candidate k (cand_links is the same list: cand_links[i][k] is one row;
+        # read-only); own_mask[i]: links not on every candidate; own_cols[i]: their
+        # columns; own_cap[i]: their least capacity per candidate, own_cap_max[i] its largest
+        comp = fabric.compile(self.flows)
+        self.cands, self.cand_mat, self.own_mask = comp.paths, comp.mat, comp.mask
+        self.own_cols, self.own_cap, self.own_cap_max = comp.cols, comp.ocap, comp.ocap_max
+        self._batch = comp.batch
         self.cand_links = self.cand_mat
         self._own: dict[tuple[int, int], np.ndarray] = {}
         jobs = list(dict.fromkeys(f.job for f in self.flows))
@@ -264,6 +362,24 @@ class Instance:
         jpos = {j: i for i, j in enumerate(jobs)}
         self.job_of = np.array([jpos[f.job] for f in self.flows], dtype=np.int64)
         self.pos = {f.id: i for i, f in enumerate(self.flows)}
+
+    @cached_property
+    def own_lists(self) -> tuple[list[list[list[int]]], list[list[float]]]:
+        """Greedy's tables as Python lists: per flow, its own links by column
+        (`[i][c][k]`: own column c's link on candidate k) and `own_cap` as a list."""
+        n = len(self.flows)
+        links: list[list[list[int]]] = [[]] * n
+        caps: list[list[float]] = [[]] * n
+        done = [False] * n
+        if self._batch is not None:
+            rows, own, ocap = self._batch
+            for i, o, c in zip(rows, own.tolist(), ocap.tolist(), strict=True):
+                links[i], caps[i], done[i] = o, c, True
+        for i in range(n):
+            if not done[i]:
+                links[i] = self.cand_mat[i][:, self.own_cols[i]].T.tolist()
+                caps[i] = self.own_cap[i].tolist()
+        return links, caps
 
     @cached_property
     def common(self) -> list[set[int]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cached_property
+from itertools import count
 
 import networkx as nx
 import numpy as np
@@ -13,16 +15,37 @@ _EPS = 1e-9
 
 
 class LinkIndex:
-    """Links of a digraph numbered 0..L-1 with a capacity array (Gb/s)."""
+    """Links of a digraph numbered 0..L-1 (graph.edges' order) with a capacity array (Gb/s).
+    Link (u, v) is `offset[u]` + v's position among u's successors; `index` (a dict keyed by
+    (u, v)) and `edges` are built on first use."""
 
     def __init__(self, graph: nx.DiGraph) -> None:
         self.graph = graph
-        # graph.edges' order, read from networkx's adjacency dict (its views are ~4x slower)
+        # read from networkx's adjacency dict (its views are ~4x slower)
         adj = graph._adj
-        self.edges: list[tuple[str, str]] = [(u, v) for u, nbrs in adj.items() for v in nbrs]
-        self.index: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
+        self.offset: dict[str, int] = {}
+        n = 0
+        for u, nbrs in adj.items():
+            self.offset[u] = n
+            n += len(nbrs)
         self.capacity_gbps = np.array([d.get("capacity_gbps") for nbrs in adj.values()
                                        for d in nbrs.values()], dtype=float)
+        self._out: dict[str, dict[str, int]] = {}
+
+    @cached_property
+    def edges(self) -> list[tuple[str, str]]:
+        return [(u, v) for u, nbrs in self.graph._adj.items() for v in nbrs]
+
+    @cached_property
+    def index(self) -> dict[tuple[str, str], int]:
+        return dict(zip(self.edges, count()))
+
+    def out_links(self, u: str) -> dict[str, int]:
+        """Successor -> link index of node u's out-links."""
+        got = self._out.get(u)
+        if got is None:
+            got = self._out[u] = dict(zip(self.graph._adj[u], count(self.offset[u])))
+        return got
 
     def links_of(self, path: Sequence[str]) -> np.ndarray:
         """Link indices along a node path; InputError if a hop is not a link."""
