@@ -104,6 +104,13 @@ def test_batch_compile_equals_pairs_and_generic(name: str, g: nx.DiGraph) -> Non
         assert np.array_equal(comp.mask[i], slow.mask)
         assert np.array_equal(comp.cols[i], slow.cols)
         assert np.array_equal(comp.ocap[i], slow.ocap) and comp.ocap_max[i] == slow.ocap_max
+    inst = Instance(g, flows)
+    links, caps = inst.own_lists  # greedy's list tables say the same
+    for i in range(len(flows)):
+        own = inst.cand_mat[i][:, inst.own_cols[i]].T
+        assert links[i] == own.tolist()
+        if own.size:
+            assert np.array_equal(np.array(caps[i]).min(axis=0), inst.own_cap[i])
 
 
 @pytest.mark.parametrize("name,g", _graphs())

@@ -39,18 +39,19 @@ def greedy(inst: Instance, start: Sequence[int | None] | None = None,
         pick = 0
         n_cand = len(mat)
         if n_cand > 1:
-            cols, oc, top = own_links[i], own_caps[i], inst.own_cap_max[i]
+            cols, caps, top = own_links[i], own_caps[i], inst.own_cap_max[i]
             free: list[int] = []
             if len(cols) == 2:  # a Clos path: its two spine links
-                up, down = cols
+                (up, down), (cap_up, cap_down) = cols, caps
                 for k in range(n_cand):
-                    if load[up[k]] == 0 and load[down[k]] == 0 and oc[k] >= top:
+                    if load[up[k]] == 0 and load[down[k]] == 0 and cap_up[k] >= top \
+                            and cap_down[k] >= top:
                         free.append(k)
                         if rng is None:
                             break
             else:
                 for k in range(n_cand):
-                    if oc[k] >= top and all(load[c[k]] == 0 for c in cols):
+                    if all(load[c[k]] == 0 for c in cols) and all(c[k] >= top for c in caps):
                         free.append(k)
                         if rng is None:
                             break

@@ -150,6 +150,14 @@ class _SpineCache:
             return [False] * len(self.leaves), [False] * len(self.leaves)
         return (self.up >= 0).all(axis=1).tolist(), (self.down >= 0).all(axis=1).tolist()
 
+    @cached_property
+    def lists(self) -> tuple[list[list[int]], list[list[int]], list[list[float]],
+                             list[list[float]]]:
+        """`up` and `down` as lists of rows, and their links' capacities (nan: no link)."""
+        cap = np.append(self.cap, np.nan)  # index -1: no link
+        return (self.up.tolist(), self.down.tolist(), cap[self.up].tolist(),
+                cap[self.down].tolist())
+
     def _leaf_pair(self, la: str, lb: str) -> Pair | None:
         key = (la, lb)
         if key in self.leaf_pairs:
@@ -238,9 +246,8 @@ def _natural(name: str) -> tuple[str, int]:
 @dataclass
 class Compiled:
     """Candidates of a list of flows (see `Fabric.compile`): per flow what a `Pair` holds;
-    `batch` = (flow positions, their own links (flows x 2 x candidates: the up- and the
-    down-spine link of every candidate), their least own capacity per candidate) for the
-    flows compiled together."""
+    `batch` = (flow positions, their source and destination leaves' numbers) for the flows
+    compiled together."""
 
     paths: list[Sequence[tuple[str, ...]]]
     mat: list[np.ndarray]
@@ -248,7 +255,7 @@ class Compiled:
     cols: list[np.ndarray]
     ocap: list[np.ndarray]
     ocap_max: list[float]
-    batch: tuple[list[int], np.ndarray, np.ndarray] | None = None
+    batch: tuple[list[int], list[int], list[int]] | None = None
 
 
 class Fabric:
@@ -317,7 +324,7 @@ class Fabric:
             for i, m, oc, top in zip(rows, mat, ocap, ocap.max(axis=1).tolist(), strict=True):
                 out.mat[i], out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
                     m, mask, cols, oc, top
-            out.batch = (rows, np.stack([up_l, down_l], axis=1), ocap)
+            out.batch = (rows, arr[:, 0].tolist(), arr[:, 1].tolist())
         return out
 
     def _generic(self, src: str, dst: str) -> Pair:
@@ -364,21 +371,23 @@ class Instance:
         self.pos = {f.id: i for i, f in enumerate(self.flows)}
 
     @cached_property
-    def own_lists(self) -> tuple[list[list[list[int]]], list[list[float]]]:
+    def own_lists(self) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
         """Greedy's tables as Python lists: per flow, its own links by column
-        (`[i][c][k]`: own column c's link on candidate k) and `own_cap` as a list."""
+        (`[i][c][k]`: own column c's link on candidate k) and their capacities (same
+        shape). Flows compiled in a batch share their leaves' rows."""
         n = len(self.flows)
         links: list[list[list[int]]] = [[]] * n
-        caps: list[list[float]] = [[]] * n
+        caps: list[list[list[float]]] = [[]] * n
         done = [False] * n
         if self._batch is not None:
-            rows, own, ocap = self._batch
-            for i, o, c in zip(rows, own.tolist(), ocap.tolist(), strict=True):
-                links[i], caps[i], done[i] = o, c, True
+            rows, src_leaf, dst_leaf = self._batch
+            up, down, cap_up, cap_down = self.fabric._spines.lists
+            for i, a, b in zip(rows, src_leaf, dst_leaf, strict=True):
+                links[i], caps[i], done[i] = [up[a], down[b]], [cap_up[a], cap_down[b]], True
         for i in range(n):
             if not done[i]:
-                links[i] = self.cand_mat[i][:, self.own_cols[i]].T.tolist()
-                caps[i] = self.own_cap[i].tolist()
+                own = self.cand_mat[i][:, self.own_cols[i]].T
+                links[i], caps[i] = own.tolist(), self.cap[own].tolist()
         return links, caps
 
     @cached_property
