@@ -31,6 +31,7 @@ import networkx as nx
 from testbed import __version__
 from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
 from testbed.errors import InputError
+from testbed.experiments import routing_paper as rp
 from testbed.progress import progress
 from testbed.routing.flows import Job, flows_of, jobs_on_clos
 from testbed.routing.greedy import greedy, least_loaded
@@ -414,8 +415,11 @@ def _plot(rows: Sequence[dict[str, Any]], cs: Sequence[Case], path: Path) -> Non
 
 
 def routing(out_dir: Path, quiet: bool = False, quick: bool = False, seeds: int | None = None,
-            sa_budget_s: float = 0.3, ilp_budget_s: float = 10.0) -> dict[str, Any]:
-    """Run every case x seed x policy; write the tables, plot and manifest atomically."""
+            sa_budget_s: float = 0.3, ilp_budget_s: float = 10.0,
+            paper_ablation: bool = True) -> dict[str, Any]:
+    """Run every case x seed x policy, then (`paper_ablation`) greedy against ECMP in each
+    setting of the paper ablation (testbed/experiments/routing_paper.py); write the
+    tables, plot and manifest atomically."""
     n_seeds = int(seeds if seeds is not None else (3 if quick else 20))
     if n_seeds < 1:
         raise InputError("seeds", f"must be >= 1, got {seeds}")
@@ -425,31 +429,44 @@ def routing(out_dir: Path, quiet: bool = False, quick: bool = False, seeds: int 
     policies = [*policy_names(), *ABLATIONS]
     started = time.time()
     runs: list[dict[str, Any]] = []
-    with progress(len(cs) * n_seeds, "reproduce routing", quiet) as bar:
+    paper_rows = rp.ablation_rows(bool(quick)) if paper_ablation else []
+    with progress(len(cs) * n_seeds + len(paper_rows), "reproduce routing", quiet) as bar:
         for c in cs:
             for seed in range(1, n_seeds + 1):
                 runs.extend(_run_one(c, seed, policies, sa_budget_s, ilp_budget_s))
                 bar.advance()
+        paper, paper_runs = (rp.ablation(n_seeds, paper_rows, bar.advance) if paper_rows
+                             else ([], []))
     rows = summarise(runs)
     md = _markdown(rows, cs, n_seeds, sa_budget_s, bool(quick))
+    if paper:
+        md = md.rstrip("\n") + "\n\n" + rp.markdown(paper, n_seeds) + "\n"
     manifest = {"schema": 1, "experiment": "routing", "lightpipe_version": __version__,
                 "quick": bool(quick), "seeds": n_seeds, "sa_budget_s": sa_budget_s,
                 "ilp_budget_s": ilp_budget_s, "cases": [asdict(c) for c in cs],
                 "policies": policies, "started_unix_s": round(started, 3),
                 "wall_s": round(time.time() - started, 3), "python": sys.version.split()[0],
                 "platform": platform.platform(), "argv": sys.argv,
+                "paper_ablation": bool(paper_ablation),
                 "records": ["summary.csv", "summary.md", "runs.csv", "routing.png",
-                            "summary.json"]}
+                            "summary.json",
+                            *(["paper_ablation.csv", "paper_runs.csv"] if paper else [])]}
     with staged_dir(out_dir) as stage:
         atomic_write_text(stage / "summary.csv", _csv(rows))
         atomic_write_text(stage / "runs.csv", _csv(runs))
         atomic_write_text(stage / "summary.md", md)
         _plot(rows, cs, stage / "routing.png")
+        if paper:
+            atomic_write_text(stage / "paper_ablation.csv",
+                              _csv([{k: v for k, v in r.items() if k != "setting"}
+                                    | r["setting"] for r in paper]))
+            atomic_write_text(stage / "paper_runs.csv", _csv(paper_runs))
         atomic_write_json(stage / "manifest.json", manifest)
         result = {"experiment": "routing",
                   "reproduces": "Routing of concurrent ring all-reduce jobs on 2-layer Clos "
                                 "fabrics (arXiv 2503.05324): greedy against ECMP, the ILP "
                                 "and the other policies",
-                  "seeds": n_seeds, "rows": rows}
+                  "seeds": n_seeds, "rows": rows, "paper_ablation": paper,
+                  "paper_effects": rp.effects(paper) if paper else []}
         atomic_write_json(stage / "summary.json", result)
     return result
