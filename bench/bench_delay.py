@@ -15,10 +15,15 @@ configured delays, runs testbed.emu.calibrate, and pings again. Prints per pair:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
+import math
 import os
+import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,159 @@ LINE = {"name": "hops-line", "topology": {"links": [
     "dcs": [{"name": f"dc-{n.lower()}", "node": n, "gpus": 8} for n in "ABCD"],
     "workload": {"kind": "lightpath_requests"},
     "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}}
+
+RING = {"name": "ring-xyz", "topology": {"links": [
+    {"u": "X", "v": "Y", "length_km": 300}, {"u": "X", "v": "Z", "length_km": 300},
+    {"u": "Z", "v": "Y", "length_km": 300}]},
+    "dcs": [{"name": "dc-x", "node": "X", "gpus": 8}, {"name": "dc-y", "node": "Y", "gpus": 8}],
+    "optical": {"slots": 16, "k_paths": 2},
+    "workload": {"kind": "lightpath_requests"},
+    "emulation": {"bandwidth_divisor": 1000, "hosts_per_dc": 2, "link_mode": "userspace",
+                  "datapath": "user", "lightpath_gbps": 100}}
+KINDS = {"sparse": (25, 0.02), "dense": (250, 0.002), "tcp": (25, 0.02)}
+BAND_MS = 1.0
+
+
+def bulk_tcp(net: Any, src: str, dst: str, dst_ip: str, seconds: float
+             ) -> subprocess.Popen[bytes]:
+    """An iperf3 TCP flow src -> dst for `seconds`, as fast as it goes; the server is
+    started first and ends with the client."""
+    port = "5271"
+    subprocess.Popen(["mnexec", "-a", str(net.host_pid(dst)), "iperf3", "-s", "-1", "-p",
+                      port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    argv = ["mnexec", "-a", str(net.host_pid(src)), "iperf3", "-c", dst_ip, "-p", port,
+            "-t", f"{seconds:g}"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def traffic_runs(net: Any, probe: Any, runs: int, one_way_ms: float) -> dict[str, Any]:
+    """`runs` ping runs of each traffic kind on one path: sparse (20 ms apart), dense
+    (2 ms apart), and sparse pings beside bulk TCP (iperf3, as fast as it goes) between
+    the DCs' second hosts on a lightpath of their own over the same route: the same
+    forwarders and bridges busy, not the pinged lightpath's own queue (a FIFO full of
+    TCP adds its queueing delay, as a real one would). Per kind: each run's median
+    error, and every echo's error (RTT - 2 x one_way_ms)."""
+    from testbed.emu.probes import icmp_ping
+
+    out: dict[str, Any] = {}
+    two_d = 2 * one_way_ms
+    dst_ip = next(h.ip for h in net.plan.hosts if h.name == "dc-y-h1").split("/")[0]
+    for kind, (count, interval_s) in KINDS.items():
+        bulk = None
+        if kind == "tcp":
+            bulk = bulk_tcp(net, "dc-x-h1", "dc-y-h1", dst_ip,
+                            runs * (count * interval_s + 0.3) + 4)
+            time.sleep(2.0)  # TCP up to speed
+        medians, echoes = [], []
+        for _ in range(runs):
+            got = [r for r in icmp_ping(probe.src_ns, probe.dst_ip, count=count,
+                                        interval_s=interval_s) if r is not None]
+            if got:
+                medians.append(statistics.median(got) - two_d)
+                echoes += [r - two_d for r in got]
+        if bulk is not None:
+            bulk.terminate()
+            bulk.wait(timeout=10)
+        out[kind] = summarise(medians, echoes)
+    return out
+
+
+def summarise(medians: list[float], echoes: list[float]) -> dict[str, Any]:
+    """Per-run median errors and all echoes' errors: median, p99, worst; runs in band."""
+    def pct(xs: list[float], q: float) -> float:
+        s = sorted(xs)
+        return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+    if not medians:
+        return {"runs": 0}
+    worst = max(medians, key=abs)
+    return {"runs": len(medians), "in_band": sum(abs(m) <= BAND_MS for m in medians),
+            "run_median_ms": round(statistics.median(medians), 3),
+            "run_worst_ms": round(worst, 3),
+            "echo_median_ms": round(statistics.median(echoes), 3),
+            "echo_p99_ms": round(pct(echoes, 0.99), 3), "echoes": len(echoes)}
+
+
+def ring(runs: int, after_reroute: bool) -> dict[str, Any]:
+    """The hidden 3-node ring: calibrate, measure the direct path x-y; cut x-y, (check
+    and correct the new path where after_reroute), measure the detour x-z-y."""
+    import tempfile
+
+    from testbed.emu.calibrate import calibrate_network, network_probes
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.orchestrate.controller import start_run_controller
+    from testbed.orchestrate.glue import controller_address
+    from testbed.spec import parse_scenario
+
+    scenario = parse_scenario(RING)
+    res: dict[str, Any] = {"scenario": "ring-xyz", "runs": runs, "load_before": os.getloadavg()}
+    with tempfile.TemporaryDirectory() as tmp, EmuNetwork(
+            build_plan(scenario), link_mode="userspace", datapath="user",
+            controller=controller_address()) as net:
+        ctl = start_run_controller(net, scenario, Path(tmp) / "ctl")
+        try:
+            cal = calibrate_network(net)
+            res["calibration"] = {k: cal[k] for k in ("fibres", "path_corrections_ms",
+                                                      "settled", "after")}
+            probe = network_probes(net)[0]
+            status, body = ctl.request("POST", "/lightpaths", {
+                "src_dc": "dc-x", "dst_dc": "dc-y", "slots": 2, "src_host": "dc-x-h1",
+                "dst_host": "dc-y-h1"})
+            if status != 201:
+                raise RuntimeError(f"bulk lightpath refused: {status} {body}")
+            res["bulk_lightpath"] = {"vid": body["vid"], "nodes": body["nodes"]}
+            res["direct"] = traffic_runs(net, probe, runs, probe.configured_ms)
+            f = net.plan.fibre("X", "Y")
+            emu = net.emulators[f.middle]
+            subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
+                            emu.intf_u, "down"], check=True)
+            deadline = time.monotonic() + 10
+            nodes: list[str] = []
+            while time.monotonic() < deadline:
+                lps = ctl.request("GET", "/lightpaths")[1]["lightpaths"]
+                nodes = list(lps[0]["nodes"])
+                if len(nodes) == 3:
+                    break
+                time.sleep(0.05)
+            res["detour_route"] = nodes
+            one_way = sum(net.plan.fibre(u, v).delay_ms for u, v in itertools.pairwise(nodes))
+            if after_reroute:
+                from testbed.emu.reroute import check_lightpaths, moved_lightpaths
+
+                def client(m: str, path: str, body: Any) -> Any:
+                    return ctl.request(m, path, body)
+
+                res["reroute_check"] = check_lightpaths(net, client,
+                                                        moved_lightpaths(net, client))
+            res["detour"] = traffic_runs(net, probe, runs, one_way)
+        finally:
+            ctl.stop()
+    res["load_after"] = os.getloadavg()
+    return res
+
+
+def ring_table(res: dict[str, Any]) -> str:
+    lines = [f"== hidden ring x-y 300 km, detour x-z-y; {res['runs']} runs per kind; error = "
+             f"RTT - 2 x delay (ms); goal: every run's median within +-{BAND_MS:g} ms; load "
+             f"{res['load_before'][0]:.2f} -> {res['load_after'][0]:.2f} ==",
+             f"{'path':<8} {'traffic':<7} {'in band':>8} {'run med':>8} {'run worst':>9} "
+             f"{'echo med':>8} {'echo p99':>8}"]
+    for path in ("direct", "detour"):
+        for kind, s in res[path].items():
+            if not s.get("runs"):
+                lines.append(f"{path:<8} {kind:<7} no replies")
+                continue
+            lines.append(f"{path:<8} {kind:<7} {s['in_band']:>3}/{s['runs']:<4} "
+                         f"{s['run_median_ms']:>+8.2f} {s['run_worst_ms']:>+9.2f} "
+                         f"{s['echo_median_ms']:>+8.2f} {s['echo_p99_ms']:>+8.2f}")
+    lines.append(f"detour route: {'-'.join(res['detour_route'])}")
+    for r in res.get("reroute_check", []):
+        lines.append(f"after reroute: {r.get('pair')} on {'-'.join(r.get('route', []))}: error "
+                     f"{r.get('before_error_ms')} ms before its own correction, "
+                     f"{r.get('after_error_ms')} ms after ({'ok' if r['ok'] else 'OUT'})")
+    return "\n".join(lines)
 
 
 def load(name: str) -> Any:
@@ -121,11 +279,23 @@ def main() -> int:
                     help="paths pinged side by side (only paths that share no fibre; the "
                     "run path pings one at a time up to 12 DC-pair paths, 8 beyond)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--ring", action="store_true",
+                    help="the hidden 3-node ring: sparse, dense and bulk-TCP pings, "
+                    "before and after a cut of x-y (controller restoration)")
+    ap.add_argument("--runs", type=int, default=20, help="--ring: runs per traffic kind")
+    ap.add_argument("--no-reroute-check", action="store_true",
+                    help="--ring: measure the detour without the post-reroute check")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench_delay needs root (namespaces)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING)
+    if args.ring:
+        rres = ring(args.runs, not args.no_reroute_check)
+        print(ring_table(rres))
+        if args.json:
+            args.json.write_text(json.dumps(rres, indent=1))
+        return 0
     res = run(load(args.scenario), args.pings, args.link_mode, args.parallel)
     print(table(res))
     if args.json:

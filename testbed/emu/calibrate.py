@@ -53,7 +53,9 @@ class CalibrationConfig:
     rounds: int = 3           # corrections applied at most this many times
     settle_ms: float = SETTLE_MS
     max_fraction: float = 1.0  # a fibre gives back at most this share of its delay
-    per_path: bool = True      # also a correction per lightpath, where the emulator can
+    per_path: bool = True      # each lightpath corrected on its own, where the emulator can
+    dense_pings: int = 100     # and a dense stream per path and round (0: sparse pings only)
+    dense_interval_s: float = 0.002
     parallel: int | None = None  # paths pinged at a time (only paths that share no
     # fibre; None: testbed.emu.batches.ping_parallel of the number of paths)
 
@@ -70,12 +72,17 @@ class PathProbe:
     vlan: int | None = None
 
 
-def ping_path(probe: PathProbe, count: int, interval_s: float) -> PathRtt:
-    """The path's RTTs over count echoes (after a short warm-up)."""
+def ping_path(probe: PathProbe, count: int, interval_s: float, dense_count: int = 0,
+              dense_interval_s: float = 0.002) -> PathRtt:
+    """The path's RTTs over count echoes (after a short warm-up), and over dense_count
+    echoes dense_interval_s apart."""
     icmp_ping(probe.src_ns, probe.dst_ip, count=WARMUP_PINGS, interval_s=interval_s)
     got = icmp_ping(probe.src_ns, probe.dst_ip, count=count, interval_s=interval_s)
+    dense = icmp_ping(probe.src_ns, probe.dst_ip, count=dense_count,
+                      interval_s=dense_interval_s) if dense_count else []
     return PathRtt(probe.pair, probe.fibres, probe.configured_ms,
-                   tuple(r for r in got if r is not None), probe.vlan)
+                   tuple(r for r in got if r is not None), probe.vlan,
+                   dense_rtts_ms=tuple(r for r in dense if r is not None))
 
 
 def measure(probes: list[PathProbe], cfg: CalibrationConfig) -> list[PathRtt]:
@@ -83,7 +90,8 @@ def measure(probes: list[PathProbe], cfg: CalibrationConfig) -> list[PathRtt]:
     default one at a time on small networks; 1: one after the other)."""
     parallel = cfg.parallel if cfg.parallel is not None else ping_parallel(len(probes))
     return run_batched(probes, [frozenset(p.fibres) for p in probes],
-                       lambda p: ping_path(p, cfg.pings, cfg.interval_s), parallel)
+                       lambda p: ping_path(p, cfg.pings, cfg.interval_s, cfg.dense_pings,
+                                           cfg.dense_interval_s), parallel)
 
 
 def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
@@ -125,15 +133,30 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
     if not paths and probed:
         error = "no DC-pair path answered enough echoes"
     settings = [_settings(emulators)]  # what each round ran at
+    # Each lightpath on its own (its VLAN's frames on its own fibres), where every path is
+    # a lightpath and its emulators can delay it apart; else one shared value per fibre,
+    # solved over the measured paths, and fibres on none of them left as they are.
+    own = cfg.per_path and bool(paths) and all(p.vlan is not None for p in paths)
     for _ in range(cfg.rounds):
         if not paths or settled(paths, cfg.settle_ms):
             break
         emulated = {k: e.emulated_delay_ms() for k, e in emulators.items()}
         # Each path's processing averaged over the rounds so far (noise shrinks).
         est = pooled([[p for p in r if p.pair in {q.pair for q in paths}] for r in history])
-        corr = solve_corrections(est, delay, emulated, cfg.max_fraction)
-        for k, e in emulators.items():
-            e.set_delay_correction(corr[k])
+        if own:
+            own = _own_corrections(emulators, est, delay, emulated, cfg, per_path)
+            if own:
+                paths = take()
+                history.append(paths)
+                settings.append(_settings(emulators))
+                continue
+            log.info("delay calibration: an emulator cannot delay a lightpath apart; "
+                     "one shared correction per fibre")
+        measured = {f for p in est for f in p.fibres}
+        corr = solve_corrections(est, {f: delay[f] for f in measured}, emulated,
+                                 cfg.max_fraction)
+        for k in measured:
+            emulators[k].set_delay_correction(corr[k])
         if cfg.per_path:
             shares = path_corrections(est, delay, corr, emulated, cfg.max_fraction)
             for p in est:
@@ -167,6 +190,7 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
                            if vlan_of[pair] in ran[f]}
                     for pair, shares in per_path.items()}
     record = {"enabled": True, "config": asdict(cfg), "settled": done, "error": error,
+              "mode": "per_lightpath" if own else "per_fibre",
               "corrections_applied": len(rounds) - 1, "rounds": rounds, "fibres": fibres,
               "path_corrections_ms": per_path, "kept_round": kept,
               "before": rounds[0]["paths"], "after": rounds[kept]["paths"],
@@ -176,6 +200,21 @@ def calibrate(emulators: Mapping[str, LinkEmulator], measure_paths: Callable[[],
              "settled" if done else "not settled",
              {f["fibre"]: f["correction_ms"] for f in fibres if f["correction_ms"]})
     return record
+
+
+def _own_corrections(emulators: Mapping[str, LinkEmulator], est: list[PathRtt],
+                     delay: Mapping[str, float], emulated: Mapping[str, float],
+                     cfg: CalibrationConfig, per_path: dict[str, dict[str, float]]) -> bool:
+    """Each lightpath's measured processing as its own correction, spread over its fibres
+    in proportion to their delays; False (nothing kept) where an emulator cannot."""
+    shares = path_corrections(est, delay, {}, emulated, cfg.max_fraction)
+    for p in est:
+        assert p.vlan is not None
+        for f, r in shares[p.pair].items():
+            if not emulators[f].set_vlan_correction(p.vlan, r):
+                return False
+            per_path.setdefault(p.pair, {})[f] = r
+    return True
 
 
 Settings = tuple[dict[str, float], dict[str, dict[int, float]]]

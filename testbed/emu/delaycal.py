@@ -42,14 +42,36 @@ class PathRtt:
     # One-way: the sum of what the fibres ran this path's frames at while measured (None:
     # the fibres' emulated delays as given to the solve).
     emulated_ms: float | None = None
+    # A dense stream's RTTs on the same path (echoes 2 ms apart; empty: not measured). The
+    # user-space bridges take less time per packet when they are kept busy, so the path's
+    # processing lies between what sparse and dense echoes see: the centre is corrected.
+    dense_rtts_ms: tuple[float, ...] = ()
 
     @property
-    def median_ms(self) -> float:
+    def sparse_median_ms(self) -> float:
         return statistics.median(self.rtts_ms)
 
     @property
+    def dense_median_ms(self) -> float | None:
+        return statistics.median(self.dense_rtts_ms) if self.dense_rtts_ms else None
+
+    @property
+    def median_ms(self) -> float:
+        """The centre of the sparse and dense echoes' medians (the sparse one alone where
+        no dense stream was measured)."""
+        dense = self.dense_median_ms
+        sparse = self.sparse_median_ms
+        return sparse if dense is None else (sparse + dense) / 2
+
+    @property
+    def spread_ms(self) -> float:
+        """Half the gap between the sparse and dense medians: what the centre leaves."""
+        dense = self.dense_median_ms
+        return 0.0 if dense is None else abs(self.sparse_median_ms - dense) / 2
+
+    @property
     def error_ms(self) -> float:
-        """Median RTT minus 2 x the configured one-way delay."""
+        """Median RTT (the centre) minus 2 x the configured one-way delay."""
         return self.median_ms - 2 * self.configured_ms
 
 
@@ -119,17 +141,21 @@ def pooled(rounds: Sequence[Sequence[PathRtt]]) -> list[PathRtt]:
     measurement noise does shrink with rounds): one RTT, 2 x the latest emulated delay +
     the mean of x_p. Paths need emulated_ms."""
     seen: dict[str, list[float]] = {}
+    spread: dict[str, list[float]] = {}
     for paths in rounds:
         for p in paths:
             if p.emulated_ms is None:
                 raise ValueError(f"path {p.pair}: pooling needs emulated_ms")
             seen.setdefault(p.pair, []).append(p.median_ms - 2 * p.emulated_ms)
+            spread.setdefault(p.pair, []).append(p.spread_ms)
     out = []
     for p in rounds[-1]:
         x = statistics.fmean(seen[p.pair])
         assert p.emulated_ms is not None
-        out.append(PathRtt(p.pair, p.fibres, p.configured_ms, (2 * p.emulated_ms + x,),
-                           p.vlan, p.emulated_ms))
+        s = statistics.fmean(spread[p.pair])  # kept: the sparse and dense medians +- s
+        centre = 2 * p.emulated_ms + x
+        out.append(PathRtt(p.pair, p.fibres, p.configured_ms, (centre + s,), p.vlan,
+                           p.emulated_ms, (centre - s,) if s else ()))
     return out
 
 
@@ -178,7 +204,14 @@ def rtt_ok(median_ms: float | None, configured_one_way_ms: float,
 def path_row(p: PathRtt) -> dict[str, object]:
     """One path's figures for the records (ms, rounded)."""
     got = sorted(p.rtts_ms)
+    dense = p.dense_median_ms
     return {"pair": p.pair, "hops": len(p.fibres), "fibres": list(p.fibres),
             "expected_rtt_ms": round(2 * p.configured_ms, 4), "pings": len(got),
             "median_ms": round(p.median_ms, 4), "max_ms": round(got[-1], 4),
-            "error_ms": round(p.error_ms, 4)}
+            "error_ms": round(p.error_ms, 4),
+            "sparse_median_ms": round(p.sparse_median_ms, 4),
+            "dense_median_ms": None if dense is None else round(dense, 4),
+            "dense_pings": len(p.dense_rtts_ms), "spread_ms": round(p.spread_ms, 4),
+            # The path's own processing per round trip at what its fibres ran it at.
+            "excess_ms": None if p.emulated_ms is None else round(
+                p.median_ms - 2 * p.emulated_ms, 4)}

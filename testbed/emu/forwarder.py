@@ -58,8 +58,14 @@ _AUX = struct.Struct("=IIIHHHH")  # status, len, snaplen, mac, net, vlan_tci, vl
 SO_TIMESTAMPNS = 35
 _TS = struct.Struct("=qq")
 _ANC_SPACE = socket.CMSG_SPACE(_AUX.size) + socket.CMSG_SPACE(_TS.size)
-# Frames due within this much are sent now: it offsets the wake-up latency of select().
-EARLY_S = 0.0001
+# Release timing (delay counts from each frame's kernel receive stamp; issue 28): the loop
+# asks select() to wake this much before the next frame is due, learns how late its timed
+# wake-ups really come (WakeLead) and polls the last stretch, so that a frame leaves at
+# its stamp + delay whether the forwarder was asleep (sparse traffic) or busy (dense).
+EARLY_S = 0.0001           # the wake lead to start with
+MIN_LEAD_S = 0.00002       # bounds of the learnt lead (the poll costs at most this per wake)
+MAX_LEAD_S = 0.0002
+RELEASE_EARLY_S = 0.00001  # frames due within this are sent now (one loop pass)
 VNET_HDR_LEN = 10
 _VNET = struct.Struct("<BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_start, csum_off
 GSO_NONE = 0
@@ -172,6 +178,24 @@ class Direction:
     socket_drops: int = 0  # frames the kernel dropped before this process read them
 
 
+@dataclass
+class WakeLead:
+    """How long before a due frame the loop asks to wake: a running estimate of the ~90th
+    percentile of timed wake-up lateness (mean + 1.5 x mean deviation), within bounds."""
+
+    lead_s: float = EARLY_S
+    mean_s: float = EARLY_S / 2
+    dev_s: float = EARLY_S / 4
+    gain: float = 0.05
+
+    def learn(self, late_s: float) -> None:
+        """A timed wake-up came late_s after it was asked for."""
+        late_s = min(max(late_s, 0.0), 0.01)  # a rare long stall must not set the lead
+        self.dev_s += self.gain * (abs(late_s - self.mean_s) - self.dev_s)
+        self.mean_s += self.gain * (late_s - self.mean_s)
+        self.lead_s = min(MAX_LEAD_S, max(MIN_LEAD_S, self.mean_s + 1.5 * self.dev_s))
+
+
 class Forwarder:
     """The event loop: read both veths, shape, delay, write to the other side."""
 
@@ -200,6 +224,7 @@ class Forwarder:
             self.control.listen(8)
             self.control.setblocking(False)
         self.running = True
+        self.wake = WakeLead()
         self.slack = SlackHistogram()  # how late timed select() wake-ups came (s)
 
     # -- lightpath caps ------------------------------------------------------------
@@ -449,9 +474,11 @@ class Forwarder:
         data_fds = list(self.socks)
         while self.running:
             now = time.monotonic()
-            nxt = self._service(now + EARLY_S)
-            # Bounded so a signal (running = False) is noticed even when idle.
-            timeout = min(0.2, max(0.0, nxt - EARLY_S - time.monotonic()))
+            nxt = self._service(now + RELEASE_EARLY_S)
+            # Wake the learnt lead before the next due frame, then poll (timeout 0) until
+            # it is due. Bounded so a signal (running = False) is noticed even when idle.
+            wake = nxt - self.wake.lead_s
+            timeout = min(0.2, max(0.0, wake - time.monotonic()))
             fds = data_fds + ([self.control.fileno()] if self.control else []) + list(
                 self.clients)
             try:
@@ -459,7 +486,9 @@ class Forwarder:
             except InterruptedError:
                 continue
             if not readable and 0.0 < timeout < 0.2:  # a timed wake-up: how late it came
-                self.slack.observe(time.monotonic() - (nxt - EARLY_S))
+                late = time.monotonic() - wake
+                self.slack.observe(late)
+                self.wake.learn(late)
             for fd in readable:
                 if fd in self.socks:
                     self._read(fd)

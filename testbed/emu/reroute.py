@@ -1,0 +1,97 @@
+"""After a reroute (restoration, re-placement): each moved lightpath's RTT checked against
+its new route's plan, corrected on its own new fibres, and recorded.
+
+    rows = check_lightpaths(net, client, [3, 7])   # the controller's lightpath ids
+
+A lightpath that moves leaves the fibres its calibration was measured on; the fibres of
+its new route carry no correction for it (each lightpath is corrected on its own,
+testbed.emu.calibrate). So right after the move its RTT is pinged (sparse and dense
+echoes, first host to first host), its processing on the new route taken off that
+lightpath's frames on the new fibres (one calibration of that path alone), and pinged
+again. A row per lightpath: route, 2 x the new route's delay, the error before and after
+the correction, and whether it is within the band (RTT_TOL_MS, in scenario time).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from testbed.emu.calibrate import CalibrationConfig, PathProbe, calibrate, measure
+from testbed.emu.delaycal import RTT_TOL_MS
+from testbed.emu.live import LiveNetwork
+
+log = logging.getLogger(__name__)
+
+Client = Callable[[str, str, Any], tuple[int, Any]]
+# One round of correction: the check runs beside the workload and should be short.
+REROUTE_CONFIG = CalibrationConfig(rounds=2, parallel=1)
+
+
+def lightpath_probe(net: LiveNetwork, lp: dict[str, Any]) -> PathProbe:
+    """How to ping a controller lightpath (GET /lightpaths/ID) on its current route."""
+    p = net.plan
+    ha = next(h for h in p.hosts if h.dc == lp["src_dc"])
+    hb = next(h for h in p.hosts if h.dc == lp["dst_dc"])
+    nodes = list(lp["nodes"])
+    fibres = tuple(p.fibre(u, v).middle for u, v in itertools.pairwise(nodes))
+    one_way = sum(p.fibre(u, v).delay_ms for u, v in itertools.pairwise(nodes))
+    return PathProbe(f"{lp['src_dc']}~{lp['dst_dc']}", f"/proc/{net.host_pid(ha.name)}/ns/net",
+                     hb.ip.split("/")[0], fibres, one_way, int(lp["vid"]))
+
+
+def check_probe(net: LiveNetwork, probe: PathProbe,
+                cfg: CalibrationConfig = REROUTE_CONFIG) -> dict[str, Any]:
+    """Measure one path, correct its lightpath on its own fibres, measure again; its row."""
+    t0 = time.monotonic()
+    emulators = {f: net.emulators[f] for f in probe.fibres}
+    rec = calibrate(emulators, lambda: measure([probe], cfg), cfg)
+    tol_ms = net.plan.scale.delay_ms(RTT_TOL_MS)
+    before = rec["before"][0] if rec["before"] else None
+    after = rec["after"][0] if rec["after"] else None
+    row: dict[str, Any] = {
+        "pair": probe.pair, "vlan": probe.vlan, "fibres": list(probe.fibres),
+        "hops": len(probe.fibres), "expected_rtt_ms": round(2 * probe.configured_ms, 4),
+        "tolerance_ms": round(tol_ms, 4),
+        "before_error_ms": None if before is None else before["error_ms"],
+        "after_error_ms": None if after is None else after["error_ms"],
+        "after_median_ms": None if after is None else after["median_ms"],
+        "spread_ms": None if after is None else after["spread_ms"],
+        "corrections_ms": rec["path_corrections_ms"].get(probe.pair, {}),
+        "ok": after is not None and abs(after["error_ms"]) <= tol_ms,
+        "wall_s": round(time.monotonic() - t0, 3)}
+    (log.info if row["ok"] else log.warning)(
+        "after reroute: %s on %d fibre(s): RTT error %s ms before, %s ms after its own "
+        "correction (band +-%.2f ms)", probe.pair, row["hops"], row["before_error_ms"],
+        row["after_error_ms"], tol_ms)
+    return row
+
+
+def check_lightpaths(net: LiveNetwork, client: Client, ids: Sequence[int],
+                     cfg: CalibrationConfig = REROUTE_CONFIG) -> list[dict[str, Any]]:
+    """A row per controller lightpath id (on its route now); one that is gone says so."""
+    rows = []
+    for i in ids:
+        status, lp = client("GET", f"/lightpaths/{i}", None)
+        if status != 200:
+            rows.append({"id": i, "ok": False, "error": f"GET /lightpaths/{i}: {status}"})
+            continue
+        try:
+            row = check_probe(net, lightpath_probe(net, lp), cfg)
+        except (OSError, RuntimeError, ValueError, KeyError, StopIteration) as exc:
+            row = {"ok": False, "error": str(exc)[:300]}
+        rows.append({"id": i, "route": list(lp["nodes"]), **row})
+    return rows
+
+
+def moved_lightpaths(net: LiveNetwork, client: Client) -> list[int]:
+    """Controller lightpaths whose route is not the one the plan (calibration) knew."""
+    planned = {lp.vlan: tuple(lp.path) for lp in net.plan.lightpaths}
+    status, body = client("GET", "/lightpaths", None)
+    if status != 200:
+        return []
+    return [lp["id"] for lp in body["lightpaths"]
+            if planned.get(lp["vid"]) not in (None, tuple(lp["nodes"]))]
