@@ -85,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
         from testbed.cli.summary import report_line
 
         report_line(shown, report)
+        if not summaries.get("emu", {}).get("fidelity", {}).get("faithful", True):
+            from testbed.cli.summary import fidelity_line
+
+            fidelity_line(summaries["emu"])  # again, last: the emulated figures' caveat
     return 0
 
 

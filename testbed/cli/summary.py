@@ -127,6 +127,17 @@ def print_run(backend: str, out: Path, shown_out: str, summary: Mapping[str, Any
                    if not p.name.startswith(".")) if out.is_dir() else []
     emit(f"  records: {shown_out}/ ({', '.join(files)})")
     report_line(shown_out, report)
+    fidelity_line(summary)
+
+
+def fidelity_line(summary: Mapping[str, Any]) -> None:
+    """An emulated run's fidelity verdict, last (testbed.emu.fidelity): one line, with
+    the failed invariants when it was not faithful."""
+    v = summary.get("fidelity")
+    if isinstance(v, dict):
+        from testbed.emu.fidelity import verdict_line
+
+        emit(verdict_line(v))
 
 
 def report_line(shown_out: str, report: Path | None) -> None:

@@ -7,6 +7,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from testbed.emu.fidelity import (
+    MIN_COMPUTE_SHARE,
+    starvation_reason,
+    steal_invariant,
+    worker_job_invariants,
+)
+
 
 def relative_error(simulated: float, emulated: float) -> float:
     """|emulated - simulated| / simulated."""
@@ -16,11 +23,11 @@ def relative_error(simulated: float, emulated: float) -> float:
 
 
 # When a run's agreement is a figure (docs/workers.md "Agreement"): enough measured
-# iterations, and no sign that the workers or the machine were short of CPU.
+# iterations, and a faithful run. The CPU-starvation checks are the fidelity verdict's
+# invariants (testbed.emu.fidelity: worker_compute_share, worker_timer_slack, host_steal),
+# with their thresholds; the run path adds every other failed invariant to the reasons.
 MIN_ITERATIONS = 20
-MIN_CPU_SHARE = 0.8  # median, over iterations, of the least CPU share of any stage
-MAX_OP_OVERRUN = 0.05  # median, over iterations, of the slowest stage's op overrun
-MAX_STEAL = 0.05  # share of CPU time a hypervisor took from this machine
+MIN_CPU_SHARE = MIN_COMPUTE_SHARE  # median, over iterations, of the least CPU share of any stage
 DETAIL_KEYS = ("iterations_measured", "emulated_p10_s", "emulated_p90_s",
                "cpu_share_median", "op_overrun_median")
 
@@ -58,17 +65,9 @@ def agreement_rows(simulated_s: Mapping[str, float],
 
 
 def starvation_reasons(row: Mapping[str, Any]) -> list[str]:
-    """Why one job's measured times do not measure the modelled network (empty: none)."""
-    why = []
-    share = row.get("cpu_share_median")
-    if share is not None and share < MIN_CPU_SHARE:
-        why.append(f"its workers got {100 * share:.0f} % of the CPU they asked for "
-                   f"(< {100 * MIN_CPU_SHARE:.0f} %)")
-    over = row.get("op_overrun_median")
-    if over is not None and over > MAX_OP_OVERRUN:
-        why.append(f"its ops ran {100 * over:.0f} % longer than asked "
-                   f"(> {100 * MAX_OP_OVERRUN:.0f} %)")
-    return why
+    """Why one job's measured times do not measure the modelled network (empty: none):
+    its failed fidelity invariants (testbed.emu.fidelity.worker_job_invariants)."""
+    return [starvation_reason(i) for i in worker_job_invariants(row) if not i.ok]
 
 
 def agreement_verdict(rows: Sequence[Mapping[str, Any]],
@@ -89,13 +88,29 @@ def agreement_verdict(rows: Sequence[Mapping[str, Any]],
         if n is not None and n < MIN_ITERATIONS:
             reasons.append(f"{r['job']}: only {n} measured iterations (< {MIN_ITERATIONS})")
         reasons += [f"{r['job']}: {w}" for w in r.get("starved") or []]
-    steal = (host or {}).get("steal_frac")
-    if steal is not None and steal > MAX_STEAL:
-        reasons.append(f"the hypervisor took {100 * steal:.0f} % of the CPU time (steal)")
+    steal = steal_invariant(host)
+    if not steal.ok:
+        assert steal.value is not None
+        reasons.append(f"the hypervisor took {100 * steal.value:.0f} % of the CPU time (steal)")
     out["reliable"] = not reasons
     out["reasons"] = reasons
     if host:
         out["host"] = dict(host)
+    return out
+
+
+def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:
+    """The agreement verdict with the run's fidelity verdict folded in: every failed
+    invariant the agreement does not already name per job (its workers' CPU and timer
+    slack, host steal) becomes a reason, so an unfaithful run's agreement is UNRELIABLE."""
+    own = {"worker_compute_share", "worker_timer_slack", "host_steal"}
+    out = dict(verdict)
+    extra = [f"fidelity: {r}" for i, r in zip(
+        [i for i in fidelity.get("invariants", []) if not i.get("ok", True)],
+        fidelity.get("reasons", []), strict=False) if i.get("name") not in own]
+    out["reasons"] = [*verdict.get("reasons", []), *extra]
+    out["reliable"] = not out["reasons"]
+    out["faithful"] = bool(fidelity.get("faithful"))
     return out
 
 

@@ -2,7 +2,9 @@
 
 `lightpipe_run_info`, start and end times, and once the jobs are done, per training
 job: completion time, iteration time (emulated and simulated), agreement, bubble
-ratio, success and electricity cost (docs/metrics.md). The run's targets carry the
+ratio, success and electricity cost; at the end the fidelity verdict (faithful or not,
+and each measured invariant's value, threshold and pass/fail; testbed.emu.fidelity)
+(docs/metrics.md). The run's targets carry the
 `run` and `scenario` labels, so these series do too.
 """
 
@@ -23,6 +25,10 @@ JOB_METRICS = (
     "lightpipe_job_info", "lightpipe_job_completion_seconds", "lightpipe_job_iteration_seconds",
     "lightpipe_job_agreement_relative_error", "lightpipe_job_bubble_ratio",
     "lightpipe_job_succeeded", "lightpipe_job_electricity_cost_usd",
+)
+FIDELITY_METRICS = (
+    "lightpipe_run_faithful", "lightpipe_fidelity_invariant_ok",
+    "lightpipe_fidelity_invariant_value", "lightpipe_fidelity_invariant_threshold",
 )
 
 
@@ -62,6 +68,18 @@ class RunExporter:
         self.cost = Gauge("lightpipe_job_electricity_cost_usd",
                           "Electricity cost of the job's GPUs over its completion time "
                           "(GPU board power x PUE x DC price)", j, registry=r)
+        self.faithful = Gauge("lightpipe_run_faithful", "1 if every measured fidelity "
+                              "invariant held, else 0 (set when the workload ends)",
+                              registry=r)
+        inv = ["invariant", "unit"]
+        self.inv_ok = Gauge("lightpipe_fidelity_invariant_ok", "1 if the measured invariant "
+                            "is within its threshold, else 0", inv, registry=r)
+        self.inv_value = Gauge("lightpipe_fidelity_invariant_value", "Measured value of a "
+                               "fidelity invariant (its unit label; shares are 0..1, times "
+                               "in scenario ms)", inv, registry=r)
+        self.inv_threshold = Gauge("lightpipe_fidelity_invariant_threshold", "Bound of a "
+                                   "fidelity invariant (bound=max: value <= it; min: >=)",
+                                   [*inv, "bound"], registry=r)
         self.server: Any = None
         self.port: int | None = None
         self.ended = False
@@ -102,6 +120,20 @@ class RunExporter:
         for row in result.get("agreement", []):
             if row.get("relative_error") is not None:
                 self.agreement.labels(str(row["job"])).set(row["relative_error"])
+
+    def record_fidelity(self, verdict: Mapping[str, Any]) -> None:
+        """The fidelity verdict's gauges: faithful, and each measured invariant (an
+        unmeasured one has no value to show)."""
+        for i in verdict.get("invariants", []):
+            if not i.get("measured") and i.get("ok", True):
+                continue  # not measured in this run (failed for want of a reply: ok 0)
+            labels = (str(i["name"]), str(i.get("unit", "")))
+            self.inv_ok.labels(*labels).set(1 if i.get("ok") else 0)
+            if i.get("measured"):
+                self.inv_value.labels(*labels).set(float(i["value"]))
+            self.inv_threshold.labels(*labels, str(i.get("bound", ""))).set(
+                float(i["threshold"]))
+        self.faithful.set(1 if verdict.get("faithful") else 0)
 
     def finish(self) -> None:
         """Set the end time (once: a later call keeps the first)."""

@@ -10,7 +10,11 @@ the controller, if any) is up, whatever the workload and held or not:
 * targets: controller `/metrics`, link exporter, run exporter, and later the workers
   (`set_targets`), every one labelled `run` and `scenario` (and `component`);
 * the same targets registered with the long-lived Prometheus (`lightpipe monitor up`)
-  when one is running, and unregistered at the end.
+  when one is running, and unregistered at the end;
+* the CPU the run's forwarders, software switch and workers get (`procs`, a
+  testbed.emu.procstat.ProcSampler, by the PIDs the run recorded) and the machine's load
+  (`host_load`), for the fidelity verdict (testbed.emu.fidelity), which it exports
+  (`record_fidelity`).
 
 Everything listens on 127.0.0.1 of the namespace the run started in (`home_fd`: the
 backend thread itself may sit in the run's namespace).
@@ -110,6 +114,8 @@ class RunMonitor:
         self.links: Any = None
         self.groups: dict[str, list[tuple[str, dict[str, str]]]] = {}
         self._net: Any = None
+        self.procs: Any = None  # ProcSampler of the run's own processes (start(net))
+        self.host_load: Any = None  # HostLoad over the run (start(net))
 
     # ---- start -------------------------------------------------------------------------
     def start(self, net: Any = None, ctl: Any = None) -> RunMonitor:
@@ -124,6 +130,8 @@ class RunMonitor:
         self.exporter = RunExporter(run_info(self.scenario, **extra))
         self._net = net
         try:
+            if getattr(net, "state", None) is not None:
+                self._watch_processes(net.state)
             in_netns(self.home_fd, self._start_in_home)
             self.set_targets("run", [(self.exporter.target, {"component": "run"})])
             if net is not None and getattr(net, "emulators", None):
@@ -144,6 +152,23 @@ class RunMonitor:
             self.stop()
             raise
         return self
+
+    def _watch_processes(self, state: Any) -> None:
+        from testbed.emu.fidelity_probe import watch_run_processes
+        from testbed.emu.procstat import ProcSampler
+        from testbed.metrics.hostload import HostLoad
+
+        self.procs = ProcSampler().start()
+        watch_run_processes(self.procs, state)
+        self.host_load = HostLoad()
+        self.host_load.start()
+
+    def watch_workers(self, launcher: Any) -> None:
+        """Read the CPU of the workers a launcher started (testbed.orchestrate.jobs)."""
+        if self.procs is not None:
+            from testbed.emu.fidelity_probe import watch_workers
+
+            watch_workers(self.procs, launcher)
 
     def _start_in_home(self) -> None:
         self.exporter.start_serving()
@@ -170,6 +195,24 @@ class RunMonitor:
     def record_jobs(self, result: Mapping[str, Any]) -> None:
         if self.exporter is not None:
             self.exporter.record_jobs(result, self.scenario)
+
+    def record_fidelity(self, verdict: Mapping[str, Any], timeout_s: float = 20.0) -> bool:
+        """Export the run's fidelity verdict and wait until every Prometheus scraped it
+        (the workload may have flushed already); False if one did not."""
+        if self.exporter is None:
+            return False
+        self.exporter.record_fidelity(verdict)
+        from testbed.metrics.query import wait_for
+
+        q = f'lightpipe_run_faithful{{run="{self.run_id}"}}'
+        ok = True
+        for url in self.urls():
+            try:
+                in_netns(self.home_fd, lambda u=url: wait_for(u, q, timeout_s=timeout_s))
+            except RuntimeFailure as exc:
+                log.warning("%s", exc)
+                ok = False
+        return ok
 
     def flush(self, timeout_s: float = 20.0) -> bool:
         """Mark the run ended and wait until every Prometheus scraped that; False if not."""
@@ -261,6 +304,8 @@ class RunMonitor:
             self.long_lived = None
         if self.prom is not None:
             self.prom.stop()
+        if self.procs is not None:
+            self.procs.stop()
         for part in (self.links, self.exporter):
             if part is not None:
                 part.stop()

@@ -231,6 +231,8 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
         if prometheus is not None:
             prometheus.set_targets("workers", launcher.metrics_targets())
+            if hasattr(prometheus, "watch_workers"):  # their CPU, for the fidelity verdict
+                prometheus.watch_workers(launcher)
         if on_started is not None:
             on_started(launcher)
         launcher.wait(deadline_s)

@@ -8,6 +8,8 @@ typed inputs and outputs:
     start_controller    network -> ControllerProcess | None (lightpaths provisioned)
     calibrate_delays    network -> calibration record (each path's processing time taken
                         off its fibres' emulated delays; emulation.delay_calibration)
+    apply_time_factor   time_factor auto: compute burst, factor chosen from both, network
+                        stretched to it and calibrated again (testbed.orchestrate.timescale)
     verify_network      network -> verification record (raises if the data plane is wrong,
                         or a DC pair's RTT is off 2 x its configured delay by > 1 ms)
     run_workload        hold (faults from `lightpipe fault` meanwhile: the channel of
@@ -37,6 +39,7 @@ from typing import Any
 from testbed.analysis.tables import rows_to_csv
 from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.emu.calibrate import calibrate_network, disabled_record
+from testbed.emu.fidelity_probe import judge_run
 from testbed.emu.netinfo import network_info
 from testbed.emu.network import EmuNetwork, sigterm_as_interrupt
 from testbed.emu.plan import EmuPlan, build_plan
@@ -54,6 +57,7 @@ from testbed.orchestrate.controller import (
 from testbed.orchestrate.ctl_process import ControllerProcess
 from testbed.orchestrate.glue import controller_address
 from testbed.orchestrate.probes import PROBE_FIELDS, PROBE_SECONDS, measure_lightpaths
+from testbed.orchestrate.timescale import apply_time_factor
 from testbed.progress import say
 from testbed.rundir import RunDir, run_dir
 from testbed.spec import Scenario
@@ -106,13 +110,16 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
             opts.quiet)
         with net, contextlib.ExitStack() as ctl_stack:  # controller stops before the net
             ctl = start_controller(rp, net, stage / "controller", ctl_stack)
-            mon = start_monitor(rp, net, ctl, stage, out_dir, ctl_stack)
             calibration = calibrate_delays(rp, net, opts.quiet)
+            # time_factor auto: measured and chosen here; rp (and net.plan) carry the number
+            rp, calibration, _ = apply_time_factor(rp, net, calibration, opts.quiet)
+            mon = start_monitor(rp, net, ctl, stage, out_dir, ctl_stack)
             info = network_record(net, ctl, mon, calibration)
             say("emu: verify: reachability and RTT between the DCs ...", opts.quiet)
             check = verify_network(net, calibration, rp.scenario.emulation.rtt_check,
                                    opts.quiet)
             work = run_workload(rp, net, ctl, stage, info, out_dir, opts, mon)
+            judge_run(net, check, work.summary, mon)  # summary `fidelity` (testbed.emu.fidelity)
             mon.flush()  # the last state scraped before Prometheus stops
         say("emu: teardown: network removed", opts.quiet)
         return collect_records(rp, net, ctl, rd, info, check, work, time.monotonic() - t0)
@@ -354,9 +361,18 @@ def fault_injector(ctl: ControllerProcess | None, net: EmuNetwork, mon: RunMonit
         from testbed.orchestrate.controller import ControllerRestarter
 
         restarter = ControllerRestarter(ctl, net, ctl_dir)
+    after_reroute = None
+    if client is not None:  # each restored lightpath's RTT on its new route, recorded
+        from testbed.emu.reroute import check_lightpaths
+
+        def after_reroute(ids: list[int]) -> list[dict[str, Any]]:
+            assert client is not None
+            return check_lightpaths(net, client, ids)
+
     return FaultInjector(events, scale=net.plan.scale.time_factor, client=client,
                          set_link=link_switch(net) if ctl is not None else None,
-                         monitor=mon, controller=restarter).start()
+                         monitor=mon, controller=restarter,
+                         after_reroute=after_reroute).start()
 
 
 def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario: Scenario,
@@ -440,6 +456,8 @@ def run_summary(net: EmuNetwork, check: dict[str, Any], work: WorkloadResult,
         "rtt_failures": [f"{x['pair']}: {x['median_ms']} ms vs {x['expected_rtt_ms']}"
                          for x in check.get("rtts", []) if not x["ok"]],
         "delay_calibrated": bool(check.get("calibration", {}).get("enabled")),
+        # emulation.time_factor: auto or fixed, the factor and why (testbed.emu.timefactor)
+        "time_factor_choice": (check.get("calibration") or {}).get("time_factor_choice"),
         "probes": len(work.probes),
         "mean_goodput_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None,
         "min_goodput_ratio": min(ratios) if ratios else None,

@@ -1,0 +1,306 @@
+"""Fidelity verdict of one emulated run: invariants measured on the run, each against a bound.
+
+In the spirit of Mininet-HiFi's monitors (Handigol et al., CoNEXT'12): a run's figures
+are worth something only while the emulator kept up, so every emulated run measures
+whether it did and says so (docs/emulation.md "Fidelity verdict"). Pure: the measuring
+is testbed.emu.fidelity_probe's; this module turns the measurements into invariants
+(value, threshold, pass/fail, what gave the value) and the verdict.
+
+Every time is judged in scenario time (emulated / time_factor, testbed.emu.scale.Scale):
+the emulator's own lateness shrinks by the dilation factor, as in time-dilated
+emulation. A quantity that was not measured in a run (no workers, netem links without
+user-space counters) gives an invariant with value None: listed, never a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from testbed.emu.scale import Scale
+from testbed.emu.slack import merge, quantile_s
+
+# Each DC pair's RTT in scenario time: within 2 x its one-way delay +- RTT_BAND_MS
+# (median), and its tail (p99) within twice that.
+RTT_BAND_MS = 1.0
+RTT_P99_BAND_MS = 2.0
+# CPU: share of the time a process wanted a CPU that it had one (schedstat run / (run +
+# wait)). Forwarders and the software switch hold every delay: they must be served at
+# once; workers as the simulator assumes their compute (the agreement's long-standing
+# MIN_CPU_SHARE, docs/workers.md).
+MIN_FORWARDER_SHARE = 0.9
+MIN_SWITCH_SHARE = 0.9
+MIN_WORKER_SHARE = 0.8
+# A process that ran less than this (s of CPU) over the run is judged with its role's
+# others: its share is a few wake-ups' latency, noise rather than starvation.
+MIN_RUN_S = 0.1
+# The workers' own figures (their records; docs/workers.md "Agreement"): the CPU they got
+# for their tensor work, and how much longer their ops ran than asked (they woke late).
+MIN_COMPUTE_SHARE = 0.8
+MAX_OP_OVERRUN = 0.05
+# How late the forwarders' timed wake-ups came (p99, scenario time): a late wake-up
+# delays every frame due then; half the RTT band, since a path crosses several.
+MAX_FORWARDER_SLACK_MS = 0.5
+# Frames the emulator lost outside its model (kernel socket drops: the forwarder did not
+# read in time; send errors), as a share of the frames it received.
+MAX_EMULATOR_DROP_SHARE = 0.001
+# TCP retransmissions the modelled drops do not explain, as a share of segments sent:
+# each dropped segment may be sent again RETRANSMITS_PER_DROP times (a tail drop's
+# recovery resends what followed it).
+RETRANSMITS_PER_DROP = 2.0
+MAX_UNEXPLAINED_RETRANSMIT_SHARE = 0.01
+MAX_STEAL = 0.05  # share of the machine's CPU time a hypervisor took
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """One measured quantity against its bound ("max": value <= threshold, "min": >=)."""
+
+    name: str
+    value: float | None
+    threshold: float
+    bound: str
+    unit: str
+    detail: str = ""  # what gave the value (the worst lightpath, process, job)
+    why: str = ""     # what the bound protects
+    missing: str = ""  # a part that should have been measured and gave nothing: fails
+
+    @property
+    def measured(self) -> bool:
+        return self.value is not None and math.isfinite(self.value)
+
+    @property
+    def ok(self) -> bool:
+        if self.missing:
+            return False
+        if not self.measured:
+            return True
+        assert self.value is not None
+        return self.value <= self.threshold if self.bound == "max" else \
+            self.value >= self.threshold
+
+    def reason(self) -> str:
+        """The failure in words: name, value, bound, where."""
+        if self.missing:
+            return f"{self.name}: {self.missing}"
+        op = ">" if self.bound == "max" else "<"
+        where = f" ({self.detail})" if self.detail else ""
+        return f"{self.name} {fmt(self.value, self.unit)} {op} {fmt(self.threshold, self.unit)}" \
+            + where
+
+    def as_record(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "measured": self.measured}
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "share":
+        return f"{100 * value:.1f} %"
+    return f"{value:.3g} {unit}"
+
+
+# ---- RTTs per lightpath (verify's rows) ---------------------------------------------------
+def p99(samples: Sequence[float]) -> float:
+    """Nearest-rank 99th percentile (of 20 echoes: the largest)."""
+    s = sorted(samples)
+    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
+
+
+def lightpath_rtt_errors(rows: Iterable[Mapping[str, Any]], scale: Scale
+                         ) -> list[dict[str, Any]]:
+    """Per DC pair (lightpath) of testbed.emu.verify's RTT rows: the error of its median and
+    p99 RTT against 2 x its planned delay, in scenario ms (emulated / time_factor). A row
+    carries its echoes (`samples_ms`) or at least `median_ms` (and `max_ms` as its p99)."""
+    out = []
+    for r in rows:
+        expected = float(r["expected_rtt_ms"])
+        samples = [float(x) for x in r.get("samples_ms") or () if x is not None]
+        med = statistics.median(samples) if samples else r.get("median_ms")
+        tail = p99(samples) if samples else r.get("max_ms", med)
+        out.append({"pair": str(r["pair"]), "hops": r.get("hops"),
+                    "expected_rtt_ms": scale.real_ms(expected),
+                    "median_error_ms": None if med is None else scale.real_ms(med - expected),
+                    "p99_error_ms": None if tail is None else scale.real_ms(tail - expected),
+                    "replies": len(samples) if samples else r.get("replies")})
+    return out
+
+
+def rtt_invariants(errors: Sequence[Mapping[str, Any]]) -> list[Invariant]:
+    def worst(key: str, name: str, band: float, why: str) -> Invariant:
+        got = [(abs(e[key]), e["pair"], e[key]) for e in errors if e.get(key) is not None]
+        lost = [e["pair"] for e in errors if e.get(key) is None]
+        if lost:  # a lightpath without a reply is as far off as can be
+            return Invariant(name, None, band, "max", "ms", ", ".join(lost), why,
+                             missing=f"{len(lost)} DC pair(s) without an echo reply "
+                             f"({', '.join(lost[:5])})")
+        if not got:
+            return Invariant(name, None, band, "max", "ms", "no lightpath measured", why)
+        _, pair, signed = max(got)
+        return Invariant(name, abs(signed), band, "max", "ms", f"{pair} {signed:+.3f} ms", why)
+
+    return [worst("median_error_ms", "rtt_median_error", RTT_BAND_MS,
+                  "each DC pair's median RTT within 2 x its delay +- 1 ms (scenario time)"),
+            worst("p99_error_ms", "rtt_p99_error", RTT_P99_BAND_MS,
+                  "its tail too: p99 within 2 x the band")]
+
+
+# ---- CPU of the run's processes ---------------------------------------------------------
+def share_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
+                    threshold: float, why: str) -> Invariant:
+    """Least CPU share (run / (run + wait)) of the processes of one role that ran at least
+    MIN_RUN_S; those that ran less are judged together (their summed run and wait)."""
+    mine = [p for p in procs if p.get("role") == role and p.get("cpu_share") is not None]
+    got = [(p["cpu_share"], p.get("name") or str(p.get("pid"))) for p in mine
+           if p.get("run_s", 0.0) >= MIN_RUN_S]
+    idle = [p for p in mine if p.get("run_s", 0.0) < MIN_RUN_S]
+    run = sum(p.get("run_s", 0.0) for p in idle)
+    wait = sum(p.get("wait_s", 0.0) for p in idle)
+    if run + wait > 0:
+        got.append((run / (run + wait), f"{len(idle)} nearly idle together"))
+    if not got:
+        return Invariant(name, None, threshold, "min", "share", f"no {role} measured", why)
+    share, who = min(got)
+    return Invariant(name, share, threshold, "min", "share", f"{role} {who}", why)
+
+
+def worker_job_invariants(job: Mapping[str, Any]) -> list[Invariant]:
+    """A job's own figures from its workers' records (summary.json worker_jobs or an
+    agreement row): CPU share of its tensor work and its ops' overrun (timer slack)."""
+    name = str(job.get("job", ""))
+    return [
+        Invariant("worker_compute_share", job.get("cpu_share_median"), MIN_COMPUTE_SHARE,
+                  "min", "share", name, "its workers got the CPU they asked for (median over "
+                  "iterations of the least-served stage)"),
+        Invariant("worker_timer_slack", job.get("op_overrun_median"), MAX_OP_OVERRUN, "max",
+                  "share", name, "its ops ran no longer than asked: its workers woke on time "
+                  "(median over iterations of the slowest stage)")]
+
+
+def starvation_reason(inv: Invariant) -> str:
+    """A failed worker_job_invariants() member as the agreement table words it."""
+    assert inv.value is not None
+    if inv.name == "worker_compute_share":
+        return (f"its workers got {100 * inv.value:.0f} % of the CPU they asked for "
+                f"(< {100 * inv.threshold:.0f} %)")
+    return (f"its ops ran {100 * inv.value:.0f} % longer than asked "
+            f"(> {100 * inv.threshold:.0f} %)")
+
+
+def steal_invariant(host: Mapping[str, Any] | None) -> Invariant:
+    return Invariant("host_steal", (host or {}).get("steal_frac"), MAX_STEAL, "max", "share",
+                     "", "the hypervisor left this machine its CPU time")
+
+
+def _worst_job(jobs: Sequence[Mapping[str, Any]], k: int) -> Invariant:
+    invs = [worker_job_invariants(j)[k] for j in jobs]
+    measured = [i for i in invs if i.measured]
+    if not measured:
+        return worker_job_invariants({})[k]
+    key = (lambda i: i.value) if invs[0].bound == "max" else (lambda i: -i.value)  # type: ignore[operator]
+    return max(measured, key=key)
+
+
+# ---- the link emulators ------------------------------------------------------------------
+def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Summed counters of every forwarder's stats() (testbed.emu.forwarder), and their
+    timer slack histograms merged."""
+    keys = ("rx_packets", "tx_segments", "queue_drops", "loss_drops", "down_drops",
+            "socket_drops", "send_errors")
+    tot: dict[str, Any] = dict.fromkeys(keys, 0)
+    tot["lightpath_drops"] = 0
+    slacks = []
+    for st in stats:
+        for d in (st.get("directions") or {}).values():
+            for k in keys:
+                tot[k] += int(d.get(k, 0))
+            tot["lightpath_drops"] += sum(int(v.get("drops", 0))
+                                          for v in (d.get("vlans") or {}).values())
+        if st.get("timer_slack"):
+            slacks.append(st["timer_slack"])
+    tot["forwarders"] = len(stats)
+    tot["timer_slack"] = merge(slacks) if slacks else None
+    tot["modelled_drops"] = (tot["queue_drops"] + tot["loss_drops"] + tot["down_drops"]
+                             + tot["lightpath_drops"])
+    return tot
+
+
+def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str, int]],
+                    scale: Scale) -> list[Invariant]:
+    tot = tot or {}
+    slack = tot.get("timer_slack")
+    q = quantile_s(slack, 0.99) if slack else None
+    slack_inv = Invariant("forwarder_timer_slack", None if q is None else
+                          scale.real_ms(1000 * q), MAX_FORWARDER_SLACK_MS, "max", "ms",
+                          f"p99 of {sum(slack['counts'])} timed wake-ups" if slack else
+                          "no forwarder measured",
+                          "frames leave when due: the forwarders woke on time (scenario time)")
+    lost = tot.get("socket_drops", 0) + tot.get("send_errors", 0)
+    frames = tot.get("rx_packets", 0)
+    drop_inv = Invariant("emulator_drops", lost / frames if frames else None,
+                         MAX_EMULATOR_DROP_SHARE, "max", "share",
+                         f"{lost} of {frames} frames" if frames else "no forwarder traffic",
+                         "no frame lost outside the modelled queues and loss (kernel socket "
+                         "drops, send errors)")
+    out_segs = sum(int(h.get("TcpOutSegs", 0)) for h in tcp.values())
+    retrans = sum(int(h.get("TcpRetransSegs", 0)) for h in tcp.values())
+    allowed = RETRANSMITS_PER_DROP * tot.get("modelled_drops", 0)
+    unexplained = max(0.0, retrans - allowed)
+    tcp_inv = Invariant("tcp_retransmits", unexplained / out_segs if out_segs else None,
+                        MAX_UNEXPLAINED_RETRANSMIT_SHARE, "max", "share",
+                        f"{retrans} retransmitted, {tot.get('modelled_drops', 0)} dropped by "
+                        f"the model, of {out_segs} segments" if out_segs else
+                        "no TCP segments sent",
+                        "TCP retransmits only what the rates and queues dropped (else "
+                        "delay spikes fired time-outs)")
+    return [slack_inv, drop_inv, tcp_inv]
+
+
+# ---- the verdict -------------------------------------------------------------------------
+def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
+            procs: Sequence[Mapping[str, Any]] = (),
+            forwarder_stats: Sequence[Mapping[str, Any]] = (),
+            tcp: Mapping[str, Mapping[str, int]] | None = None,
+            jobs: Sequence[Mapping[str, Any]] = (),
+            host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """summary.json `fidelity`: faithful or not, the reasons (failed invariants), every
+    invariant as a record, and what was measured (per lightpath, per process).
+
+    rtt_rows: each lightpath's (DC pair's) RTTs as testbed.emu.verify records them (the
+    run's final rows, after any re-calibration); procs: testbed.emu.procstat records of
+    the run's forwarders (role "forwarder"), software switch ("switch") and workers
+    ("worker"); forwarder_stats: each forwarder's stats() at the end; tcp: per host nstat
+    counters (TcpOutSegs, TcpRetransSegs); jobs: summary.json worker_jobs; host: the
+    machine's load (testbed.metrics.hostload summary: steal_frac)."""
+    errors = lightpath_rtt_errors(rtt_rows, scale)
+    tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
+    invs = [*rtt_invariants(errors),
+            share_invariant("forwarder_cpu_share", procs, "forwarder", MIN_FORWARDER_SHARE,
+                            "the forwarders had a CPU whenever they wanted one"),
+            share_invariant("switch_cpu_share", procs, "switch", MIN_SWITCH_SHARE,
+                            "so had the software switch (user-space datapath)"),
+            share_invariant("worker_cpu_share", procs, "worker", MIN_WORKER_SHARE,
+                            "the workers had a CPU when they wanted one"),
+            _worst_job(jobs, 0), _worst_job(jobs, 1),
+            *link_invariants(tot, tcp or {}, scale),
+            steal_invariant(host)]
+    failed = [i for i in invs if not i.ok]
+    return {"faithful": not failed, "reasons": [i.reason() for i in failed],
+            "invariants": [i.as_record() for i in invs],
+            "time_factor": scale.time_factor,
+            "lightpaths": errors, "processes": list(procs),
+            "forwarders": {k: v for k, v in (tot or {}).items() if k != "timer_slack"}
+            | ({"timer_slack": tot["timer_slack"]} if tot and tot.get("timer_slack") else {}),
+            "tcp": dict(tcp or {})}
+
+
+def verdict_line(v: Mapping[str, Any]) -> str:
+    """One line for the end of the console output."""
+    n = len(v.get("invariants", []))
+    measured = sum(1 for i in v.get("invariants", []) if i.get("measured"))
+    if v.get("faithful"):
+        return f"fidelity: faithful ({measured} of {n} invariants measured, all within bounds)"
+    return "fidelity: NOT FAITHFUL: " + "; ".join(v.get("reasons", []))

@@ -1,0 +1,126 @@
+"""Measure a live emulated run's fidelity invariants (before teardown) and judge them.
+
+What testbed.emu.fidelity judges, read from the run's own parts: the verification's RTT
+rows per lightpath, every forwarder's counters and timer slack (its control channel),
+each host namespace's TCP counters (`nstat` run inside it), the CPU its processes got
+(testbed.emu.procstat, by the PIDs the run recorded) and the machine's steal time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from testbed.emu.fidelity import verdict
+from testbed.emu.procstat import ProcSampler
+
+log = logging.getLogger(__name__)
+
+TCP_FIDELITY_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
+                         "TcpExtTCPSpuriousRTOs")
+# The run state's process roles the sampler reads, as the verdict names them.
+STATE_ROLES = {"forwarder": "forwarder", "ovs-vswitchd": "switch"}
+
+
+def watch_run_processes(sampler: ProcSampler, state: Any) -> int:
+    """Watch the run's forwarders and software switch, by the PIDs and start times its
+    state (testbed.emu.state.RunState) recorded; how many."""
+    n = 0
+    for rec in list(getattr(state, "procs", ()) or ()):
+        role = STATE_ROLES.get(rec.role)
+        if role is not None:
+            sampler.watch(rec.pid, role, rec.name or rec.role, rec.start_ticks)
+            n += 1
+    return n
+
+
+def watch_workers(sampler: ProcSampler, launcher: Any) -> int:
+    """Watch every worker a launcher (testbed.orchestrate.launch.Launcher) started: its
+    own child processes (mnexec execs the worker in place)."""
+    n = 0
+    for run in getattr(launcher, "jobs", {}).values():
+        for w in run.workers:
+            if w.proc.poll() is None:
+                sampler.watch(w.proc.pid, "worker", f"{w.job}/stage{w.stage}")
+                n += 1
+    return n
+
+
+def host_tcp_counters(net: Any) -> dict[str, dict[str, int]]:
+    """Per emulated host: TCP counters since its namespace was made (`nstat -asz`
+    inside it: absolute, history untouched)."""
+    out: dict[str, dict[str, int]] = {}
+    for h in net.plan.hosts:
+        try:
+            res = net.host_cmd(h.name, ["nstat", "-asz", "--json", *TCP_FIDELITY_COUNTERS],
+                               timeout_s=10, check=True)
+            kernel = json.loads(res.stdout).get("kernel", {})
+        except Exception as exc:  # a host whose counters cannot be read: left out
+            log.debug("no TCP counters from %s: %s", h.name, exc)
+            continue
+        out[h.name] = {k: int(kernel.get(k, 0)) for k in TCP_FIDELITY_COUNTERS}
+    return out
+
+
+def forwarder_stats(net: Any) -> list[dict[str, Any]]:
+    """stats() of every link emulator that keeps user-space counters (the forwarders)."""
+    out = []
+    for emu in getattr(net, "emulators", {}).values():
+        if not getattr(emu, "counters", False):
+            continue
+        try:
+            st = emu.stats()
+        except Exception as exc:  # a forwarder that died: its counters are gone
+            log.warning("fidelity: no counters from the forwarder of %s: %s",
+                        getattr(emu.fibre, "middle", "?"), exc)
+            continue
+        if isinstance(st, dict) and "directions" in st:
+            out.append(st)
+    return out
+
+
+def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
+            sampler: ProcSampler | None = None, host: Mapping[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """The run's fidelity verdict (testbed.emu.fidelity.verdict) from the live network:
+    `check` is the verification record (its final `rtts`), `work` the workload's summary
+    (worker_jobs, host_load), `sampler` the run's ProcSampler (stopped here)."""
+    if sampler is not None:
+        sampler.stop()
+    procs = sampler.records() if sampler is not None else []
+    fibre_of = {f.middle: f"{f.u}-{f.v}" for f in net.plan.fibres}
+    for p in procs:  # a forwarder by its fibre (the link exporter's label)
+        if p["role"] == "forwarder" and p["name"] in fibre_of:
+            p["name"] = fibre_of[p["name"]]
+    return verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
+                   host_tcp_counters(net), list(work.get("worker_jobs", [])),
+                   host if host is not None else work.get("host_load"))
+
+
+def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any
+              ) -> dict[str, Any]:
+    """The run path's step (testbed.orchestrate.run, before teardown): measure and judge,
+    export the verdict through the run's monitor, fold it into the agreement verdict
+    (an unfaithful run's agreement is UNRELIABLE); the verdict, also put in `summary`
+    under `fidelity`. A verdict that cannot be made says why and is not faithful."""
+    try:
+        v = measure(net, check, summary, getattr(mon, "procs", None),
+                    _host_load(getattr(mon, "host_load", None)) or summary.get("host_load"))
+    except Exception as exc:  # the run's records must still be written
+        log.warning("fidelity not measured: %s", exc, exc_info=True)
+        v = {"faithful": False, "reasons": [f"fidelity not measured: {exc}"[:300]],
+             "invariants": []}
+    summary["fidelity"] = v
+    if isinstance(summary.get("agreement_verdict"), dict):
+        from testbed.metrics.agreement import with_fidelity
+
+        summary["agreement_verdict"] = with_fidelity(summary["agreement_verdict"], v)
+    if mon is not None:
+        mon.record_fidelity(v)
+    return v
+
+
+def _host_load(load: Any) -> dict[str, Any] | None:
+    return None if load is None else dict(load.summary())

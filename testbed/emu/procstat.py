@@ -1,0 +1,145 @@
+"""CPU a run's own processes got, by PID: /proc/PID/stat and each thread's schedstat.
+
+Only processes the run started and recorded (its state's forwarders and switch daemon,
+its launcher's workers) are read, each checked against its start time so that a reused
+PID is never read as the run's; nothing is looked up by name. Per process:
+
+* cpu_s: utime + stime (/proc/PID/stat, every thread);
+* run_s / wait_s: time on a CPU and time runnable but waiting for one, summed over its
+  threads (/proc/PID/task/TID/schedstat; needs CONFIG_SCHED_INFO, which every
+  distribution kernel has);
+* cpu_share = run / (run + wait): of the time it wanted a CPU, the share it had one;
+* load = cpu_s / wall_s: how much of one core it used.
+
+`ProcSampler` reads them every interval_s from a thread while the run lasts (a worker's
+last values are its last sample before it exits).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class ProcTimes:
+    """One reading of one process."""
+
+    start_ticks: int
+    cpu_s: float
+    run_s: float
+    wait_s: float
+    at_s: float  # time.monotonic() of the reading
+
+
+def parse_stat(text: str) -> tuple[int, float]:
+    """(start time in ticks, utime + stime in s) of a /proc/PID/stat line (the command
+    name, field 2, may hold spaces and parentheses: fields count from the last ')')."""
+    rest = text.rsplit(")", 1)[1].split()
+    return int(rest[19]), (int(rest[11]) + int(rest[12])) / CLK_TCK
+
+
+def parse_schedstat(text: str) -> tuple[float, float]:
+    """(run s, wait s) of a schedstat line: run ns, wait ns, time slices."""
+    run_ns, wait_ns, *_ = text.split()
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+
+
+def read_times(pid: int, start_ticks: int | None = None) -> ProcTimes | None:
+    """The process's times now; None when it is gone or is no longer the process that
+    started at start_ticks."""
+    try:
+        ticks, cpu_s = parse_stat(Path(f"/proc/{pid}/stat").read_text())
+        if start_ticks is not None and ticks != start_ticks:
+            return None
+        run_s = wait_s = 0.0
+        for task in os.scandir(f"/proc/{pid}/task"):
+            try:
+                r, w = parse_schedstat(Path(task.path, "schedstat").read_text())
+            except (OSError, ValueError):
+                continue  # a thread that just exited
+            run_s += r
+            wait_s += w
+    except (OSError, ValueError, IndexError):
+        return None
+    return ProcTimes(ticks, cpu_s, run_s, wait_s, time.monotonic())
+
+
+def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
+    """What the process used between two readings."""
+    wall = last.at_s - first.at_s
+    run = last.run_s - first.run_s
+    wait = last.wait_s - first.wait_s
+    cpu = last.cpu_s - first.cpu_s
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "run_s": round(run, 4),
+            "wait_s": round(wait, 4),
+            "cpu_share": round(run / (run + wait), 4) if run + wait > 0 else None,
+            "load": round(cpu / wall, 4) if wall > 0 else None}
+
+
+class ProcSampler:
+    """Reads the watched processes every interval_s (a daemon thread); records() says
+    what each used since it was first read."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self._procs: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pid: int, role: str, name: str = "",
+              start_ticks: int | None = None) -> None:
+        """Read `pid` from now on (start_ticks: its identity; default: read now)."""
+        first = read_times(pid, start_ticks)
+        if first is None:
+            log.debug("process %d (%s %s) is gone: not watched", pid, role, name)
+            return
+        with self._lock:
+            self._procs[pid] = {"pid": pid, "role": role, "name": name,
+                                "first": first, "last": first}
+
+    def start(self) -> ProcSampler:
+        self._thread = threading.Thread(target=self._loop, name="procstat", daemon=True)
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        with self._lock:
+            procs = list(self._procs.values())
+        for p in procs:
+            if p.get("gone"):
+                continue
+            now = read_times(p["pid"], p["first"].start_ticks)
+            if now is None:
+                p["gone"] = True
+            else:
+                p["last"] = now
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        """A last reading, then the thread ends."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.sample()
+
+    def records(self) -> list[dict[str, Any]]:
+        """Per watched process: pid, role, name and usage() since it was first read."""
+        with self._lock:
+            procs = list(self._procs.values())
+        return [{"pid": p["pid"], "role": p["role"], "name": p["name"],
+                 **usage(p["first"], p["last"])} for p in procs]

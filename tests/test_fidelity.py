@@ -1,0 +1,235 @@
+"""The fidelity verdict's logic on made-up records (testbed.emu.fidelity): each invariant
+against its threshold, in scenario time, and the reasons it names; the timer slack
+histogram; the agreement's UNRELIABLE flag as one of the invariants."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed.emu import fidelity as fid
+from testbed.emu.procstat import ProcSampler, parse_schedstat, parse_stat, read_times
+from testbed.emu.scale import Scale
+from testbed.emu.slack import BOUNDS_S, SlackHistogram, merge, quantile_s
+
+
+def rtt_row(pair: str, expected_ms: float, samples: list[float]) -> dict:
+    return {"pair": pair, "hops": 2, "expected_rtt_ms": expected_ms, "samples_ms": samples,
+            "median_ms": sorted(samples)[len(samples) // 2] if samples else None,
+            "replies": len(samples)}
+
+
+def fwd_stats(rx: int = 1000, socket_drops: int = 0, queue_drops: int = 0,
+              late_s: tuple[float, ...] = (0.00003,) * 100) -> dict:
+    h = SlackHistogram()
+    for x in late_s:
+        h.observe(x)
+    d = {"rx_packets": rx, "tx_segments": rx, "queue_drops": queue_drops, "loss_drops": 0,
+         "down_drops": 0, "socket_drops": socket_drops, "send_errors": 0,
+         "vlans": {"101": {"drops": 0}}}
+    return {"directions": {"a_to_b": d, "b_to_a": dict(d)}, "timer_slack": h.as_record()}
+
+
+def proc(role: str, name: str, share: float, run_s: float = 5.0) -> dict:
+    wait = run_s * (1 - share) / share
+    return {"pid": 1, "role": role, "name": name, "run_s": run_s, "wait_s": wait,
+            "cpu_share": share}
+
+
+def good_inputs() -> dict:
+    return {"rtt_rows": [rtt_row("a~b", 20.0, [20.2] * 19 + [20.9]),
+                         rtt_row("a~c", 40.0, [39.8] * 20)],
+            "procs": [proc("forwarder", "A-B", 0.99), proc("switch", "ovs-vswitchd", 0.95),
+                      proc("worker", "job0/stage0", 0.9)],
+            "forwarder_stats": [fwd_stats()],
+            "tcp": {"h0": {"TcpOutSegs": 10_000, "TcpRetransSegs": 10}},
+            "jobs": [{"job": "job0", "cpu_share_median": 0.95, "op_overrun_median": 0.01}],
+            "host": {"steal_frac": 0.0}}
+
+
+def by_name(v: dict) -> dict[str, dict]:
+    return {i["name"]: i for i in v["invariants"]}
+
+
+def test_a_run_within_every_bound_is_faithful() -> None:
+    v = fid.verdict(Scale(), **good_inputs())
+    assert v["faithful"] and v["reasons"] == []
+    inv = by_name(v)
+    assert set(inv) == {"rtt_median_error", "rtt_p99_error", "forwarder_cpu_share",
+                        "switch_cpu_share", "worker_cpu_share", "worker_compute_share",
+                        "worker_timer_slack", "forwarder_timer_slack", "emulator_drops",
+                        "tcp_retransmits", "host_steal"}
+    assert all(i["measured"] and i["ok"] for i in inv.values())
+    assert inv["rtt_median_error"]["value"] == pytest.approx(0.2)  # a~b, |+0.2| > |-0.2|
+    assert inv["rtt_p99_error"]["value"] == pytest.approx(0.9)  # p99 of 20 = the largest
+    assert inv["forwarder_timer_slack"]["value"] == pytest.approx(0.05)  # its bucket, ms
+    assert "faithful" in fid.verdict_line(v) and "NOT" not in fid.verdict_line(v)
+
+
+@pytest.mark.parametrize(("change", "failed", "words"), [
+    (lambda d: d["rtt_rows"].append(rtt_row("b~c", 10.0, [11.5] * 20)),
+     "rtt_median_error", "b~c +1.500 ms"),
+    (lambda d: d["rtt_rows"].append(rtt_row("b~c", 10.0, [10.0] * 19 + [13.0])),
+     "rtt_p99_error", "b~c +3.000 ms"),
+    (lambda d: d["rtt_rows"].append(rtt_row("b~c", 10.0, [])),
+     "rtt_median_error,rtt_p99_error", "without an echo reply (b~c)"),
+    (lambda d: d["procs"].append(proc("forwarder", "B-C", 0.6)),
+     "forwarder_cpu_share", "60.0 % < 90.0 % (forwarder B-C)"),
+    (lambda d: d["procs"].append(proc("worker", "job1/stage2", 0.5)),
+     "worker_cpu_share", "worker job1/stage2"),
+    (lambda d: d["jobs"].append({"job": "job1", "cpu_share_median": 0.55}),
+     "worker_compute_share", "55.0 % < 80.0 % (job1)"),
+    (lambda d: d["jobs"].append({"job": "job1", "op_overrun_median": 0.12}),
+     "worker_timer_slack", "(job1)"),
+    (lambda d: d["forwarder_stats"].append(fwd_stats(late_s=(0.003,) * 100)),
+     "forwarder_timer_slack", "5 ms > 0.5 ms"),
+    (lambda d: d["forwarder_stats"].append(fwd_stats(rx=1000, socket_drops=50)),
+     "emulator_drops", "100 of 4000 frames"),
+    (lambda d: d["tcp"].update(h1={"TcpOutSegs": 10_000, "TcpRetransSegs": 900}),
+     "tcp_retransmits", "910 retransmitted, 0 dropped by the model"),
+    (lambda d: d.update(host={"steal_frac": 0.2}), "host_steal", "20.0 % > 5.0 %"),
+])
+def test_each_invariant_fails_alone_and_is_named(change, failed: str, words: str) -> None:  # type: ignore[no-untyped-def]
+    d = good_inputs()
+    change(d)
+    v = fid.verdict(Scale(), **d)
+    assert not v["faithful"]
+    names = failed.split(",")  # a lightpath without replies fails its median and tail
+    assert [i["name"] for i in v["invariants"] if not i["ok"]] == names
+    assert len(v["reasons"]) == len(names) and v["reasons"][0].startswith(names[0])
+    assert words in v["reasons"][0], v["reasons"][0]
+    line = fid.verdict_line(v)
+    assert line.startswith("fidelity: NOT FAITHFUL: ") and names[0] in line
+
+
+def test_times_are_judged_in_scenario_time() -> None:
+    """An emulated error of 5 ms is 0.5 ms of scenario time at time_factor 10: within the
+    band; so is a 3 ms late wake-up (0.3 ms)."""
+    d = good_inputs()
+    d["rtt_rows"] = [rtt_row("a~b", 200.0, [205.0] * 20)]
+    d["forwarder_stats"] = [fwd_stats(late_s=(0.002,) * 100)]
+    assert not fid.verdict(Scale(), **d)["faithful"]
+    v = fid.verdict(Scale(time_factor=10.0), **d)
+    assert v["faithful"], v["reasons"]
+    inv = by_name(v)
+    assert inv["rtt_median_error"]["value"] == pytest.approx(0.5)
+    assert inv["forwarder_timer_slack"]["value"] == pytest.approx(0.25)
+    assert v["lightpaths"][0]["expected_rtt_ms"] == pytest.approx(20.0)
+
+
+def test_retransmits_the_model_dropped_are_allowed() -> None:
+    d = good_inputs()
+    d["tcp"] = {"h0": {"TcpOutSegs": 10_000, "TcpRetransSegs": 900}}
+    assert not fid.verdict(Scale(), **d)["faithful"]
+    d["forwarder_stats"] = [fwd_stats(queue_drops=250)]  # 500 segments dropped, x 2
+    assert fid.verdict(Scale(), **d)["faithful"]
+
+
+def test_unmeasured_parts_are_listed_not_failed() -> None:
+    """No workers, no forwarders (netem links), no TCP: those invariants have no value."""
+    v = fid.verdict(Scale(), [rtt_row("a~b", 20.0, [20.1] * 20)])
+    assert v["faithful"]
+    inv = by_name(v)
+    assert not inv["worker_cpu_share"]["measured"] and inv["worker_cpu_share"]["ok"]
+    assert not inv["emulator_drops"]["measured"]
+    assert "2 of 11 invariants measured" in fid.verdict_line(v)
+
+
+def test_nearly_idle_processes_are_judged_together() -> None:
+    """A forwarder that ran 2 ms has a share made of wake-up latency: it joins the others
+    that barely ran; a busy one is judged alone."""
+    procs = [proc("forwarder", "A-B", 0.5, run_s=0.002), proc("forwarder", "B-C", 0.99,
+                                                               run_s=0.08),
+             proc("forwarder", "C-D", 0.97, run_s=3.0)]
+    inv = fid.share_invariant("forwarder_cpu_share", procs, "forwarder", 0.9, "")
+    assert inv.ok and 0.9 < inv.value < 0.97  # (A-B and B-C together: 0.967)
+    inv = fid.share_invariant("forwarder_cpu_share", procs[:1] * 60, "forwarder", 0.9, "")
+    assert not inv.ok and "nearly idle together" in inv.detail
+
+
+def test_slack_histogram_buckets_and_quantiles() -> None:
+    h = SlackHistogram()
+    for late_s in [-0.001] + [0.00004] * 96 + [0.0007, 0.004, 0.3]:
+        h.observe(late_s)
+    rec = h.as_record()
+    assert sum(rec["counts"]) == 100 and rec["counts"][0] == 97  # early counts as on time
+    assert rec["counts"][-1] == 1 and rec["max_s"] == pytest.approx(0.3)
+    assert quantile_s(rec, 0.5) == BOUNDS_S[0]
+    assert quantile_s(rec, 0.99) == 0.005  # the 99th of 100: 4 ms, in the 5 ms bucket
+    assert quantile_s(rec, 1.0) == pytest.approx(0.3)  # beyond the last bound: the max
+    both = merge([rec, rec])
+    assert sum(both["counts"]) == 200 and both["sum_s"] == pytest.approx(2 * rec["sum_s"])
+    assert quantile_s(SlackHistogram().as_record(), 0.99) is None
+    with pytest.raises(ValueError, match="bounds"):
+        merge([{**rec, "bounds_s": [1.0]}])
+
+
+def test_agreement_unreliable_flag_is_the_fidelity_invariants() -> None:
+    """The agreement's CPU-starvation reasons are the worker invariants' failures, and an
+    unfaithful run's agreement is UNRELIABLE with the failed invariant named."""
+    from testbed.metrics.agreement import (
+        agreement_rows,
+        agreement_verdict,
+        starvation_reasons,
+        verdict_line,
+        with_fidelity,
+    )
+
+    row = {"cpu_share_median": 0.55, "op_overrun_median": 0.12}
+    assert starvation_reasons(row) == [
+        fid.starvation_reason(i) for i in fid.worker_job_invariants(row) if not i.ok]
+    assert len(starvation_reasons(row)) == 2
+    rows = agreement_rows({"job0": 1.0}, {"job0": 1.01},
+                          {"job0": {"iterations_measured": 25, "cpu_share_median": 0.95,
+                                    "op_overrun_median": 0.01}})
+    agr = agreement_verdict(rows, {"steal_frac": 0.0})
+    assert agr["reliable"]
+    d = good_inputs()
+    d["procs"].append(proc("forwarder", "B-C", 0.6))
+    d["jobs"] = [{"job": "job0", "cpu_share_median": 0.95, "op_overrun_median": 0.01}]
+    folded = with_fidelity(agr, fid.verdict(Scale(), **d))
+    assert not folded["reliable"] and not folded["faithful"]
+    assert folded["reasons"] == ["fidelity: forwarder_cpu_share 60.0 % < 90.0 % "
+                                 "(forwarder B-C)"]
+    assert "UNRELIABLE: fidelity: forwarder_cpu_share" in verdict_line(folded)
+    # a starved job is named once (by the agreement, per job), not again by the fold
+    d["jobs"] = [{"job": "job0", "cpu_share_median": 0.5}]
+    starved = agreement_rows({"job0": 1.0}, {"job0": 1.01},
+                             {"job0": {"iterations_measured": 25, "cpu_share_median": 0.5}})
+    folded = with_fidelity(agreement_verdict(starved), fid.verdict(Scale(), **d))
+    assert sum("50 %" in r for r in folded["reasons"]) == 1
+
+
+def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:
+    """/proc parsing on real processes: a spinning child uses about a core, a sleeping
+    one almost nothing; a PID read with another start time is not read at all."""
+    assert parse_stat("42 (a) b) c) S " + "0 " * 10 + "300 200 " + "0 " * 6 + "777")\
+        == (777, 500 / os.sysconf("SC_CLK_TCK"))
+    assert parse_schedstat("2000000000 500000000 9\n") == (2.0, 0.5)
+    spin = subprocess.Popen([sys.executable, "-c", "print(1, flush=True)\nwhile True: pass"],
+                            stdout=subprocess.PIPE)
+    nap = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); "
+                            "time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        for p in (spin, nap):  # started up (Python's start-up is not the nap's)
+            assert p.stdout is not None and p.stdout.readline()
+        s = ProcSampler(interval_s=0.05)
+        s.watch(spin.pid, "worker", "spin")
+        s.watch(nap.pid, "worker", "nap")
+        first = read_times(spin.pid)
+        assert first is not None and read_times(spin.pid, first.start_ticks + 1) is None
+        s.start()
+        time.sleep(1.0)
+        s.stop()
+        recs = {r["name"]: r for r in s.records()}
+        assert recs["spin"]["run_s"] > 10 * recs["nap"]["run_s"]
+        assert recs["spin"]["cpu_s"] > 0 and recs["spin"]["cpu_share"] is not None
+        assert 0.0 <= recs["spin"]["cpu_share"] <= 1.0
+    finally:
+        for p in (spin, nap):
+            p.kill()
+            p.communicate()
