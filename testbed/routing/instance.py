@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
+from itertools import islice, repeat
 from typing import NamedTuple, overload
 
 import networkx as nx
@@ -128,20 +128,28 @@ class _SpineCache:
         self._host_up: dict[str, tuple[str, int] | None] = {}
         self._host_down: dict[str, tuple[str, int] | None] = {}
 
+    def _rows(self, nodes: list[str], targets: list[str]) -> np.ndarray:
+        """(nodes x targets): link index node -> target, -1 where there is none. A node
+        whose successors begin with every target in order (as `clos()` builds them) gives
+        a run of consecutive indices without a lookup."""
+        adj, offset, out = self.g._adj, self.idx.offset, self.idx.out_links
+        n_t = len(targets)
+        arr = np.array([offset[u] for u in nodes], dtype=np.int64)[:, None] \
+            + np.arange(n_t, dtype=np.int64)
+        for r, u in enumerate(nodes):
+            if list(islice(adj[u], n_t)) != targets:
+                arr[r] = list(map(out(u).get, targets, repeat(-1)))
+        return arr
+
     @cached_property
     def up(self) -> np.ndarray:
         """(leaves x spines): link index leaf -> spine, -1 where there is none."""
-        out = self.idx.out_links
-        rows = [list(map(out(leaf).get, self.spines, repeat(-1))) for leaf in self.leaves]
-        return np.array(rows, dtype=np.int64).reshape(len(self.leaves), len(self.spines))
+        return self._rows(self.leaves, self.spines)
 
     @cached_property
     def down(self) -> np.ndarray:
         """(leaves x spines): link index spine -> leaf, -1 where there is none."""
-        out = self.idx.out_links
-        cols = [list(map(out(s).get, self.leaves, repeat(-1))) for s in self.spines]
-        arr = np.array(cols, dtype=np.int64).reshape(len(self.spines), len(self.leaves))
-        return np.ascontiguousarray(arr.T)
+        return np.ascontiguousarray(self._rows(self.spines, self.leaves).T)
 
     @cached_property
     def whole(self) -> tuple[list[bool], list[bool]]:
@@ -295,16 +303,19 @@ class Fabric:
         ab: list[tuple[int, int, int, int]] = []
         if n_sp > 1:
             whole_up, whole_down = sc.whole
-            leaf_no, host_up, host_down, spines = sc.leaf_no, sc.host_up, sc.host_down, sc.spines
+            leaf_no, spines = sc.leaf_no, sc.spines
+            ups, downs, host_up, host_down = sc._host_up, sc._host_down, sc.host_up, sc.host_down
         for i, f in enumerate(flows):
             if n_sp > 1:
-                up, down = host_up(f.src), host_down(f.dst)
-                if up is not None and down is not None and f.src != f.dst:
+                src, dst = f.src, f.dst
+                up = ups[src] if src in ups else host_up(src)
+                down = downs[dst] if dst in downs else host_down(dst)
+                if up is not None and down is not None and src != dst:
                     a, b = leaf_no[up[0]], leaf_no[down[0]]
                     if a != b and whole_up[a] and whole_down[b]:
                         rows.append(i)
                         ab.append((a, b, up[1], down[1]))
-                        out.paths[i] = SpinePaths(f.src, up[0], spines, down[0], f.dst)
+                        out.paths[i] = SpinePaths(src, up[0], spines, down[0], dst)
                         continue
             pr = self.pair(f.src, f.dst)
             out.paths[i], out.mat[i], out.mask[i] = pr.paths, pr.mat, pr.mask
