@@ -92,3 +92,23 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.serial)
     if root or module.startswith("test_controller_"):
         item.add_marker(pytest.mark.stress)
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_intact() -> Any:
+    """Fail the test after which the kernel's SIGINT/SIGTERM disposition no longer matches
+    Python's handler (a C library reset it: tests/sigstate.py), naming it, and put Python's
+    handler back so that the rest of the session is not poisoned: the class of bug where a
+    later Ctrl-C or SIGTERM kills a process without its clean-up."""
+    import threading
+
+    from tests.sigstate import mismatches, resync
+
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    bad = mismatches()
+    if bad:
+        resync()
+        pytest.fail("signal disposition changed under Python: " + "; ".join(bad),
+                    pytrace=False)

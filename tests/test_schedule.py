@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import signal
 
 import pytest
 from hypothesis import given, settings
@@ -240,3 +241,16 @@ def test_geopipe_equals_1f1b_without_delay_and_helps_with_latency() -> None:
     small = simulate("geopipe", lat, buffer_microbatches=5)
     assert max(small.peak_inflight) <= 5
     assert g.iteration_time_ms <= small.iteration_time_ms
+
+
+def test_optimum_leaves_ctrl_c_to_python() -> None:
+    """CP-SAT's own SIGINT handler (on by default) left SIGINT at SIG_DFL in the kernel
+    after each solve: the next Ctrl-C killed the process without its clean-up."""
+    from tests.sigstate import os_disposition, python_disposition
+
+    assert python_disposition(signal.SIGINT) == "caught"
+    assert os_disposition(signal.SIGINT) == "caught"
+    prob = PipelineProblem.uniform(3, 4, 1.0, 2.0, latency_ms=5, bandwidth_gbps=100,
+                                   activation_mb=50)
+    build_schedule("crosspipe-opt", prob, time_limit_s=20)
+    assert os_disposition(signal.SIGINT) == "caught"

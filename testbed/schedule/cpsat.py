@@ -140,6 +140,10 @@ def solve(problem: PipelineProblem, *, split_backward: bool = False, time_limit_
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(workers))
+    # CP-SAT's own Ctrl-C handler is on by default and, when the solve ends, sets SIGINT
+    # back to SIG_DFL in the C library under Python's handler: every later Ctrl-C then
+    # killed the process (the controller, a held emulation, pytest) without its clean-up.
+    solver.parameters.catch_sigint_signal = False
     t0 = time.perf_counter()
     status = solver.Solve(mdl)
     solve_s = time.perf_counter() - t0
