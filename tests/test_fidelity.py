@@ -233,3 +233,37 @@ def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:
         for p in (spin, nap):
             p.kill()
             p.communicate()
+
+
+def test_report_section_shows_the_verdict_each_invariant_and_the_parts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`lightpipe report`'s fidelity section of an emulated run: the verdict with its
+    reasons, a row per invariant with its value, threshold and result, each lightpath's
+    RTT error and each process's CPU share, least served first."""
+    import json
+
+    from testbed.boundedio import DirReader
+    from testbed.report import sections
+    from testbed.report.fidelity import fidelity_sections
+
+    d = good_inputs()
+    d["procs"].append(proc("forwarder", "B-C", 0.6))
+    v = fid.verdict(Scale(time_factor=10.0), **d)
+    (tmp_path / "summary.json").write_text(json.dumps({"backend": "emu", "fidelity": v}))
+    with DirReader.open(tmp_path) as rd:
+        (sec,) = fidelity_sections(rd)
+        body = [s.title for s in sections.run(rd, "emu")]
+    assert "emulation: fidelity verdict" in body
+    assert sec.text.startswith("NOT FAITHFUL: forwarder_cpu_share 60.0 % < 90.0 %")
+    assert "time_factor 10" in sec.text
+    invs, lps, procs = sec.tables
+    rows = {r[0]: r for r in invs.rows}
+    assert len(rows) == 11
+    assert rows["forwarder_cpu_share"][1:5] == ["60.0 %", ">=", "90.0 %", "FAIL"]
+    assert rows["rtt_median_error"][4] == "pass"
+    assert [r[0] for r in lps.rows] == ["a~b", "a~c"] and lps.rows[0][3] == pytest.approx(0.02)
+    assert procs.rows[0][:3] == ["forwarder", "B-C", "60.0 %"]
+    (tmp_path / "summary.json").write_text(json.dumps({"fidelity": {
+        "faithful": True, "invariants": [{"name": "x", "value": "1e999", "unit": "ms"}]}}))
+    with DirReader.open(tmp_path) as rd:  # a hand-edited record: no number, no crash
+        (sec,) = fidelity_sections(rd)
+    assert sec.tables[0].rows[0][1] == "not measured"

@@ -147,6 +147,11 @@ def _emu_rows(summ: dict[str, Any], rows: list[tuple[str, str, str]]) -> None:
                              f"{emu_s:.4f}" + (f" ({100 * err:+.1f} %)" if err is not None
                                                else ""),
                              f"the simulator: {sim_s:.4f} s"))
+    fid = _dict(summ.get("fidelity"))
+    if fid:
+        rows.append(("fidelity verdict", "faithful" if fid.get("faithful") is True else
+                     "NOT FAITHFUL",
+                     "; ".join(map(str, list(fid.get("reasons") or [])[:5]))[:600]))
     verdict = _dict(summ.get("agreement_verdict"))
     if verdict and not verdict.get("reliable", True):
         rows.append(("agreement verdict", "UNRELIABLE",

@@ -109,6 +109,9 @@ def run_parts(d: DirReader, backend: str) -> tuple[list[Section], list[Section],
     if d.has("jobs.csv"):
         body += _safe(_jobs_sections, d, scen, backend)
     if backend == "emu":
+        from testbed.report.fidelity import fidelity_sections
+
+        body += _safe(fidelity_sections, d)
         body += _safe(_emu_sections, d, scen)
     body += _safe(_other_pngs, d)
     return head, body, _safe(raw_fields, d, backend)
