@@ -44,7 +44,7 @@ class Setting:
     qps: int = 1                  # connections (QPs/channels) per ring neighbour, each hashed
     staggered: bool = False       # jobs' communication phases at random offsets (time sim)
     metric: str = "allreduce"     # allreduce | iteration (compute + all-reduce)
-    iterations: int = 4           # recorded iterations per job in the time simulation
+    iterations: int = 3           # recorded iterations per job in the time simulation
 
     @property
     def jobs(self) -> int:
@@ -96,13 +96,31 @@ def ablation_rows(quick: bool = False) -> list[tuple[str, Setting]]:
     if all(s != paper for _n, s in rows):
         rows.append((PAPER_TEXT, paper))
     if not quick:
-        rows += [(f"{PAPER_TEXT} + {n}", replace(paper, **{f: v}))
-                 for n, f, v, src, _d in DIFFERENCES if src == "open"]
+        opened = [d for d in DIFFERENCES if d[3] == "open"]
+        rows += [(f"{PAPER_TEXT} + {n}", replace(paper, **{f: v})) for n, f, v, _s, _d in opened]
+        # pairs of open differences on the paper's fabric, its metric (all-reduce) kept
+        kept = [d for d in opened if d[1] != "metric"]
+        rows += [(f"{PAPER_TEXT} + {a[0]} + {b[0]}", replace(paper, **{a[1]: a[2], b[1]: b[2]}))
+                 for i, a in enumerate(kept) for b in kept[i + 1:]]
     rows.append(("all on", all_on()))
     if not quick:
         rows += [(f"all on - {n}", replace(all_on(), **{f: getattr(OURS, f)}))
                  for n, f, _v, _s, _d in DIFFERENCES]
+        rows += sweep_rows()
     return rows
+
+
+SWEEP = "sweep"
+
+
+def sweep_rows() -> list[tuple[str, Setting]]:
+    """Ours with more connections per neighbour, or other placement blocks: how fast the
+    gain falls with the two strongest knobs (ours + 2 connections and ours + rack-local
+    blocks of 4 are rows of the ablation already)."""
+    return ([(f"{SWEEP}: ours, {q} connections per neighbour", replace(OURS, qps=q))
+             for q in (3, 4, 8)]
+            + [(f"{SWEEP}: ours, rack-local blocks of {b}", replace(OURS, block=b))
+               for b in (2, 8)])
 
 
 def place(graph: nx.DiGraph, s: Setting, seed: int) -> list[Job]:
@@ -350,9 +368,15 @@ def effects(summary: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                  if f"ours + {name}" in by and "ours (clos-32x64)" in by else None)
         within = (by["all on"] - by[f"all on - {name}"]
                   if f"all on - {name}" in by and "all on" in by else None)
+        paper = (by[f"{PAPER_TEXT} + {name}"] - by["ours + fabric 1:1"]
+                 if f"{PAPER_TEXT} + {name}" in by and "ours + fabric 1:1" in by else None)
         out.append({"difference": name, "source": src, "alone_pp": alone,
-                    "within_all_pp": within})
+                    "at_paper_fabric_pp": paper, "within_all_pp": within})
     return out
+
+
+def _pp(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:+.1f}"
 
 
 def markdown(summary: Sequence[dict[str, Any]], seeds: int) -> str:
@@ -374,7 +398,14 @@ def markdown(summary: Sequence[dict[str, Any]], seeds: int) -> str:
     out += ["", "| row | jobs | ECMP mean (s) | greedy mean (s) | greedy vs ECMP ± CI95 "
             "(seeds' range) | ECMP: jobs hit by a collision | in the paper's range |",
             "|---|---|---|---|---|---|---|"]
+    in_sweep = False
     for r in summary:
+        if r["row"].startswith(f"{SWEEP}:") and not in_sweep:
+            in_sweep = True
+            out += ["", "Sweep of the two strongest knobs (ours otherwise):", "",
+                    "| row | jobs | ECMP mean (s) | greedy mean (s) | greedy vs ECMP ± CI95 "
+                    "(seeds' range) | ECMP: jobs hit by a collision | in the paper's range |",
+                    "|---|---|---|---|---|---|---|"]
         out.append(f"| {r['row']} | {r['jobs']} | {r['ecmp_mean_s']:.4f} | "
                    f"{r['greedy_mean_s']:.4f} | {r['greedy_vs_ecmp_pct']:+.1f} ± "
                    f"{r['greedy_vs_ecmp_ci95_pct']:.1f} % ({r['greedy_vs_ecmp_min_pct']:+.1f} "
@@ -382,12 +413,12 @@ def markdown(summary: Sequence[dict[str, Any]], seeds: int) -> str:
                    f"{r['ecmp_collided_jobs'] * 100:.0f} % | "
                    f"{_in_range(r['greedy_vs_ecmp_pct'])} |")
     eff = effects(summary)
-    out += ["", "| difference | points moved alone (ours + it - ours) | points moved within "
-            "the others (all on - all on without it) |", "|---|---|---|"]
+    out += ["", "| difference | points moved alone (ours + it - ours) | on the paper's "
+            "fabric (paper text + it - paper text) | within the others (all on - all on "
+            "without it) |", "|---|---|---|---|"]
     for e in eff:
-        def pp(v: float | None) -> str:
-            return "n/a" if v is None else f"{v:+.1f}"
-        out.append(f"| {e['difference']} | {pp(e['alone_pp'])} | {pp(e['within_all_pp'])} |")
+        out.append(f"| {e['difference']} | {_pp(e['alone_pp'])} | "
+                   f"{_pp(e['at_paper_fabric_pp'])} | {_pp(e['within_all_pp'])} |")
     out += ["", "\"ECMP: jobs hit by a collision\": share of jobs with a connection below its "
             "host link's fair share when every job communicates at once. A positive number "
             "of points is a smaller gain for greedy."]
