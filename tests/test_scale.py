@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import typing
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,11 @@ def test_record_bounds_are_the_specs() -> None:
     from testbed.spec.models import EmulationSpec
 
     def bound(name: str, kind: str) -> float:
-        meta = EmulationSpec.model_fields[name].metadata
+        field = EmulationSpec.model_fields[name]
+        meta = list(field.metadata)
+        for arm in typing.get_args(field.annotation):  # time_factor: a number or "auto"
+            for m in getattr(arm, "__metadata__", ()):
+                meta += [m, *getattr(m, "metadata", ())]  # a Field(...) holds its bounds
         return next(getattr(m, kind) for m in meta if getattr(m, kind, None) is not None)
 
     assert bound("bandwidth_divisor", "le") == scale.MAX_BANDWIDTH_DIVISOR

@@ -5,7 +5,9 @@ An emulated link runs at the real rate / `bandwidth_divisor` and with the real d
 real bytes x `time_factor` / `bandwidth_divisor`, so serialisation stretches by the same
 factor. Emulated time / `time_factor` is then directly comparable with the simulator's.
 Made once per run from `emulation` (`Scale.of`), carried by the emulation plan and
-passed to whoever converts.
+passed to whoever converts. `time_factor: auto` starts at AUTO_START_FACTOR; the run then
+measures and picks the factor (testbed.emu.timefactor, testbed.orchestrate.timescale) and
+every later reader gets the chosen number (`with_time_factor`, and the records).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from testbed.errors import InputError, RuntimeFailure
 # imports Scale and should not pay for pydantic (tests/test_scale.py checks they agree).
 MAX_BANDWIDTH_DIVISOR = 1e9
 MAX_TIME_FACTOR = 1e6
+AUTO = "auto"              # emulation.time_factor: chosen by the run from measurements
+AUTO_START_FACTOR = 1.0    # what an auto factor is until the run has chosen
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,17 @@ class Scale:
         """The scale of a scenario's `emulation` section (1:1 when it has none)."""
         if emulation is None:
             return cls()
-        return cls(emulation.bandwidth_divisor, emulation.time_factor)
+        factor = emulation.time_factor
+        return cls(emulation.bandwidth_divisor, AUTO_START_FACTOR if factor == AUTO else factor)
+
+    @staticmethod
+    def is_auto(emulation: Any) -> bool:
+        """Whether a scenario's `emulation` leaves the time factor to the run."""
+        return emulation is not None and emulation.time_factor == AUTO
+
+    def with_time_factor(self, time_factor: float) -> Scale:
+        """This scale at another time factor (the one an auto run chose)."""
+        return Scale(self.bandwidth_divisor, float(time_factor))
 
     @classmethod
     def of_record(cls, record: Mapping[str, Any], where: str) -> Scale:

@@ -117,6 +117,7 @@ class FaultInjector:
                  client: Client | None = None, set_link: LinkSwitch | None = None,
                  monitor: Any = None, controller: Any = None,
                  settle_timeout_s: float = 5.0,
+                 after_reroute: Callable[[list[int]], list[dict[str, Any]]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.scale = scale
         self.client = client
@@ -124,6 +125,10 @@ class FaultInjector:
         self.monitor = monitor
         self.controller = controller  # a ControllerRestarter (controller_kill)
         self.settle_timeout_s = settle_timeout_s
+        # Restored lightpaths' RTT on their new routes (testbed.emu.reroute), in a thread
+        # of its own per event so that the next event is not held up; joined by stop().
+        self.after_reroute = after_reroute
+        self._checks: list[threading.Thread] = []
         self.clock = clock
         self.rows: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []  # fibre steps applied (the `events` key)
@@ -253,13 +258,20 @@ class FaultInjector:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.settle_timeout_s + SCRAPE_WAIT_S + 5)
+        for t in self._checks:
+            t.join(timeout=120)
         for row, w in self._worker_rows:
             self._worker_outcome(row, w)
         for row in self.rows:
             if not row["applied"] and "note" not in row and "wall_time" not in row:
                 row["note"] = "not reached: the workload ended before it was due"
         applied = [s for s in self.steps if "skipped" not in s]
-        return {"events": self.steps, "events_applied": len(applied),
+        checked = [r for s in self.steps for r in s.get("rtt_after_reroute", [])]
+        return {"events": self.steps,
+                "reroute_rtt_checks": len(checked),
+                "reroute_rtt_out": [r.get("pair", r.get("id")) for r in checked
+                                    if not r["ok"]],
+                "events_applied": len(applied),
                 "events_not_reached": max(0, self.n_steps - len(self.steps)),
                 "event_errors": self.errors,
                 "cut_to_restored_s": [s["cut_to_restored_s"] for s in self.steps
@@ -286,7 +298,24 @@ class FaultInjector:
         rec["at_s"] = ev.at_s
         if "error" not in rec:
             self.steps.append(rec)
+            if self.after_reroute is not None and rec.get("restored"):
+                self._check_reroute(rec)
         return rec
+
+    def _check_reroute(self, rec: dict[str, Any]) -> None:
+        """rec["rtt_after_reroute"]: each restored lightpath's RTT on its new route."""
+        check = self.after_reroute
+        assert check is not None
+
+        def run() -> None:
+            try:
+                rec["rtt_after_reroute"] = check(list(rec["restored"]))
+            except Exception as exc:  # recorded, the run goes on
+                rec["rtt_after_reroute"] = [{"ok": False, "error": str(exc)[:300]}]
+
+        t = threading.Thread(target=run, name="reroute-check", daemon=True)
+        t.start()
+        self._checks.append(t)
 
     def _fibre(self, ev: EventSpec, row: dict[str, Any]) -> None:
         rec = self._fibre_step(ev)

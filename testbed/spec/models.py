@@ -471,15 +471,24 @@ class LeafSpineSpec(Frozen):
     spine_link_gbps: PositiveFloat = Field(default=100.0, description="real leaf-spine rate")
 
 
+TimeFactor = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+
+
 class EmulationSpec(Frozen):
     """How real rates and times map onto what one machine can carry."""
 
     bandwidth_divisor: Annotated[float, Field(ge=1, le=1e9, allow_inf_nan=False)] = Field(
         default=1000.0, description="emulated link rate = real rate / bandwidth_divisor"
     )
-    time_factor: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = Field(
-        default=1.0, description="emulated delay and compute time = real time x time_factor"
-    )
+    time_factor: TimeFactor | Literal["auto"] = Field(
+        default="auto", description="emulated delay and compute time = real time x "
+        "time_factor; auto: before the workload the run measures each lightpath's "
+        "processing time and the workers' compute under load and picks the smallest "
+        "factor that keeps every DC pair's RTT within 2 x delay +- 1 ms and compute within "
+        "5 % in scenario time (testbed.emu.timefactor), up to time_factor_max")
+    time_factor_max: Annotated[float, Field(ge=1, le=1e6, allow_inf_nan=False)] = Field(
+        default=20.0, description="the largest factor time_factor: auto may choose (a run "
+        "that needs more says so, runs at this one and names the way out)")
     link_mode: Literal["auto", "netem", "userspace"] = "auto"
     datapath: Literal["auto", "user", "kernel"] = "auto"
     hosts_per_dc: Annotated[int, Field(ge=1, le=64)] = 2

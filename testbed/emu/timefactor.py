@@ -1,0 +1,189 @@
+"""Choose `emulation.time_factor: auto` from measured fidelity: the smallest factor at which
+every DC pair's RTT and the workers' compute stay true in scenario time (pure, no I/O).
+
+Time dilation (Gupta et al., NSDI'06): every delay and compute time is stretched by f and
+results are divided by f, so whatever the emulator itself adds shrinks by f in scenario
+time. Measured at factor f0 (the calibration, testbed.emu.calibrate; the compute burst,
+testbed.emu.loadprobe), per DC pair p with real one-way delay d_p (ms):
+
+    x_p  processing per round trip (emulated ms: bridges, hosts, link emulators; does
+         not grow with f)
+    u_p  what a correction cannot take off: half the gap between sparse and dense
+         traffic, plus the drift left after calibrating
+    at f the emulator takes min(x_p / 2, d_p f) off each way, so the RTT error in
+    scenario time is  e_p(f) = (max(0, x_p - 2 d_p f) + u_p) / f      <= target_ms
+
+and for compute, an op of real length t_min (the scenario's shortest) overruns by o
+(emulated ms, the burst's p90: preemption, timer wake-ups, half a work chunk):
+
+    o / (f t_min) <= compute_tolerance
+
+f is the smallest candidate (steps of FACTOR_STEP from 1) meeting both for every pair; at
+the bound, the run goes on at the bound and says that it does not fit and the way out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RTT_BAND_MS = 1.0          # every DC pair: 2 x delay +- this, in scenario time
+TARGET_SHARE = 0.8         # aim inside the band: room for drift between the checks
+COMPUTE_TOLERANCE = 0.05   # compute within 5 %
+FACTOR_STEP = 0.25
+WAY_OUT = ("netem and the kernel datapath in a VM (docs/vm.md: each pass costs tens of "
+           "microseconds, not a user-space bridge's), more cores for the emulation, or the "
+           "scenario split over several machines")
+
+
+@dataclass(frozen=True)
+class PathCost:
+    """One DC pair as measured at the start factor."""
+
+    pair: str
+    one_way_ms: float   # real (scenario-time) one-way delay of the path
+    excess_ms: float    # x_p: processing per round trip, emulated ms
+    spread_ms: float    # u_p: what no correction takes off, emulated ms
+
+
+@dataclass(frozen=True)
+class ComputeCost:
+    """The workers' compute under the scenario's load, as the burst measured it."""
+
+    shortest_op_ms: float  # real (scenario-time) length of the scenario's shortest op
+    overrun_ms: float      # emulated ms an op ran over its deadline (p90)
+    workers: int = 0
+
+
+@dataclass
+class Choice:
+    """The factor chosen, each constraint's own minimum, and the reasons in words."""
+
+    factor: float
+    fits: bool
+    bound: float
+    network_factor: float
+    compute_factor: float
+    binding_pair: str | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def path_error_ms(p: PathCost, factor: float) -> float:
+    """|RTT error| of the path in scenario time at this factor (see the module doc)."""
+    return (max(0.0, p.excess_ms - 2 * p.one_way_ms * factor) + p.spread_ms) / factor
+
+
+def compute_error(c: ComputeCost, factor: float) -> float:
+    """Relative overrun of the shortest op at this factor."""
+    if c.shortest_op_ms <= 0:
+        return 0.0
+    return c.overrun_ms / (factor * c.shortest_op_ms)
+
+
+def candidates(start: float, bound: float) -> list[float]:
+    """start, then multiples of FACTOR_STEP above it, up to the bound (included)."""
+    out = [start]
+    k = math.floor(start / FACTOR_STEP) + 1
+    while k * FACTOR_STEP < bound:
+        out.append(round(k * FACTOR_STEP, 4))
+        k += 1
+    if bound > start:
+        out.append(bound)
+    return out
+
+
+def _smallest(ok: Any, cands: Sequence[float]) -> float | None:
+    return next((f for f in cands if ok(f)), None)
+
+
+def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
+           start: float = 1.0, band_ms: float = RTT_BAND_MS,
+           target_share: float = TARGET_SHARE,
+           compute_tolerance: float = COMPUTE_TOLERANCE) -> Choice:
+    """The smallest factor in [start, bound] for which every path's RTT error is within
+    target_share x band_ms and the compute overrun within compute_tolerance."""
+    if not (math.isfinite(bound) and bound >= start > 0):
+        raise ValueError(f"time_factor_max must be >= {start:g}, got {bound!r}")
+    target = band_ms * target_share
+    cands = candidates(start, bound)
+    net_f: dict[str, float | None] = {
+        p.pair: _smallest(lambda f, p=p: path_error_ms(p, f) <= target, cands) for p in paths}
+    comp_f = (None if compute is None else
+              _smallest(lambda f: compute_error(compute, f) <= compute_tolerance, cands))
+    need_net = max((f if f is not None else math.inf for f in net_f.values()), default=start)
+    need_comp = start if compute is None else (comp_f if comp_f is not None else math.inf)
+    need = max(need_net, need_comp)
+    fits = math.isfinite(need)
+    factor = need if fits else bound
+    binding = None
+    if paths:
+        binding = max(paths, key=lambda p: (net_f[p.pair] or math.inf, path_error_ms(p, start)))
+    reasons = []
+    if binding is not None:
+        reasons.append(
+            f"network: {len(paths)} DC pair(s); {binding.pair} binds: processing "
+            f"{binding.excess_ms:.2f} ms per round trip, +-{binding.spread_ms:.2f} ms it "
+            f"cannot correct, against 2 x {binding.one_way_ms:.2f} ms: RTT error "
+            f"{path_error_ms(binding, start):.2f} ms at {start:g}, "
+            f"{path_error_ms(binding, factor):.2f} ms at {factor:g} (target "
+            f"{target:.2f} of the +-{band_ms:g} ms band) -> needs "
+            + (f"{need_net:g}" if math.isfinite(need_net) else f"more than {bound:g}"))
+    else:
+        reasons.append("network: no DC-pair path measured")
+    if compute is not None:
+        reasons.append(
+            f"compute: {compute.workers} worker(s), shortest op {compute.shortest_op_ms:.2f} ms,"
+            f" overrun p90 {compute.overrun_ms:.3f} ms under load: "
+            f"{100 * compute_error(compute, start):.1f} % at {start:g}, "
+            f"{100 * compute_error(compute, factor):.1f} % at {factor:g} (limit "
+            f"{100 * compute_tolerance:g} %) -> needs "
+            + (f"{need_comp:g}" if math.isfinite(need_comp) else f"more than {bound:g}"))
+    else:
+        reasons.append("compute: no workers in this workload")
+    if fits:
+        reasons.append(f"chosen {factor:g}: the smallest factor (steps of {FACTOR_STEP:g} "
+                       f"from {start:g}, bound {bound:g}) that meets both")
+    else:
+        reasons.append(f"does NOT fit: even time_factor {bound:g} (emulation."
+                       f"time_factor_max) leaves the run outside its band; running at "
+                       f"{bound:g}. Way out: {WAY_OUT}")
+    return Choice(factor=factor, fits=fits, bound=bound,
+                  network_factor=need_net if math.isfinite(need_net) else -1.0,
+                  compute_factor=need_comp if math.isfinite(need_comp) else -1.0,
+                  binding_pair=None if binding is None else binding.pair, reasons=reasons)
+
+
+def path_costs(calibration: dict[str, Any], start: float) -> list[PathCost]:
+    """PathCosts from a calibration record (testbed.emu.calibrate) made at factor `start`:
+    its first round (x_p against what the fibres ran at then; the spread between sparse
+    and dense echoes) and the drift its kept round still had."""
+    rounds = calibration.get("rounds") or []
+    if not rounds:
+        return []
+    after = {r["pair"]: r for r in calibration.get("after") or []}
+    # How much each path's processing moved between the rounds (a busy machine drifts).
+    seen: dict[str, list[float]] = {}
+    for rnd in rounds:
+        for r in rnd["paths"]:
+            if r.get("excess_ms") is not None:
+                seen.setdefault(r["pair"], []).append(r["excess_ms"])
+    out = []
+    for r in rounds[0]["paths"]:
+        excess = r.get("excess_ms")
+        if excess is None:
+            continue
+        kept = after.get(r["pair"], r)
+        # The kept round's error less what the model already has (a path whose processing
+        # exceeds its delay stays above the band by the difference): the drift.
+        floor = max(0.0, excess - r["expected_rtt_ms"])
+        drift = max(0.0, abs(kept.get("error_ms") or 0.0) - floor) if kept is not r else 0.0
+        xs = seen.get(r["pair"], [excess])
+        drift = max(drift, (max(xs) - min(xs)) / 2)
+        out.append(PathCost(r["pair"], r["expected_rtt_ms"] / 2 / start, max(0.0, excess),
+                            (r.get("spread_ms") or 0.0) + drift))
+    return out

@@ -1,0 +1,127 @@
+"""The run step for `emulation.time_factor: auto`: measure, choose (testbed.emu.timefactor),
+stretch the live network to the chosen factor, and calibrate again.
+
+    rp, calibration, choice = apply_time_factor(rp, net, calibration, quiet)
+
+Before the workload starts: the calibration has measured every DC pair's processing time
+(sparse and dense echoes) at the start factor; a compute burst (testbed.emu.loadprobe)
+runs one stand-in per worker stage of the scenario's jobs while every DC pair carries a
+dense ping stream. The factor chosen becomes a number in the run's scenario and plan, so
+that every later reader (workers' JobPlans, the exporter, events, records) uses it. A
+fixed number in the spec is left as it is (its record says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from typing import Any
+
+from testbed.emu.calibrate import CalibrationConfig, calibrate_network, measure, network_probes
+from testbed.emu.forwarder import default_queue_bytes
+from testbed.emu.live import LiveNetwork
+from testbed.emu.plan import EmuPlan
+from testbed.emu.scale import Scale
+from testbed.emu.timefactor import ComputeCost, choose, path_costs
+from testbed.progress import say
+
+log = logging.getLogger(__name__)
+BURST_S = 1.5
+
+
+def worker_ops(scenario: Any) -> tuple[int, float] | None:
+    """(worker stages, shortest op in real ms) of the jobs the run will emulate; None
+    without pp_jobs workers."""
+    if getattr(scenario.workload, "kind", "") != "pp_jobs":
+        return None
+    from testbed.orchestrate.jobs import plan_emulated_jobs
+
+    jobs = plan_emulated_jobs(scenario)
+    ops = [x for j in jobs for x in (*j.problem.forward_ms, *j.problem.backward_ms) if x > 0]
+    stages = sum(j.problem.stages for j in jobs)
+    return (stages, min(ops)) if ops else None
+
+
+def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None,
+                                                               dict[str, Any]]:
+    """The compute burst beside a dense ping stream on every DC pair; its record."""
+    from testbed.emu.loadprobe import burst
+    from testbed.orchestrate.launch import default_duty
+
+    got = worker_ops(scenario)
+    if got is None:
+        return None, {"workers": 0}
+    stages, op_ms = got
+    start = Scale.of(scenario.emulation)
+    probes = network_probes(net)
+    cfg = CalibrationConfig(pings=1, dense_pings=int(BURST_S / 0.002), parallel=8)
+    load = threading.Thread(target=lambda: measure(probes, cfg), daemon=True)
+    load.start()
+    rec = burst(stages, start.delay_ms(op_ms), BURST_S, default_duty(stages))
+    load.join(timeout=60)
+    rec["shortest_op_real_ms"] = op_ms
+    rec["cores"] = os.cpu_count()
+    if not rec.get("ops"):
+        return None, rec
+    return ComputeCost(op_ms, rec["miss_p90_ms"], stages), rec
+
+
+def rescaled_plan(plan: EmuPlan, factor: float) -> EmuPlan:
+    """The plan at another time factor: every emulated delay stretched by the ratio."""
+    ratio = factor / plan.scale.time_factor
+    fibres = tuple(dataclasses.replace(f, delay_ms=round(f.delay_ms * ratio, 6))
+                   for f in plan.fibres)
+    lps = tuple(dataclasses.replace(lp, delay_ms=round(lp.delay_ms * ratio, 6))
+                for lp in plan.lightpaths)
+    return dataclasses.replace(plan, scale=plan.scale.with_time_factor(factor), fibres=fibres,
+                               lightpaths=lps)
+
+
+def stretch_network(net: Any, factor: float) -> None:
+    """Run the live network at `factor`: its plan, each fibre's delay (keeping what the
+    calibration takes off) and, for the forwarder, its queue (bandwidth x RTT)."""
+    net.plan = rescaled_plan(net.plan, factor)
+    for e in net.emulators.values():
+        e.fibre = net.plan.fibre(e.fibre.u, e.fibre.v)
+        e.set_delay_correction(e.correction_ms or 0.0)
+        if hasattr(e, "request"):  # the user-space forwarder: its FIFO grows with the delay
+            e.request({"cmd": "set", "queue_bytes": default_queue_bytes(e.fibre.rate_mbps,
+                                                                        e.fibre.delay_ms)})
+
+
+def apply_time_factor(rp: Any, net: Any, calibration: dict[str, Any], quiet: bool
+                      ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Choose and apply the factor of an auto run; (run plan, calibration record, the
+    choice's record). A fixed factor: all unchanged, the record says fixed."""
+    em = rp.scenario.emulation
+    start = Scale.of(em)
+    if not Scale.is_auto(em):
+        return rp, calibration, {"mode": "fixed", "factor": start.time_factor}
+    if not calibration.get("enabled"):
+        say("emu: time factor auto without the delay calibration: nothing measured, "
+            f"running at {start.time_factor:g}", False)
+        return rp, calibration, {"mode": "auto", "factor": start.time_factor,
+                                 "reasons": ["delay calibration off: nothing measured"]}
+    say("emu: time factor auto: compute burst under load ...", quiet)
+    compute, burst_rec = measure_compute(rp.scenario, net)
+    paths = path_costs(calibration, start.time_factor)
+    choice = choose(paths, compute, em.time_factor_max, start.time_factor)
+    say(f"emu: time factor {choice.factor:g} (auto):", quiet and choice.fits)
+    for line in choice.reasons:
+        say(f"  {line}", quiet and choice.fits)
+    record = {"mode": "auto", **choice.as_record(), "start": start.time_factor,
+              "paths": [dataclasses.asdict(p) for p in paths], "compute": burst_rec,
+              "first_calibration": {k: calibration.get(k) for k in ("settled", "after",
+                                                                    "wall_s")}}
+    if choice.factor != start.time_factor:
+        stretch_network(net, choice.factor)
+        say(f"emu: calibrate again at time factor {choice.factor:g} ...", quiet)
+        calibration = calibrate_network(net)
+        scenario = rp.scenario.model_copy(update={"emulation": em.model_copy(
+            update={"time_factor": choice.factor})})
+        rp = dataclasses.replace(rp, scenario=scenario, plan=net.plan)
+    calibration["time_factor_choice"] = record
+    log.info("time factor %g (auto): %s", choice.factor, " | ".join(choice.reasons))
+    return rp, calibration, record
