@@ -111,6 +111,11 @@ def test_batch_compile_equals_pairs_and_generic(name: str, g: nx.DiGraph) -> Non
         assert links[i] == own.tolist()
         if own.size:
             assert np.array_equal(np.array(caps[i]).min(axis=0), inst.own_cap[i])
+    rng = random.Random(len(flows))
+    allf = list(range(len(flows)))
+    for _ in range(5):  # the gathered filling gives the per-flow filling's rates, bit for bit
+        choice = [rng.randrange(len(c)) for c in inst.cands]
+        assert np.array_equal(inst.rates_all(choice), inst.rates(allf, choice))
 
 
 @pytest.mark.parametrize("name,g", _graphs())

@@ -13,7 +13,7 @@ import numpy as np
 
 from testbed.errors import InputError
 from testbed.routing.flows import Flow
-from testbed.routing.maxmin import LinkIndex, fill
+from testbed.routing.maxmin import LinkIndex, fill, fill_pairs
 from testbed.routing.metric import RATE_DECIMALS
 from testbed.routing.topology import HOST, LEAF, SPINE
 
@@ -254,8 +254,8 @@ def _natural(name: str) -> tuple[str, int]:
 @dataclass
 class Compiled:
     """Candidates of a list of flows (see `Fabric.compile`): per flow what a `Pair` holds;
-    `batch` = (flow positions, their source and destination leaves' numbers) for the flows
-    compiled together."""
+    `batch` = (flow positions, their source and destination leaves' numbers, their link
+    matrices stacked: flows x candidates x hops) for the flows compiled together."""
 
     paths: list[Sequence[tuple[str, ...]]]
     mat: list[np.ndarray]
@@ -263,7 +263,7 @@ class Compiled:
     cols: list[np.ndarray]
     ocap: list[np.ndarray]
     ocap_max: list[float]
-    batch: tuple[list[int], list[int], list[int]] | None = None
+    batch: tuple[list[int], list[int], list[int], np.ndarray] | None = None
 
 
 class Fabric:
@@ -335,7 +335,7 @@ class Fabric:
             for i, m, oc, top in zip(rows, mat, ocap, ocap.max(axis=1).tolist(), strict=True):
                 out.mat[i], out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
                     m, mask, cols, oc, top
-            out.batch = (rows, arr[:, 0].tolist(), arr[:, 1].tolist())
+            out.batch = (rows, arr[:, 0].tolist(), arr[:, 1].tolist(), mat)
         return out
 
     def _generic(self, src: str, dst: str) -> Pair:
@@ -391,12 +391,12 @@ class Instance:
         caps: list[list[list[float]]] = [[]] * n
         done = [False] * n
         if self._batch is not None:
-            rows, src_leaf, dst_leaf = self._batch
+            rows, src_leaf, dst_leaf, _ = self._batch
             up, down, cap_up, cap_down = self.fabric._spines.lists
             for i, a, b in zip(rows, src_leaf, dst_leaf, strict=True):
                 links[i], caps[i], done[i] = [up[a], down[b]], [cap_up[a], cap_down[b]], True
         for i in range(n):
-            if not done[i]:
+            if not done[i] and len(self.cand_mat[i]) > 1:  # one candidate: nothing to choose
                 own = self.cand_mat[i][:, self.own_cols[i]].T
                 links[i], caps[i] = own.tolist(), self.cap[own].tolist()
         return links, caps
@@ -446,9 +446,30 @@ class Instance:
         return (tuple(np.round(np.sort(jb), RATE_DECIMALS).tolist()),
                 tuple(np.round(np.sort(rates), RATE_DECIMALS).tolist()))
 
+    def rates_all(self, choice: Sequence[int]) -> np.ndarray:
+        """Max-min rates of every flow on its chosen candidate: `rates(all flows, choice)`,
+        the batch-compiled flows' links gathered in one step (the filling does not depend
+        on the order of the (flow, link) pairs, so the rates are the same to the bit)."""
+        n = len(self.flows)
+        if self._batch is None:
+            return self.rates(list(range(n)), choice)
+        rows, _, _, mat = self._batch
+        pos = np.array(rows, dtype=np.int64)
+        ch = np.array(choice, dtype=np.int64)
+        hops = mat.shape[2]
+        links = [mat[np.arange(len(rows)), ch[pos]].ravel()]
+        owner = [np.repeat(pos, hops)]
+        if len(rows) < n:
+            rest = np.ones(n, dtype=bool)
+            rest[pos] = False
+            for i in np.flatnonzero(rest).tolist():
+                row = self.cand_links[i][choice[i]]
+                links.append(row)
+                owner.append(np.full(len(row), i, dtype=np.int64))
+        return fill_pairs(self.cap, np.concatenate(owner), np.concatenate(links), n)
+
     def full_key(self, choice: Sequence[int]) -> tuple:
-        allf = range(len(self.flows))
-        return self.key(list(allf), self.rates(list(allf), choice))
+        return self.key(list(range(len(self.flows))), self.rates_all(choice))
 
     def upper_key(self) -> tuple:
         """Metric key no routing can beat: max-min rates with only the links every

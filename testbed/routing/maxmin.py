@@ -70,6 +70,13 @@ def fill(capacity_gbps: np.ndarray, flow_links: Sequence[np.ndarray]) -> np.ndar
     return _fill_pairs(capacity_gbps, pair_flow, pair_link, n, rates)
 
 
+def fill_pairs(capacity_gbps: np.ndarray, pair_flow: np.ndarray, pair_link: np.ndarray,
+               n: int) -> np.ndarray:
+    """`fill` with the flows' links given as (flow, link) pairs in any order: flow
+    pair_flow[j] uses link pair_link[j]. One rate per flow 0..n-1 (inf: no link)."""
+    return _fill_pairs(capacity_gbps, pair_flow, pair_link, n, np.full(n, np.inf))
+
+
 def _fill_pairs(cap: np.ndarray, pair_flow: np.ndarray, pair_link: np.ndarray, n: int,
                 rates: np.ndarray) -> np.ndarray:
     n_links = len(cap)
