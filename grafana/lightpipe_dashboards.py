@@ -164,6 +164,20 @@ def overview() -> tuple[str, str, list[str], list[P]]:
           "in real seconds: measured on the emulated network and predicted by the simulator.",
           "s", [Q(last(f"lightpipe_job_iteration_seconds{{{J}}}"), "{{training_job}} {{source}}",
                   instant=True)], w=24, h=6),
+        P("stat", "Faithful run (fidelity verdict)", "Whether every measured fidelity "
+          "invariant of the emulated run held (1: faithful; 0: not, see the invariants): "
+          "RTT per lightpath, CPU of forwarders, switch and workers, timer slack, drops "
+          "and retransmissions (docs/emulation.md, Fidelity verdict). Set when the "
+          "workload ends.", "bool_yes_no",
+          [Q(last(f"lightpipe_run_faithful{{{R}}}"), "{{run}}", instant=True)], w=6),
+        P("table", "Fidelity invariants", "Each measured fidelity invariant of the run: its "
+          "value (shares 0..1, times in scenario ms), its threshold (bound max: value <= it; "
+          "min: value >= it) and whether it held (ok 1/0).", "none",
+          [Q(last(f"lightpipe_fidelity_invariant_value{{{R}}}"), instant=True, fmt="table"),
+           Q(last(f"lightpipe_fidelity_invariant_threshold{{{R}}}"), instant=True,
+             fmt="table"),
+           Q(last(f"lightpipe_fidelity_invariant_ok{{{R}}}"), instant=True, fmt="table")],
+          w=18, h=8),
     ]
 
 
@@ -200,11 +214,19 @@ def optical() -> tuple[str, str, list[str], list[P]]:
           "emulator.", "bytes",
           [Q(f"lightpipe_fibre_queue_depth_bytes{{{F}}}", "{{fibre}} {{direction}}")]),
         P("timeseries", "Drops", "Segments dropped per second per fibre direction: queue "
-          "overflow (tail drop) and configured random loss.", "pps",
+          "overflow (tail drop) and configured random loss; and frames the kernel dropped "
+          "before the link emulator read them (emulator: it fell behind, outside the "
+          "model).", "pps",
           [Q(f"sum by (run, fibre, direction) (rate(lightpipe_fibre_queue_drops_total{{{F}}}"
              "[$__rate_interval]))", "queue {{fibre}} {{direction}}"),
            Q(f"sum by (run, fibre, direction) (rate(lightpipe_fibre_loss_drops_total{{{F}}}"
-             "[$__rate_interval]))", "loss {{fibre}} {{direction}}")]),
+             "[$__rate_interval]))", "loss {{fibre}} {{direction}}"),
+           Q(f"sum by (run, fibre, direction) (rate(lightpipe_fibre_socket_drops_total"
+             f"{{{F}}}[$__rate_interval]))", "emulator {{fibre}} {{direction}}")]),
+        P("timeseries", "Link emulator timer slack", "How late each fibre's link emulator "
+          "woke against its deadline (emulated seconds): median and p99 over the run so "
+          "far. A late wake-up delays every frame due then.", "s",
+          _quantiles("lightpipe_fibre_timer_slack_seconds", F, "run, fibre")),
         P("stat", "Lightpaths restored / lost", "Lightpaths re-routed after fibre cuts, and "
           "lightpaths dropped for want of a route or spectrum, in the selected runs.", "short",
           [Q("sum(" + last(f"lightpipe_lightpaths_restored_total{{{R}}}") + ")", "restored",

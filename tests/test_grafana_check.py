@@ -65,7 +65,7 @@ def test_netem_links_cannot_fill_the_forwarders_counter_panels() -> None:
     titles = {k.rsplit(" [", 1)[0] for k in extra}
     assert titles == {"optical: variable fibre", "optical: panel Per-fibre throughput",
                       "optical: panel Per-lightpath throughput", "optical: panel Queue depth",
-                      "optical: panel Drops"}, titles
+                      "optical: panel Drops", "optical: panel Link emulator timer slack"}, titles
     assert all("netem" in why for why in extra.values())
     assert not any("Active lightpaths" in k or "Slot" in k for k in extra)
 

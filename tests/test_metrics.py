@@ -325,3 +325,71 @@ def test_a_job_scraped_only_after_its_last_iteration_fills_every_worker_panel(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@needs_prometheus
+@pytest.mark.timeout(300)
+def test_fidelity_verdict_and_forwarder_slack_fill_their_panels(tmp_path: Path) -> None:
+    """The run exporter's fidelity gauges and the link exporter's socket drops and timer
+    slack, scraped by a real Prometheus: every dashboard query over them has data, the
+    verdict reads 0 for an unfaithful run and the failed invariant's ok is 0."""
+    pytest.importorskip("grafana_foundation_sdk")
+    import time
+    from types import SimpleNamespace
+
+    from testbed.emu.fidelity import verdict
+    from testbed.emu.scale import Scale
+    from testbed.emu.slack import SlackHistogram
+    from testbed.metrics.links import LinkExporter
+    from testbed.monitor import dashboards as dash
+    from testbed.monitor.exporter import FIDELITY_METRICS, RunExporter
+
+    slack = SlackHistogram()
+    for late_s in (0.00003, 0.00004, 0.0004):  # p99 in the 0.5 ms bucket: within
+        slack.observe(late_s)
+    d = {"rx_packets": 10, "rx_bytes": 100, "tx_packets": 10, "tx_bytes": 100,
+         "tx_segments": 10, "queue_drops": 0, "loss_drops": 0, "down_drops": 0,
+         "send_errors": 0, "socket_drops": 3, "queue_depth_bytes": 0, "vlans": {}}
+    stats = {"directions": {"a_to_b": d, "b_to_a": d}, "timer_slack": slack.as_record()}
+    link = SimpleNamespace(fibre=SimpleNamespace(u="A", v="B"), stats=lambda: stats)
+    v = verdict(Scale(), [{"pair": "a~b", "expected_rtt_ms": 10.0,
+                           "samples_ms": [10.1] * 20}], forwarder_stats=[stats])
+    assert not v["faithful"]  # 6 of 20 frames dropped by the kernel
+    run = RunExporter({"backend": "emu"})
+    run.record_fidelity(v)
+    run.start_serving()
+    links = LinkExporter([link])
+    links.start()
+    try:
+        with PrometheusServer(tmp_path, scrape_interval_s=0.5) as prom:
+            start_s = time.time()
+            lab = {"run": "r1", "scenario": "s1"}
+            prom.set_targets("run", [(run.target, lab)])
+            prom.set_targets("links", [(links.target, lab)])
+            wait_for(prom.url, "lightpipe_fibre_timer_slack_seconds_count == 3",
+                     timeout_s=scaled(120))
+            wait_for(prom.url, "lightpipe_run_faithful == 0", timeout_s=scaled(60))
+            for name in FIDELITY_METRICS:
+                assert query(prom.url, name), name
+            got = query(prom.url, "lightpipe_fidelity_invariant_ok == 0")
+            assert {r["metric"]["invariant"] for r in got} == {"emulator_drops"}
+            qs = [(name, q) for name, board in dash.load_dashboards().items()
+                  for q in dash.queries(name, board) if q.kind == "panel" and any(
+                      m in q.expr for m in ("lightpipe_run_faithful", "lightpipe_fidelity_",
+                                            "lightpipe_fibre_socket_",
+                                            "lightpipe_fibre_timer_"))]
+            assert {q.title.split(" [")[0] for _, q in qs} == {
+                "Faithful run (fidelity verdict)", "Fidelity invariants", "Drops",
+                "Link emulator timer slack"}
+
+            def empty() -> list[str] | None:
+                end_s = time.time()
+                out = [f"{n}: {q.title}" for n, q in qs
+                       if dash.run_query(prom.url, q, lab, start_s - 5, end_s, 1.0) == 0]
+                return out or None
+
+            wait_until(lambda: None if empty() else True, "every fidelity panel has data",
+                       timeout_s=60, interval_s=1.0)
+    finally:
+        links.stop()
+        run.stop()

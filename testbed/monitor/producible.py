@@ -95,6 +95,8 @@ NEEDS: tuple[tuple[str, tuple[Check, ...]], ...] = (
     ("lightpipe_fibre_tx_", (_forwarder,)),
     ("lightpipe_fibre_queue_", (_forwarder,)),
     ("lightpipe_fibre_loss_", (_forwarder,)),
+    ("lightpipe_fibre_socket_", (_forwarder,)),
+    ("lightpipe_fibre_timer_", (_forwarder,)),
     ("lightpipe_lightpath_bytes", (_forwarder,)),
     ("lightpipe_lightpath_drops", (_forwarder,)),
     ("lightpipe_lightpath_rate", (_forwarder,)),
