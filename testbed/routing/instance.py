@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import islice, repeat
+from itertools import count, islice, repeat
 from typing import NamedTuple, overload
 
 import networkx as nx
@@ -127,6 +127,9 @@ class _SpineCache:
         # host -> (its leaf, the host's link to or from it), None if not one leaf's host
         self._host_up: dict[str, tuple[str, int] | None] = {}
         self._host_down: dict[str, tuple[str, int] | None] = {}
+        # leaf -> how many of its first successors are the spines in order (see _rows)
+        self._lead: dict[str, int] = {}
+        self._to_hosts: dict[str, dict[str, int]] = {}  # leaf -> {successor: link} after them
 
     def _rows(self, nodes: list[str], targets: list[str]) -> np.ndarray:
         """(nodes x targets): link index node -> target, -1 where there is none. A node
@@ -137,7 +140,9 @@ class _SpineCache:
         arr = np.array([offset[u] for u in nodes], dtype=np.int64)[:, None] \
             + np.arange(n_t, dtype=np.int64)
         for r, u in enumerate(nodes):
-            if list(islice(adj[u], n_t)) != targets:
+            if list(islice(adj[u], n_t)) == targets:
+                self._lead[u] = n_t
+            else:
                 arr[r] = list(map(out(u).get, targets, repeat(-1)))
         return arr
 
@@ -223,8 +228,18 @@ class _SpineCache:
         if self.role.get(h) == HOST and nbrs is not None and len(nbrs) == 1:
             leaf = next(iter(nbrs))
             if self.role.get(leaf) == LEAF:
-                got = (leaf, self.idx.out_links(leaf)[h])
+                got = (leaf, self._leaf_out(leaf)[h])
         self._host_down[h] = got
+        return got
+
+    def _leaf_out(self, leaf: str) -> dict[str, int]:
+        """Successor -> link index of a leaf's out-links, skipping the leading run of
+        spines found by `_rows` (the hosts' links are what is looked up here)."""
+        got = self._to_hosts.get(leaf)
+        if got is None:
+            skip = self._lead.get(leaf, 0)
+            got = self._to_hosts[leaf] = dict(zip(islice(self.g._adj[leaf], skip, None),
+                                                  count(self.idx.offset[leaf] + skip)))
         return got
 
     def pair(self, src: str, dst: str) -> Pair | None:
