@@ -1,7 +1,7 @@
 """The fast 2-layer Clos compile of a routing instance (per pair and in one batch) equals the
 generic one (same paths, link rows, own-link masks and capacities), including after link
 failures; the lazy path list behaves as a list; the fast greedy loop makes the reference
-loop's choices."""
+loop's choices; the fast graph copy is networkx's copy."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from testbed.routing.flows import Flow, Job, flows_of, jobs_on_clos
 from testbed.routing.greedy import greedy, greedy_reference
 from testbed.routing.instance import Fabric, Instance, SpinePaths
-from testbed.routing.topology import clos, fat_tree, wan_lightpaths
+from testbed.routing.topology import clos, copy_graph, fat_tree, wan_lightpaths
 
 
 def _same(fabric: Fabric, src: str, dst: str) -> None:
@@ -141,3 +141,24 @@ def test_fast_greedy_equals_reference(name: str, g: nx.DiGraph) -> None:
         assert greedy(inst, start, order=off) == greedy_reference(inst, start, order=off)
         assert greedy(inst, start, order=off, rng=random.Random(seed)) == \
             greedy_reference(inst, start, order=off, rng=random.Random(seed))
+
+
+@pytest.mark.parametrize("name,g", _graphs())
+def test_copy_graph_is_networkx_copy(name: str, g: nx.DiGraph) -> None:
+    """Same nodes, successors and predecessors in the same order (link numbers follow the
+    adjacency order), equal and independent attribute dicts, one dict per edge."""
+    g.graph["note"] = name
+    ref, got = g.copy(), copy_graph(g)
+    assert type(got) is type(ref) and got.graph == ref.graph
+    assert list(got.nodes(data=True)) == list(ref.nodes(data=True))
+    assert list(got.edges(data=True)) == list(ref.edges(data=True))
+    for v in ref:
+        assert list(got._pred[v]) == list(ref._pred[v])
+    for u, v in got.edges:
+        assert got._succ[u][v] is got._pred[v][u] and got._succ[u][v] is not g._succ[u][v]
+    u, v = next(iter(got.edges))
+    got.edges[u, v]["capacity_gbps"] = -1.0
+    got.nodes[u]["role"] = "changed"
+    got.remove_edge(u, v)
+    assert g.edges[u, v]["capacity_gbps"] != -1.0 and g.nodes[u]["role"] != "changed"
+    assert g.has_edge(u, v)

@@ -13,6 +13,7 @@ from testbed.errors import InputError
 from testbed.routing.flows import Flow, Job, job_flows
 from testbed.routing.instance import Fabric, Instance
 from testbed.routing.policies import Routing, get_policy, route
+from testbed.routing.topology import copy_graph
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Rerouter:
     @property
     def fabric(self) -> Fabric:
         if self._fabric is None:
-            g = self.base.copy()
+            g = copy_graph(self.base)
             for link in self.failed:
                 u, v = tuple(link)
                 for a, b in ((u, v), (v, u)):
