@@ -15,6 +15,7 @@ from testbed.emu import fidelity as fid
 from testbed.emu.procstat import ProcSampler, parse_schedstat, parse_stat, read_times
 from testbed.emu.scale import Scale
 from testbed.emu.slack import BOUNDS_S, SlackHistogram, merge, quantile_s
+from tests.waiting import wait_until
 
 
 def rtt_row(pair: str, expected_ms: float, samples: list[float]) -> dict:
@@ -148,7 +149,7 @@ def test_nearly_idle_processes_are_judged_together() -> None:
     inv = fid.share_invariant("forwarder_cpu_share", procs, "forwarder", 0.9, "")
     assert inv.ok and 0.9 < inv.value < 0.97  # (A-B and B-C together: 0.967)
     inv = fid.share_invariant("forwarder_cpu_share", procs[:1] * 60, "forwarder", 0.9, "")
-    assert not inv.ok and "nearly idle together" in inv.detail
+    assert not inv.ok and inv.detail == "forwarder A-B, A-B, A-B ... (nearly idle, together)"
 
 
 def test_slack_histogram_buckets_and_quantiles() -> None:
@@ -208,7 +209,7 @@ def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:
     """/proc parsing on real processes: a spinning child uses about a core, a sleeping
     one almost nothing; a PID read with another start time is not read at all."""
     assert parse_stat("42 (a) b) c) S " + "0 " * 10 + "300 200 " + "0 " * 6 + "777")\
-        == (777, 500 / os.sysconf("SC_CLK_TCK"))
+        == (777, 500 / os.sysconf("SC_CLK_TCK"), "S")
     assert parse_schedstat("2000000000 500000000 9\n") == (2.0, 0.5)
     spin = subprocess.Popen([sys.executable, "-c", "print(1, flush=True)\nwhile True: pass"],
                             stdout=subprocess.PIPE)
@@ -223,12 +224,19 @@ def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:
         first = read_times(spin.pid)
         assert first is not None and read_times(spin.pid, first.start_ticks + 1) is None
         s.start()
-        time.sleep(1.0)
+        time.sleep(0.5)
+        mid_s = time.monotonic()
+        time.sleep(0.5)
         s.stop()
         recs = {r["name"]: r for r in s.records()}
+        (half,) = [r for r in s.records({spin.pid: (mid_s, None)}) if r["name"] == "spin"]
+        assert half["window_s"][0] <= mid_s and half["wall_s"] < recs["spin"]["wall_s"]
         assert recs["spin"]["run_s"] > 10 * recs["nap"]["run_s"]
         assert recs["spin"]["cpu_s"] > 0 and recs["spin"]["cpu_share"] is not None
         assert 0.0 <= recs["spin"]["cpu_share"] <= 1.0
+        nap.kill()  # a zombie until reaped: no longer read
+        wait_until(lambda: read_times(nap.pid) is None or None, "the nap exited",
+                   timeout_s=30, interval_s=0.05)
     finally:
         for p in (spin, nap):
             p.kill()

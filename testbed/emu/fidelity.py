@@ -160,7 +160,10 @@ def share_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
     run = sum(p.get("run_s", 0.0) for p in idle)
     wait = sum(p.get("wait_s", 0.0) for p in idle)
     if run + wait > 0:
-        got.append((run / (run + wait), f"{len(idle)} nearly idle together"))
+        names = [str(p.get("name") or p.get("pid")) for p in idle]
+        got.append((run / (run + wait), ", ".join(names[:3]) + (" ..." if len(names) > 3
+                                                                 else "")
+                    + (" (nearly idle, together)" if len(names) > 1 else " (nearly idle)")))
     if not got:
         return Invariant(name, None, threshold, "min", "share", f"no {role} measured", why)
     share, who = min(got)

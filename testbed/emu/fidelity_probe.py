@@ -43,9 +43,30 @@ def watch_workers(sampler: ProcSampler, launcher: Any) -> int:
     for run in getattr(launcher, "jobs", {}).values():
         for w in run.workers:
             if w.proc.poll() is None:
-                sampler.watch(w.proc.pid, "worker", f"{w.job}/stage{w.stage}")
+                sampler.watch(w.proc.pid, "worker", f"{w.job}/stage{w.stage}",
+                              records=str(w.record_path))
                 n += 1
     return n
+
+
+def worker_window(record_path: str) -> tuple[float | None, float | None]:
+    """(ready, end) of a worker, time.monotonic() s, from its records (the `start` record's
+    ready_s: imports and rendezvous done; the `done` record's end_s); None where absent."""
+    t0 = t1 = None
+    try:
+        with open(record_path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if isinstance(r, dict) and r.get("type") == "start":
+                    t0 = float(r["ready_s"])
+                elif isinstance(r, dict) and r.get("type") == "done":
+                    t1 = float(r["end_s"])
+    except (OSError, KeyError, TypeError, ValueError):
+        pass
+    return t0, t1
 
 
 def host_tcp_counters(net: Any) -> dict[str, dict[str, int]]:
@@ -89,7 +110,11 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
     (worker_jobs, host_load), `sampler` the run's ProcSampler (stopped here)."""
     if sampler is not None:
         sampler.stop()
-    procs = sampler.records() if sampler is not None else []
+    procs = []
+    if sampler is not None:  # a worker over its iterations, not its start-up
+        windows = {p["pid"]: worker_window(p["meta"]["records"]) for p in sampler.watched()
+                   if p["role"] == "worker" and p["meta"].get("records")}
+        procs = sampler.records(windows)
     fibre_of = {f.middle: f"{f.u}-{f.v}" for f in net.plan.fibres}
     for p in procs:  # a forwarder by its fibre (the link exporter's label)
         if p["role"] == "forwarder" and p["name"] in fibre_of:

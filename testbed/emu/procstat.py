@@ -12,7 +12,9 @@ PID is never read as the run's; nothing is looked up by name. Per process:
 * load = cpu_s / wall_s: how much of one core it used.
 
 `ProcSampler` reads them every interval_s from a thread while the run lasts (a worker's
-last values are its last sample before it exits).
+last values are its last sample before it exits) and keeps the readings, so that a
+process can be judged over a window of its life (a worker from its rendezvous to its
+last iteration, without its start-up's imports).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+MAX_READINGS = 4096  # per process; past it every other reading is dropped (thinned)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -41,11 +45,12 @@ class ProcTimes:
     at_s: float  # time.monotonic() of the reading
 
 
-def parse_stat(text: str) -> tuple[int, float]:
-    """(start time in ticks, utime + stime in s) of a /proc/PID/stat line (the command
-    name, field 2, may hold spaces and parentheses: fields count from the last ')')."""
+def parse_stat(text: str) -> tuple[int, float, str]:
+    """(start time in ticks, utime + stime in s, state letter) of a /proc/PID/stat line
+    (the command name, field 2, may hold spaces and parentheses: fields count from the
+    last ')')."""
     rest = text.rsplit(")", 1)[1].split()
-    return int(rest[19]), (int(rest[11]) + int(rest[12])) / CLK_TCK
+    return int(rest[19]), (int(rest[11]) + int(rest[12])) / CLK_TCK, rest[0]
 
 
 def parse_schedstat(text: str) -> tuple[float, float]:
@@ -55,11 +60,11 @@ def parse_schedstat(text: str) -> tuple[float, float]:
 
 
 def read_times(pid: int, start_ticks: int | None = None) -> ProcTimes | None:
-    """The process's times now; None when it is gone or is no longer the process that
-    started at start_ticks."""
+    """The process's times now; None when it is gone (a zombie too: its threads' counters
+    are gone) or is no longer the process that started at start_ticks."""
     try:
-        ticks, cpu_s = parse_stat(Path(f"/proc/{pid}/stat").read_text())
-        if start_ticks is not None and ticks != start_ticks:
+        ticks, cpu_s, state = parse_stat(Path(f"/proc/{pid}/stat").read_text())
+        if (start_ticks is not None and ticks != start_ticks) or state in ("Z", "X"):
             return None
         run_s = wait_s = 0.0
         for task in os.scandir(f"/proc/{pid}/task"):
@@ -98,15 +103,16 @@ class ProcSampler:
         self._thread: threading.Thread | None = None
 
     def watch(self, pid: int, role: str, name: str = "",
-              start_ticks: int | None = None) -> None:
-        """Read `pid` from now on (start_ticks: its identity; default: read now)."""
+              start_ticks: int | None = None, **meta: Any) -> None:
+        """Read `pid` from now on (start_ticks: its identity; default: read now); `meta`
+        is kept with it (e.g. where a worker writes its records)."""
         first = read_times(pid, start_ticks)
         if first is None:
             log.debug("process %d (%s %s) is gone: not watched", pid, role, name)
             return
         with self._lock:
-            self._procs[pid] = {"pid": pid, "role": role, "name": name,
-                                "first": first, "last": first}
+            self._procs[pid] = {"pid": pid, "role": role, "name": name, "meta": meta,
+                                "first": first, "readings": [first]}
 
     def start(self) -> ProcSampler:
         self._thread = threading.Thread(target=self._loop, name="procstat", daemon=True)
@@ -122,8 +128,11 @@ class ProcSampler:
             now = read_times(p["pid"], p["first"].start_ticks)
             if now is None:
                 p["gone"] = True
-            else:
-                p["last"] = now
+                continue
+            got = p["readings"]
+            got.append(now)
+            if len(got) > MAX_READINGS:
+                p["readings"] = [*got[:-1:2], now]
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -137,9 +146,31 @@ class ProcSampler:
             self._thread = None
         self.sample()
 
-    def records(self) -> list[dict[str, Any]]:
-        """Per watched process: pid, role, name and usage() since it was first read."""
+    def watched(self) -> list[dict[str, Any]]:
+        """pid, role, name and meta of every watched process."""
         with self._lock:
-            procs = list(self._procs.values())
-        return [{"pid": p["pid"], "role": p["role"], "name": p["name"],
-                 **usage(p["first"], p["last"])} for p in procs]
+            return [{k: p[k] for k in ("pid", "role", "name", "meta")}
+                    for p in self._procs.values()]
+
+    def records(self, windows: dict[int, tuple[float | None, float | None]] | None = None
+                ) -> list[dict[str, Any]]:
+        """Per watched process: pid, role, name and usage() since it was first read, or
+        over its window (pid -> (from, to), time.monotonic() seconds; None: open): the
+        smallest span of readings that holds it (a reading apart at most either side)."""
+        with self._lock:
+            procs = [(p, list(p["readings"])) for p in self._procs.values()]
+        out = []
+        for p, got in procs:
+            t0, t1 = (windows or {}).get(p["pid"], (None, None))
+            first = max((r for r in got if t0 is not None and r.at_s <= t0),
+                        key=lambda r: r.at_s, default=got[0])
+            last = min((r for r in got if t1 is not None and r.at_s >= t1),
+                       key=lambda r: r.at_s, default=got[-1])
+            if last.at_s <= first.at_s:  # (a window after the last reading)
+                first, last = got[0], got[-1]
+            rec = {"pid": p["pid"], "role": p["role"], "name": p["name"],
+                   **usage(first, last)}
+            if (first, last) != (got[0], got[-1]):
+                rec["window_s"] = [round(first.at_s, 3), round(last.at_s, 3)]
+            out.append(rec)
+        return out
