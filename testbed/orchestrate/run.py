@@ -16,6 +16,9 @@ typed inputs and outputs:
                         testbed.orchestrate.faultctl) | pp_jobs workers (+ fibre events
                         and faults, on the run's clock: testbed.orchestrate.faults) |
                         probes + request replay
+    judge_run           the run's fidelity verdict before teardown (testbed.emu.fidelity:
+                        RTT per lightpath, CPU of its own processes, timer slack, drops,
+                        retransmissions), exported and put in the summary
     collect_records     -> summary.json, probes.csv, network.json, verification.json,
                            manifest.json ("finished") in the run directory, which is
                            there from the start, marked running (testbed.rundir); worker
