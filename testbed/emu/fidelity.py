@@ -293,7 +293,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     failed = [i for i in invs if not i.ok]
     return {"faithful": not failed, "reasons": [i.reason() for i in failed],
             "invariants": [i.as_record() for i in invs],
-            "time_factor": scale.time_factor,
+            **scale.as_record(),
             "lightpaths": errors, "processes": list(procs),
             "forwarders": {k: v for k, v in (tot or {}).items() if k != "timer_slack"}
             | ({"timer_slack": tot["timer_slack"]} if tot and tot.get("timer_slack") else {}),

@@ -10,6 +10,8 @@ import math
 from typing import Any
 
 from testbed.boundedio import DirReader
+from testbed.emu.scale import Scale
+from testbed.errors import RuntimeFailure
 from testbed.report.page import Section, Table
 from testbed.report.readers import read_json, table_rows
 
@@ -41,7 +43,10 @@ def fidelity_sections(d: DirReader) -> list[Section]:
         return []
     reasons = [str(r)[:300] for r in list(v.get("reasons") or [])[:MAX_REASONS]]
     faithful = v.get("faithful") is True
-    tf = _num(v.get("time_factor"))
+    try:
+        tf: float | None = Scale.of_record(v, "summary.json fidelity").time_factor
+    except RuntimeFailure:
+        tf = None
     text = ("FAITHFUL: every measured invariant held." if faithful else
             "NOT FAITHFUL: " + "; ".join(reasons) + ".") + (
         " Times in scenario time (emulated / time_factor "
