@@ -144,3 +144,18 @@ def test_rows_switch_each_difference_on_and_off() -> None:
         assert replace(alone, **{field: getattr(ours, field)}) == ours
         assert replace(rows[f"all on - {name}"], **{field: value}) == on
     assert len(rp.ablation_rows(quick=True)) < len(rows)
+
+
+def test_headline_shows_the_paper_text_setting_and_the_settings_in_range() -> None:
+    from testbed.report.headline import headline_rows
+
+    ab = [{"row": "ours (clos-32x64)", "greedy_vs_ecmp_pct": -51.8},
+          {"row": "ours + fabric 1:1 = paper text", "greedy_vs_ecmp_pct": -69.2,
+           "greedy_vs_ecmp_ci95_pct": 0.6},
+          {"row": "paper text + x + y", "greedy_vs_ecmp_pct": -25.6},
+          {"row": "all on", "greedy_vs_ecmp_pct": -1.5}]
+    got = headline_rows({"experiment": "routing", "rows": [], "paper_ablation": ab})
+    names = [fig for fig, _ours, _paper in got]
+    assert names == ["greedy vs ecmp, setting 'ours + fabric 1:1 = paper text'",
+                     "greedy vs ecmp, setting 'paper text + x + y'"]
+    assert got[0][1] == "-69.2 +- 0.6 %"

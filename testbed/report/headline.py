@@ -49,6 +49,7 @@ def headline_rows(summ: dict[str, Any]) -> list[tuple[str, str, str]]:
                 out.append((f"bace-pipe vs {base}: {name}", _pct(v, load), _pct(ref_v)))
     elif exp == "routing":
         out.extend(_routing_rows(rows))
+        out.extend(_paper_ablation_rows(summ.get("paper_ablation") or []))
     elif "max_reduction_vs_1f1b_same_memory_pct" in summ:
         paper = f"{summ.get('paper_headline_pct', 'n/a')} %"
         out.append(("CrossPipe vs 1F1B at equal bytes per GPU: largest iteration-time reduction",
@@ -107,3 +108,17 @@ def _routing_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
                             ROUTING_PAPER["ilp"]))
     return out
 
+
+def _paper_ablation_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The paper ablation (testbed/experiments/routing_paper.py): the paper's text setting
+    and every setting whose greedy-vs-ECMP change falls in the paper's range."""
+    out: list[tuple[str, str, str]] = []
+    for r in rows:
+        name, t = str(r.get("row", "")), r.get("greedy_vs_ecmp_pct")
+        if not isinstance(t, int | float):
+            continue
+        if name.endswith("paper text") or -32.0 <= t <= -18.0:
+            ci = r.get("greedy_vs_ecmp_ci95_pct") or 0.0
+            out.append((f"greedy vs ecmp, setting '{name}'", f"{t:+.1f} +- {ci:.1f} %",
+                        ROUTING_PAPER["time"]))
+    return out
