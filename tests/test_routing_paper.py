@@ -159,3 +159,23 @@ def test_headline_shows_the_paper_text_setting_and_the_settings_in_range() -> No
     assert names == ["greedy vs ecmp, setting 'ours + fabric 1:1 = paper text'",
                      "greedy vs ecmp, setting 'paper text + x + y'"]
     assert got[0][1] == "-69.2 +- 0.6 %"
+
+
+def test_ecmp_hash_spreads_connections_evenly_over_spines() -> None:
+    """ECMP's 5-tuple hash behaves as a uniform draw: no spine gets far more or fewer
+    connections than the mean (so its collisions are the birthday-paradox ones, not a
+    biased hash's)."""
+    g = clos(32, 64, 8)
+    s = replace(rp.OURS, qps=8)
+    jobs = rp.place(g, s, 1)
+    e, _gr = rp.route_both(g, jobs, s, 1)
+    idx = LinkIndex(g)
+    per_spine: dict[str, int] = {}
+    for links in e.links:
+        if len(links) == 4:
+            spine = idx.edges[int(links[1])][1]
+            per_spine[spine] = per_spine.get(spine, 0) + 1
+    mean = statistics.fmean(per_spine.values())
+    assert len(per_spine) == 32
+    chi2 = sum((v - mean) ** 2 / mean for v in per_spine.values())
+    assert chi2 < 61.1, per_spine  # chi-square, 31 degrees of freedom, 99.9 % quantile
