@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -52,6 +53,16 @@ def bench_greedy(seeds: int, spines: int = 32, leaves: int = 64, hosts: int = 8,
     flows = [flows_of(jobs_on_clos(g, 16, 16, seed=seed)) for seed in range(1, seeds + 1)]
     route("greedy", g, flows[0], seed=1)  # imports and first-call costs out of the figures
     load_before = _load()
+    full_gc: list[float] = []  # the worst samples: a full (generation 2) collection
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        elif info["generation"] == 2:
+            full_gc.append(time.perf_counter() - gc_start[0])
+
+    gc.callbacks.append(on_gc)
     for _ in range(repeat):
         for seed, fl in enumerate(flows, 1):
             c0, t0 = time.thread_time(), time.perf_counter()
@@ -74,6 +85,7 @@ def bench_greedy(seeds: int, spines: int = 32, leaves: int = 64, hosts: int = 8,
             t3 = time.perf_counter()
             fill(inst.cap, links)
             fills.append(time.perf_counter() - t3)
+    gc.callbacks.remove(on_gc)
     med = statistics.median(total) * 1000
     print(f"greedy, {spines}x{leaves} Clos, {hosts} hosts/leaf, 16 jobs x 16 (256 flows), "
           f"{seeds} seeds x {repeat} ({len(total)} samples; {load_before} before, {_load()} "
@@ -88,6 +100,9 @@ def bench_greedy(seeds: int, spines: int = 32, leaves: int = 64, hosts: int = 8,
     print(f"  greedy path choice     {_stats(paths_s)}")
     print(f"  the reference loop     {_stats(ref_s)}  (greedy_reference: same choices)")
     print(f"  one max-min filling    {_stats(fills)}")
+    print(f"  full garbage collections during these samples: {len(full_gc)}"
+          + (f" ({', '.join(f'{x * 1000:.1f}' for x in full_gc)} ms; a controller freezes "
+             "its heap after start-up, controllers/heap.py)" if full_gc else ""))
 
 
 def profile_greedy(seeds: int, top: int = 25) -> None:
