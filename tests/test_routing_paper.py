@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,24 @@ def test_ecmp_hash_spreads_connections_evenly_over_spines() -> None:
     assert len(per_spine) == 32
     chi2 = sum((v - mean) ** 2 / mean for v in per_spine.values())
     assert chi2 < 61.1, per_spine  # chi-square, 31 degrees of freedom, 99.9 % quantile
+
+
+def test_reproduce_routing_writes_the_ablation_beside_its_usual_records(tmp_path: Path) -> None:
+    import csv
+
+    res = rr.routing(tmp_path / "rr", quiet=True, quick=True, seeds=1, sa_budget_s=0.05)
+    out = tmp_path / "rr"
+    rows = list(csv.DictReader((out / "paper_ablation.csv").open()))
+    assert [r["row"] for r in rows] == [n for n, _s in rp.ablation_rows(quick=True)]
+    assert {"greedy_vs_ecmp_pct", "greedy_vs_ecmp_ci95_pct", "ecmp_mean_s",
+            "greedy_mean_s", "hosts_per_leaf", "qps", "block", "staggered"} <= set(rows[0])
+    assert len(list(csv.DictReader((out / "paper_runs.csv").open()))) == len(rows)
+    md = (out / "summary.md").read_text()
+    assert "Compared with the paper" in md and "## Against the paper" in md
+    assert res["paper_ablation"] and res["paper_effects"]
+    summary_cols = set(next(csv.DictReader((out / "summary.csv").open())))
+    assert {"policy", "case", "mean_allreduce_time_s", "time_vs_ecmp_pct"} <= summary_cols
+    rr.routing(tmp_path / "off", quiet=True, quick=True, seeds=1, sa_budget_s=0.05,
+               paper_ablation=False)
+    assert not (tmp_path / "off" / "paper_ablation.csv").exists()
+    assert "Against the paper" not in (tmp_path / "off" / "summary.md").read_text()
