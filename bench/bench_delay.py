@@ -4,6 +4,18 @@
     sudo .venv/bin/python bench/bench_delay.py --scenario line          # DCs 1, 2, 3 hops apart
     sudo .venv/bin/python bench/bench_delay.py --scenario my.yaml --pings 50 --json out.json
     sudo bash tests/vm/run.sh --cmd "python bench/bench_delay.py --scenario line"  # netem, VM
+    sudo .venv/bin/python bench/bench_delay.py --ring --runs 20   # traffic kinds, a cut
+    sudo .venv/bin/python bench/bench_delay.py --nsfnet 14 --hosts 2   # time factor auto
+
+--ring: the hidden ring x-y 300 km with the detour x-z-y (controller forwarding): 20
+runs each of sparse pings (20 ms apart), a dense stream (2 ms apart) and pings beside
+bulk TCP on a lightpath of its own over the same route, before and after a cut of x-y
+(the reroute check corrects the moved lightpath on its new fibres; --no-reroute-check
+leaves it): per kind, runs whose median is within 2 x delay +- 1 ms, the runs' median
+and worst error, and every echo's median and p99 error.
+--nsfnet N: NSFNET with a DC on the first N nodes: the run path's calibration, time
+factor (--time-factor auto or a number) and verification; DC pairs in the band (goal:
+all), the factor and its reasons, wall times.
 
 Brings the scenario's network up (static forwarding; link mode and datapath `auto`: the
 user-space forwarder and userspace datapath here, netem and the kernel datapath in the
@@ -192,6 +204,70 @@ def ring_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def nsfnet(dcs: int, hosts: int, time_factor: str) -> dict[str, Any]:
+    """NSFNET with a DC on the first `dcs` nodes (`hosts` each), static forwarding: the
+    run path's calibration and time factor (auto or a number), then its verification
+    (RTT of every DC pair against 2 x delay +- 1 ms in scenario time, out-of-band pairs
+    calibrated again up to twice)."""
+    from testbed.emu.calibrate import calibrate_network
+    from testbed.emu.network import EmuNetwork
+    from testbed.emu.plan import build_plan
+    from testbed.orchestrate.run import RunPlan, verify_network
+    from testbed.orchestrate.timescale import apply_time_factor
+    from testbed.spec import parse_scenario
+
+    t0 = time.monotonic()
+    factor: Any = time_factor if time_factor == "auto" else float(time_factor)
+    nodes = [str(k) for k in range(1, 15)][:dcs]
+    scenario = parse_scenario({
+        "name": "nsfnet-dcs", "topology": {"library": "nsfnet"},
+        "dcs": [{"name": f"dc-{k}", "node": k, "gpus": 8} for k in nodes],
+        "workload": {"kind": "lightpath_requests"},
+        "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": hosts,
+                      "forwarding": "static", "time_factor": factor}})
+    res: dict[str, Any] = {"dcs": dcs, "hosts": hosts, "load_before": os.getloadavg()}
+    with EmuNetwork(build_plan(scenario), link_mode="auto", datapath="auto") as net:
+        res["up_s"] = round(time.monotonic() - t0, 1)
+        cal = calibrate_network(net)
+        rp = RunPlan(scenario, net.plan, False, None)
+        rp, cal, choice = apply_time_factor(rp, net, cal, quiet=True)
+        res["calibrated_s"] = round(time.monotonic() - t0, 1)
+        check = verify_network(net, cal, "warn", quiet=True)  # as the run path: rechecks
+        rtts = check["rtts"]
+        res["rechecks"] = len(check["rtt_rechecks"])
+        res["link_mode"], res["datapath"] = net.link_mode, net.datapath
+    res["choice"] = {k: choice.get(k) for k in ("mode", "factor", "fits", "reasons", "paths")}
+    f = choice["factor"]
+    res["pairs"] = len(rtts)
+    res["in_band"] = sum(bool(r["ok"]) for r in rtts)
+    errs = sorted((r["median_ms"] - r["expected_rtt_ms"]) / f for r in rtts
+                  if r["median_ms"] is not None)
+    res["scenario_error_ms"] = {"median": round(statistics.median(errs), 3),
+                                "worst": round(max(errs, key=abs), 3)} if errs else {}
+    res["out"] = [r["pair"] for r in rtts if not r["ok"]]
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    res["load_after"] = os.getloadavg()
+    return res
+
+
+def nsfnet_table(res: dict[str, Any]) -> str:
+    c = res["choice"]
+    lines = [f"== NSFNET, {res['dcs']} DCs x {res['hosts']} hosts ({res['link_mode']} links, "
+             f"{res['datapath']} datapath), time factor {c['factor']:g} ({c['mode']}); load "
+             f"{res['load_before'][0]:.2f} -> {res['load_after'][0]:.2f} ==",
+             f"DC pairs within 2 x delay +- 1 ms (scenario time): {res['in_band']}/"
+             f"{res['pairs']}   goal: {res['pairs']}/{res['pairs']} (after "
+             f"{res['rechecks']} recheck(s))",
+             f"RTT error in scenario time: median {res['scenario_error_ms'].get('median')} ms,"
+             f" worst {res['scenario_error_ms'].get('worst')} ms",
+             f"wall: up {res['up_s']} s, calibrated (and factor chosen) {res['calibrated_s']} s,"
+             f" whole bench {res['wall_s']} s"]
+    lines += [f"  {r}" for r in c.get("reasons") or []]
+    if res["out"]:
+        lines.append("out of the band: " + ", ".join(res["out"]))
+    return "\n".join(lines)
+
+
 def load(name: str) -> Any:
     from testbed.spec import load_scenario, parse_scenario
 
@@ -283,6 +359,11 @@ def main() -> int:
                     help="the hidden 3-node ring: sparse, dense and bulk-TCP pings, "
                     "before and after a cut of x-y (controller restoration)")
     ap.add_argument("--runs", type=int, default=20, help="--ring: runs per traffic kind")
+    ap.add_argument("--nsfnet", type=int, metavar="DCS", default=None,
+                    help="NSFNET with a DC on the first DCS nodes: pairs in the band after "
+                    "calibration at --time-factor (the run path's steps)")
+    ap.add_argument("--hosts", type=int, default=2, help="--nsfnet: hosts per DC")
+    ap.add_argument("--time-factor", default="auto", help="--nsfnet: auto or a number")
     ap.add_argument("--no-reroute-check", action="store_true",
                     help="--ring: measure the detour without the post-reroute check")
     args = ap.parse_args()
@@ -290,6 +371,12 @@ def main() -> int:
         print("bench_delay needs root (namespaces)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING)
+    if args.nsfnet:
+        nres = nsfnet(args.nsfnet, args.hosts, args.time_factor)
+        print(nsfnet_table(nres))
+        if args.json:
+            args.json.write_text(json.dumps(nres, indent=1))
+        return 0
     if args.ring:
         rres = ring(args.runs, not args.no_reroute_check)
         print(ring_table(rres))

@@ -29,6 +29,9 @@ from testbed.progress import say
 
 log = logging.getLogger(__name__)
 BURST_S = 1.5
+# Workloads whose every time goes through Scale (workers' ops and transfers, events and
+# replays on the scaled clock); all_reduce rounds compare emulated seconds as they are.
+DILATED_WORKLOADS = ("pp_jobs", "lightpath_requests")
 
 
 def worker_ops(scenario: Any) -> tuple[int, float] | None:
@@ -99,6 +102,13 @@ def apply_time_factor(rp: Any, net: Any, calibration: dict[str, Any], quiet: boo
     start = Scale.of(em)
     if not Scale.is_auto(em):
         return rp, calibration, {"mode": "fixed", "factor": start.time_factor}
+    kind = getattr(rp.scenario.workload, "kind", "")
+    if kind not in DILATED_WORKLOADS:
+        why = (f"the {kind} workload does not stretch its own times by the factor: "
+               f"running at {start.time_factor:g}")
+        say(f"emu: time factor auto: {why}", quiet)
+        return rp, calibration, {"mode": "auto", "factor": start.time_factor,
+                                 "reasons": [why]}
     if not calibration.get("enabled"):
         say("emu: time factor auto without the delay calibration: nothing measured, "
             f"running at {start.time_factor:g}", False)
