@@ -201,3 +201,26 @@ def test_reproduce_routing_writes_the_ablation_beside_its_usual_records(tmp_path
                paper_ablation=False)
     assert not (tmp_path / "off" / "paper_ablation.csv").exists()
     assert "Against the paper" not in (tmp_path / "off" / "summary.md").read_text()
+
+
+def test_ring_paced_rates_leave_a_slowed_rings_share_to_others() -> None:
+    """Links L (0) and M (1): job A has a connection on each, B two on L, C one on M.
+    Per connection, L holds a1, b1, b2 at 33.3 and M splits 50/50 between a2 and c1.
+    Paced, A's ring moves at 33.3 everywhere, so C gets the 66.7 that a2 cannot use."""
+    import numpy as np
+
+    cap = np.array([100.0, 100.0])
+    links = [np.array([0]), np.array([1]), np.array([0]), np.array([0]), np.array([1])]
+    group = [0, 0, 1, 1, 2]
+    per_conn = rp.conn_rates(cap, links, group, paced=False)
+    paced = rp.conn_rates(cap, links, group, paced=True)
+    assert per_conn == pytest.approx([100 / 3, 50, 100 / 3, 100 / 3, 50])
+    assert paced == pytest.approx([100 / 3, 100 / 3, 100 / 3, 100 / 3, 200 / 3])
+    # on a real instance, pacing never slows a job's slowest connection below per-connection
+    g = clos(SMALL.spines, SMALL.leaves, SMALL.hosts_per_leaf)
+    jobs = rp.place(g, SMALL, 4)
+    e, _gr = rp.route_both(g, jobs, SMALL, 4)
+    cap = LinkIndex(g).capacity_gbps
+    for a, b in zip(rp.static_times(cap, e, jobs, paced=True), rp.static_times(cap, e, jobs),
+                    strict=True):
+        assert a <= b * (1 + 1e-9)

@@ -44,6 +44,7 @@ class Setting:
     qps: int = 1                  # connections (QPs/channels) per ring neighbour, each hashed
     staggered: bool = False       # jobs' communication phases at random offsets (time sim)
     metric: str = "allreduce"     # allreduce | iteration (compute + all-reduce)
+    paced: bool = False           # rates: per-connection max-min | one rate per ring
     iterations: int = 3           # recorded iterations per job in the time simulation
 
     @property
@@ -69,6 +70,10 @@ DIFFERENCES: tuple[tuple[str, str, Any, str, str], ...] = (
     ("staggered jobs", "staggered", True, "open",
      "jobs compute (0.3 s) and communicate at their own pace from random phase offsets, "
      "rates re-computed at every phase change, instead of all communicating at once"),
+    ("ring-paced rates", "paced", True, "open",
+     "a ring moves at one pace, so its connections send at the ring's rate and leave the "
+     "rest of their links to others: max-min fair over jobs (each job's rate counted on "
+     "every link of its connections) instead of over connections"),
     ("iteration time", "metric", "iteration", "open",
      "compare compute + all-reduce per iteration (what effective GPU utilisation and a "
      "job's completion time follow) instead of the all-reduce alone"),
@@ -195,10 +200,55 @@ def _job_groups(flows: Sequence[Flow]) -> dict[str, list[int]]:
     return by
 
 
-def static_times(cap: np.ndarray, r: Routed, jobs: Sequence[Job]) -> list[float]:
+def paced_fill(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int]
+               ) -> np.ndarray:
+    """Progressive filling over groups (jobs) instead of connections: every connection
+    of a group sends at the group's rate, so a link with c connections of a group carries
+    c x its rate; all unfrozen groups grow together and a full link freezes its groups.
+    Returns one rate per connection (its group's), Gb/s."""
+    n = len(links)
+    if n == 0:
+        return np.zeros(0)
+    g_of = np.asarray(group, dtype=np.int64)
+    lens = np.fromiter((len(x) for x in links), dtype=np.int64, count=n)
+    pair_link = np.concatenate(links) if lens.sum() else np.zeros(0, dtype=np.int64)
+    pair_group = np.repeat(g_of, lens)
+    n_groups = int(g_of.max()) + 1
+    rate = np.full(n_groups, np.inf)
+    rem = cap.astype(float).copy()
+    active = np.zeros(n_groups, dtype=bool)
+    active[pair_group] = True
+    level = 0.0
+    pg, pl = pair_group, pair_link
+    while pg.size:
+        load = np.bincount(pl, minlength=len(cap)).astype(float)
+        used = load > 0
+        share = np.full(len(cap), np.inf)
+        share[used] = rem[used] / load[used]
+        step = float(share.min())
+        level += step
+        rem[used] -= step * load[used]
+        full = used & (rem <= 1e-9 * np.maximum(cap, 1.0))
+        frozen = np.unique(pg[full[pl]])
+        rate[frozen] = level
+        active[frozen] = False
+        keep = active[pg]
+        pg, pl = pg[keep], pl[keep]
+    return rate[g_of]
+
+
+def conn_rates(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int],
+               paced: bool) -> np.ndarray:
+    """Each connection's rate: max-min over connections, or one rate per group."""
+    return paced_fill(cap, links, group) if paced else fill(cap, list(links))
+
+
+def static_times(cap: np.ndarray, r: Routed, jobs: Sequence[Job], paced: bool = False
+                 ) -> list[float]:
     """All jobs communicating at once: per job, its slowest connection's bytes / max-min
     rate + 2(n-1) x path latency (what `metric.evaluate` computes), in job order."""
-    rates = fill(cap, r.links)
+    order = {name: k for k, name in enumerate(dict.fromkeys(f.job for f in r.flows))}
+    rates = conn_rates(cap, r.links, [order[f.job] for f in r.flows], paced)
     by = _job_groups(r.flows)
     out = []
     for j in jobs:
@@ -211,7 +261,7 @@ def static_times(cap: np.ndarray, r: Routed, jobs: Sequence[Job]) -> list[float]
 
 
 def staggered_times(cap: np.ndarray, r: Routed, jobs: Sequence[Job], iterations: int,
-                    seed: int) -> list[list[float]]:
+                    seed: int, paced: bool = False) -> list[list[float]]:
     """Jobs alternate compute and ring all-reduce, each from a random phase offset in its
     first iteration; at every phase change the communicating jobs' connections get their
     max-min rates and each job advances at its slowest connection's pace (a ring step
@@ -244,7 +294,8 @@ def staggered_times(cap: np.ndarray, r: Routed, jobs: Sequence[Job], iterations:
         rate = {}
         if active:
             flat = [i for k in active for i in ids[k]]
-            rates = fill(cap, [r.links[i] for i in flat])
+            rates = conn_rates(cap, [r.links[i] for i in flat],
+                               [k for k in active for _i in ids[k]], paced)
             pos = 0
             for k in active:
                 m = len(ids[k])
@@ -280,9 +331,9 @@ def measure(s: Setting, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"seed": seed, "jobs": len(jobs)}
     for r in (e, gr):
         if s.staggered:
-            per_job = staggered_times(cap, r, jobs, s.iterations, seed)
+            per_job = staggered_times(cap, r, jobs, s.iterations, seed, s.paced)
         else:
-            per_job = [[x] for x in static_times(cap, r, jobs)]
+            per_job = [[x] for x in static_times(cap, r, jobs, s.paced)]
         add = [j.compute_s if s.metric == "iteration" else 0.0 for j in jobs]
         vals = [x + add[k] for k, xs in enumerate(per_job) for x in xs]
         out[f"{r.policy}_mean_s"] = statistics.fmean(vals)
