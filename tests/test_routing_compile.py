@@ -68,7 +68,8 @@ def test_spine_paths_is_a_list() -> None:
 
 def _graphs() -> list[tuple[str, nx.DiGraph]]:
     """Fabrics the batch compile must handle like `pair`: intact, oversubscribed, links and
-    a spine gone, unequal capacities, one spine, a fat-tree, lightpaths between DCs."""
+    a spine gone, unequal capacities, one spine, leaf pairs joined by one spine or none, a
+    fat-tree, lightpaths between DCs."""
     out = [("clos", clos(8, 16, 4)), ("oversub", clos(4, 8, 4, oversubscription=2.0)),
            ("one-spine", clos(1, 4, 4))]
     g = clos(6, 12, 4)
@@ -82,7 +83,11 @@ def _graphs() -> list[tuple[str, nx.DiGraph]]:
     for leaf in range(8):
         h.remove_edge("spine2", f"leaf{leaf}")
         h.remove_edge(f"leaf{leaf}", "spine2")
-    out += [("spine-down", h), ("fat-tree", fat_tree(4)),
+    sparse = clos(3, 6, 2)  # leaf0 reaches spine2 only, leaf1 all but spine2: some pairs
+    for u, v in (("leaf0", "spine0"), ("leaf0", "spine1"), ("leaf1", "spine2")):  # have one
+        sparse.remove_edge(u, v)  # spine, leaf0-leaf1 none (a longer generic path)
+        sparse.remove_edge(v, u)
+    out += [("spine-down", h), ("sparse", sparse), ("fat-tree", fat_tree(4)),
             ("wan", wan_lightpaths({"a": 4, "b": 4, "c": 2},
                                    [("a", "b", 100.0), ("a", "b", 50.0), ("b", "c", 100.0)]))]
     return out
@@ -95,7 +100,9 @@ def test_batch_compile_equals_pairs_and_generic(name: str, g: nx.DiGraph) -> Non
              enumerate(itertools.permutations(hosts, 2))]
     comp = Fabric(g).compile(flows)
     if name in ("clos", "oversub", "failed"):
-        assert comp.batch is not None  # the batch path is taken where it applies
+        assert comp.batch is not None  # the batch paths are taken where they apply
+    if name in ("failed", "spine-down", "sparse"):
+        assert comp.part is not None
     ref = Fabric(g)
     for i, f in enumerate(flows):
         slow = ref._generic(f.src, f.dst)

@@ -93,6 +93,8 @@ class SpinePaths(Sequence[tuple[str, ...]]):
 _SPINE_OWN = np.array([False, True, True, False])
 _NO_COLS = np.zeros(0, dtype=np.int64)
 _NO_COLS.flags.writeable = False
+_SPINE_COLS = np.flatnonzero(_SPINE_OWN)
+_SPINE_COLS.flags.writeable = False
 
 
 class Pair(NamedTuple):
@@ -270,7 +272,11 @@ def _natural(name: str) -> tuple[str, int]:
 class Compiled:
     """Candidates of a list of flows (see `Fabric.compile`): per flow what a `Pair` holds;
     `batch` = (flow positions, their source and destination leaves' numbers, their link
-    matrices stacked: flows x candidates x hops) for the flows compiled together."""
+    matrices stacked: flows x candidates x hops) for the flows between leaves that reach
+    every spine, compiled together; `part` = (flow positions, each one's first row in
+    `rows`, rows: every candidate of those flows, one after the other) for the flows
+    between leaves that miss some spine, compiled together too; `tables`: greedy's list
+    tables (see `Instance.own_lists`) of those flows."""
 
     paths: list[Sequence[tuple[str, ...]]]
     mat: list[np.ndarray]
@@ -279,6 +285,8 @@ class Compiled:
     ocap: list[np.ndarray]
     ocap_max: list[float]
     batch: tuple[list[int], list[int], list[int], np.ndarray] | None = None
+    part: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    tables: dict[int, tuple[list[list[int]], list[list[float]]]] | None = None
 
 
 class Fabric:
@@ -309,17 +317,23 @@ class Fabric:
     def compile(self, flows: Sequence[Flow]) -> Compiled:
         """Every flow's candidates at once, as `pair` gives them one by one. On a 2-layer
         Clos, the flows between two leaves that reach every spine are compiled together
-        (one gather from the leaves' spine-link arrays); the others go through `pair`."""
+        (one gather from the leaves' spine-link arrays), and so are those between leaves
+        that miss some spine (one mask of the spines joining each pair); the others
+        (hosts on one leaf, leaves no spine joins, other fabrics) go through `pair`."""
         sc = self._spines
         n, n_sp = len(flows), len(sc.spines)
         out = Compiled([None] * n, [None] * n, [None] * n, [None] * n, [None] * n,  # type: ignore[list-item]
                        [0.0] * n)
         rows: list[int] = []
         ab: list[tuple[int, int, int, int]] = []
+        part: list[int] = []
+        pab: list[tuple[int, int, int, int]] = []
+        pleaves: list[tuple[str, str]] = []
         if n_sp > 1:
             whole_up, whole_down = sc.whole
             leaf_no, spines = sc.leaf_no, sc.spines
             ups, downs, host_up, host_down = sc._host_up, sc._host_down, sc.host_up, sc.host_down
+            up_rows, down_rows = sc.lists[0], sc.lists[1]
         for i, f in enumerate(flows):
             if n_sp > 1:
                 src, dst = f.src, f.dst
@@ -331,6 +345,12 @@ class Fabric:
                         rows.append(i)
                         ab.append((a, b, up[1], down[1]))
                         out.paths[i] = SpinePaths(src, up[0], spines, down[0], dst)
+                        continue
+                    if a != b and any(x >= 0 and y >= 0 for x, y in zip(
+                            up_rows[a], down_rows[b], strict=True)):
+                        part.append(i)
+                        pab.append((a, b, up[1], down[1]))
+                        pleaves.append((up[0], down[0]))
                         continue
             pr = self.pair(f.src, f.dst)
             out.paths[i], out.mat[i], out.mask[i] = pr.paths, pr.mat, pr.mask
@@ -351,7 +371,50 @@ class Fabric:
                 out.mat[i], out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
                     m, mask, cols, oc, top
             out.batch = (rows, arr[:, 0].tolist(), arr[:, 1].tolist(), mat)
+        if part:
+            self._compile_part(flows, out, part, pab, pleaves)
         return out
+
+    def _compile_part(self, flows: Sequence[Flow], out: Compiled, part: list[int],
+                      pab: list[tuple[int, int, int, int]],
+                      pleaves: list[tuple[str, str]]) -> None:
+        """`compile` for flows between leaves that miss some spine: per flow, the spines
+        with a link up from its source leaf and down to its destination leaf, in order."""
+        sc = self._spines
+        arr = np.array(pab, dtype=np.int64)
+        up_l, down_l = sc.up[arr[:, 0]], sc.down[arr[:, 1]]
+        joined = (up_l >= 0) & (down_l >= 0)
+        fi, si = np.nonzero(joined)  # by flow, then spine: each flow's candidates in order
+        uu, dd = up_l[fi, si], down_l[fi, si]
+        mat = np.empty((len(fi), 4), dtype=np.int64)
+        mat[:, 0], mat[:, 1], mat[:, 2], mat[:, 3] = arr[fi, 2], uu, dd, arr[fi, 3]
+        mat.flags.writeable = False
+        cu, cd = self.cap[uu], self.cap[dd]
+        ocap = np.minimum(cu, cd)
+        counts = joined.sum(axis=1)
+        starts = np.zeros(len(part) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        tops = np.maximum.reduceat(ocap, starts[:-1]).tolist()
+        bounds, spine_no = starts.tolist(), si.tolist()
+        up_v, down_v, cu_v, cd_v = uu.tolist(), dd.tolist(), cu.tolist(), cd.tolist()
+        spines, tables = sc.spines, {}
+        one_mask = np.zeros((1, 4), dtype=bool)
+        one_mask.flags.writeable = False
+        for j, i in enumerate(part):
+            a, b = bounds[j], bounds[j + 1]
+            f, (la, lb) = flows[i], pleaves[j]
+            out.paths[i] = SpinePaths(f.src, la, [spines[k] for k in spine_no[a:b]], lb, f.dst)
+            out.mat[i] = mat[a:b]
+            if b - a > 1:
+                mask = sc.spine_mask(b - a)
+                out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
+                    mask, _SPINE_COLS, ocap[a:b], tops[j]
+                tables[i] = ([up_v[a:b], down_v[a:b]], [cu_v[a:b], cd_v[a:b]])
+            else:  # one spine: no own links
+                out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
+                    one_mask, _NO_COLS, np.full(1, np.inf), np.inf
+        out.part = (np.array(part, dtype=np.int64), starts[:-1], mat)
+        out.tables = tables
 
     def _generic(self, src: str, dst: str) -> Pair:
         paths = candidate_paths(self.graph, src, dst)
@@ -387,7 +450,7 @@ class Instance:
         comp = fabric.compile(self.flows)
         self.cands, self.cand_mat, self.own_mask = comp.paths, comp.mat, comp.mask
         self.own_cols, self.own_cap, self.own_cap_max = comp.cols, comp.ocap, comp.ocap_max
-        self._batch = comp.batch
+        self._batch, self._part, self._tables = comp.batch, comp.part, comp.tables or {}
         self.cand_links = self.cand_mat
         self._own: dict[tuple[int, int], np.ndarray] = {}
         jobs = list(dict.fromkeys(f.job for f in self.flows))
@@ -410,6 +473,8 @@ class Instance:
             up, down, cap_up, cap_down = self.fabric._spines.lists
             for i, a, b in zip(rows, src_leaf, dst_leaf, strict=True):
                 links[i], caps[i], done[i] = [up[a], down[b]], [cap_up[a], cap_down[b]], True
+        for i, (lk, cp) in self._tables.items():
+            links[i], caps[i], done[i] = lk, cp, True
         for i in range(n):
             if not done[i] and len(self.cand_mat[i]) > 1:  # one candidate: nothing to choose
                 own = self.cand_mat[i][:, self.own_cols[i]].T
@@ -466,17 +531,24 @@ class Instance:
         the batch-compiled flows' links gathered in one step (the filling does not depend
         on the order of the (flow, link) pairs, so the rates are the same to the bit)."""
         n = len(self.flows)
-        if self._batch is None:
+        if self._batch is None and self._part is None:
             return self.rates(list(range(n)), choice)
-        rows, _, _, mat = self._batch
-        pos = np.array(rows, dtype=np.int64)
         ch = np.array(choice, dtype=np.int64)
-        hops = mat.shape[2]
-        links = [mat[np.arange(len(rows)), ch[pos]].ravel()]
-        owner = [np.repeat(pos, hops)]
-        if len(rows) < n:
-            rest = np.ones(n, dtype=bool)
+        links: list[np.ndarray] = []
+        owner: list[np.ndarray] = []
+        rest = np.ones(n, dtype=bool)
+        if self._batch is not None:
+            rows, _, _, mat = self._batch
+            pos = np.array(rows, dtype=np.int64)
+            links.append(mat[np.arange(len(rows)), ch[pos]].ravel())
+            owner.append(np.repeat(pos, mat.shape[2]))
             rest[pos] = False
+        if self._part is not None:
+            pos, first, pmat = self._part
+            links.append(pmat[first + ch[pos]].ravel())
+            owner.append(np.repeat(pos, pmat.shape[1]))
+            rest[pos] = False
+        if rest.any():
             for i in np.flatnonzero(rest).tolist():
                 row = self.cand_links[i][choice[i]]
                 links.append(row)
