@@ -204,12 +204,12 @@ def ring_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def nsfnet(dcs: int, hosts: int, time_factor: str) -> dict[str, Any]:
+def nsfnet(dcs: int, hosts: int, time_factor: str, dense_pings: int = 100) -> dict[str, Any]:
     """NSFNET with a DC on the first `dcs` nodes (`hosts` each), static forwarding: the
     run path's calibration and time factor (auto or a number), then its verification
     (RTT of every DC pair against 2 x delay +- 1 ms in scenario time, out-of-band pairs
     calibrated again up to twice)."""
-    from testbed.emu.calibrate import calibrate_network
+    from testbed.emu.calibrate import CalibrationConfig, calibrate_network
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
     from testbed.orchestrate.run import RunPlan, verify_network
@@ -228,13 +228,14 @@ def nsfnet(dcs: int, hosts: int, time_factor: str) -> dict[str, Any]:
     res: dict[str, Any] = {"dcs": dcs, "hosts": hosts, "load_before": os.getloadavg()}
     with EmuNetwork(build_plan(scenario), link_mode="auto", datapath="auto") as net:
         res["up_s"] = round(time.monotonic() - t0, 1)
-        cal = calibrate_network(net)
+        cal = calibrate_network(net, CalibrationConfig(dense_pings=dense_pings))
         rp = RunPlan(scenario, net.plan, False, None)
         rp, cal, choice = apply_time_factor(rp, net, cal, quiet=True)
         res["calibrated_s"] = round(time.monotonic() - t0, 1)
         check = verify_network(net, cal, "warn", quiet=True)  # as the run path: rechecks
         rtts = check["rtts"]
         res["rechecks"] = len(check["rtt_rechecks"])
+        res["calibration"] = {k: cal.get(k) for k in ("mode", "rounds", "after", "wall_s")}
         res["link_mode"], res["datapath"] = net.link_mode, net.datapath
     res["choice"] = {k: choice.get(k) for k in ("mode", "factor", "fits", "reasons", "paths")}
     f = choice["factor"]
@@ -364,6 +365,9 @@ def main() -> int:
                     "calibration at --time-factor (the run path's steps)")
     ap.add_argument("--hosts", type=int, default=2, help="--nsfnet: hosts per DC")
     ap.add_argument("--time-factor", default="auto", help="--nsfnet: auto or a number")
+    ap.add_argument("--dense-pings", type=int, default=100,
+                    help="--nsfnet: dense echoes per path and round of the first "
+                    "calibration (0: sparse echoes only, as before issue 28)")
     ap.add_argument("--no-reroute-check", action="store_true",
                     help="--ring: measure the detour without the post-reroute check")
     args = ap.parse_args()
@@ -372,7 +376,7 @@ def main() -> int:
         return 2
     logging.basicConfig(level=logging.WARNING)
     if args.nsfnet:
-        nres = nsfnet(args.nsfnet, args.hosts, args.time_factor)
+        nres = nsfnet(args.nsfnet, args.hosts, args.time_factor, args.dense_pings)
         print(nsfnet_table(nres))
         if args.json:
             args.json.write_text(json.dumps(nres, indent=1))

@@ -6,8 +6,8 @@ A stand-in for a pipeline stage's compute (workloads/compute.py: work in chunks 
 CHUNK_MS until the deadline, stop when under half a chunk is left, pause between chunks
 for `duty`), without torch so that it starts in a fraction of a second. `burst()` starts
 one per worker stage side by side (while the caller keeps the network busy) and returns
-the p90 of |end - deadline| over all their ops: what a time factor must make small next
-to the shortest op (testbed.emu.timefactor).
+the mean (and p50/p90/max) of |end - deadline| over all their ops: what a time factor
+must make small next to the jobs' ops (testbed.emu.timefactor).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def run_ops(op_s: float, seconds: float, duty: float) -> list[float]:
 
 def burst(workers: int, op_ms: float, seconds: float = 1.5, duty: float = 1.0,
           python: str = sys.executable) -> dict[str, Any]:
-    """`workers` processes running ops side by side; p50/p90/max of their misses (ms)."""
+    """`workers` processes running ops side by side; mean/p50/p90/max of their misses
+    (ms)."""
     argv = [python, "-m", "testbed.emu.loadprobe", "--op-ms", f"{op_ms:g}", "--seconds",
             f"{seconds:g}", "--duty", f"{duty:g}"]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
@@ -81,6 +82,7 @@ def burst(workers: int, op_ms: float, seconds: float = 1.5, duty: float = 1.0,
         return misses[min(len(misses) - 1, max(0, math.ceil(x * len(misses)) - 1))]
 
     return {"workers": workers, "op_ms": op_ms, "duty": duty, "ops": len(misses),
+            "miss_mean_ms": round(sum(misses) / len(misses), 4),
             "miss_p50_ms": round(q(0.5), 4), "miss_p90_ms": round(q(0.9), 4),
             "miss_max_ms": round(misses[-1], 4)}
 

@@ -13,10 +13,11 @@ testbed.emu.loadprobe), per DC pair p with real one-way delay d_p (ms):
     at f the emulator takes min(x_p / 2, d_p f) off each way, so the RTT error in
     scenario time is  e_p(f) = (max(0, x_p - 2 d_p f) + u_p) / f      <= target_ms
 
-and for compute, an op of real length t_min (the scenario's shortest) overruns by o
-(emulated ms, the burst's p90: preemption, timer wake-ups, half a work chunk):
+and for compute, ops of mean real length t (the scenario's jobs) overrun their deadlines
+by o on average (emulated ms, the burst: preemption, timer wake-ups, half a work chunk),
+so a stage's compute time is off by
 
-    o / (f t_min) <= compute_tolerance
+    o / (f t) <= compute_tolerance
 
 f is the smallest candidate (steps of FACTOR_STEP from 1) meeting both for every pair; at
 the bound, the run goes on at the bound and says that it does not fit and the way out.
@@ -52,8 +53,8 @@ class PathCost:
 class ComputeCost:
     """The workers' compute under the scenario's load, as the burst measured it."""
 
-    shortest_op_ms: float  # real (scenario-time) length of the scenario's shortest op
-    overrun_ms: float      # emulated ms an op ran over its deadline (p90)
+    op_ms: float       # real (scenario-time) mean length of the jobs' ops
+    overrun_ms: float  # emulated ms an op missed its deadline by, on average
     workers: int = 0
 
 
@@ -79,10 +80,10 @@ def path_error_ms(p: PathCost, factor: float) -> float:
 
 
 def compute_error(c: ComputeCost, factor: float) -> float:
-    """Relative overrun of the shortest op at this factor."""
-    if c.shortest_op_ms <= 0:
+    """Relative error of the compute time at this factor."""
+    if c.op_ms <= 0:
         return 0.0
-    return c.overrun_ms / (factor * c.shortest_op_ms)
+    return c.overrun_ms / (factor * c.op_ms)
 
 
 def candidates(start: float, bound: float) -> list[float]:
@@ -137,8 +138,8 @@ def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
         reasons.append("network: no DC-pair path measured")
     if compute is not None:
         reasons.append(
-            f"compute: {compute.workers} worker(s), shortest op {compute.shortest_op_ms:.2f} ms,"
-            f" overrun p90 {compute.overrun_ms:.3f} ms under load: "
+            f"compute: {compute.workers} worker(s), mean op {compute.op_ms:.2f} ms, missed "
+            f"by {compute.overrun_ms:.3f} ms on average under load: "
             f"{100 * compute_error(compute, start):.1f} % at {start:g}, "
             f"{100 * compute_error(compute, factor):.1f} % at {factor:g} (limit "
             f"{100 * compute_tolerance:g} %) -> needs "
@@ -160,8 +161,9 @@ def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
 
 def path_costs(calibration: dict[str, Any], start: float) -> list[PathCost]:
     """PathCosts from a calibration record (testbed.emu.calibrate) made at factor `start`:
-    its first round (x_p against what the fibres ran at then; the spread between sparse
-    and dense echoes) and the drift its kept round still had."""
+    x_p averaged over its rounds (each against what the fibres ran at then), the spread
+    between sparse and dense echoes of its first round, and the drift: half the range of
+    x_p over the rounds, or what its kept round still had beyond the model's floor."""
     rounds = calibration.get("rounds") or []
     if not rounds:
         return []
@@ -184,6 +186,7 @@ def path_costs(calibration: dict[str, Any], start: float) -> list[PathCost]:
         drift = max(0.0, abs(kept.get("error_ms") or 0.0) - floor) if kept is not r else 0.0
         xs = seen.get(r["pair"], [excess])
         drift = max(drift, (max(xs) - min(xs)) / 2)
+        excess = sum(xs) / len(xs)  # every round's measure of it (as the correction uses)
         out.append(PathCost(r["pair"], r["expected_rtt_ms"] / 2 / start, max(0.0, excess),
                             (r.get("spread_ms") or 0.0) + drift))
     return out
