@@ -226,3 +226,20 @@ def test_each_fibre_is_calibrated_on_its_own_path_only(tmp_path: Path) -> None:
         assert f["correction_ms"] == 0.0
     assert links["xy"].emulated_delay_ms(101) == pytest.approx(1.5 - (SPARSE_MS + DENSE_MS) / 4)
     assert links["xy"].emulated_delay_ms() == 1.5  # other lightpaths on x-y untouched
+
+
+def test_forwarder_wake_lead_learns_the_lateness_within_bounds() -> None:
+    """The forwarder asks to wake this long before a due frame: ~the 90th percentile of
+    how late its timed wake-ups come, bounded (the poll after it costs at most that)."""
+    from testbed.emu.forwarder import MAX_LEAD_S, MIN_LEAD_S, WakeLead
+
+    w = WakeLead()
+    for i in range(400):
+        w.learn(0.00008 if i % 10 else 0.00016)  # 80 us, every tenth 160 us
+    assert 0.00008 < w.lead_s < 0.00016
+    for _ in range(400):
+        w.learn(0.05)  # stalls: capped at 10 ms each, the lead at its bound
+    assert w.lead_s == MAX_LEAD_S
+    for _ in range(400):
+        w.learn(-0.001)  # early wake-ups count as on time
+    assert w.lead_s == MIN_LEAD_S
