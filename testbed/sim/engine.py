@@ -15,16 +15,26 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from testbed.errors import InputError
 from testbed.optical.network import NO_PATH, NO_REACH, NO_SPECTRUM, OpticalNetwork, PathInfo
 from testbed.optical.spectrum import choose_start, shift_plan
 from testbed.progress import progress
 from testbed.rundir import RecordStream
-from testbed.sim.requests import Request, count_trace_rows, poisson_requests, read_request_trace
+from testbed.sim.requests import (
+    BATCH_REQUESTS,
+    Request,
+    count_trace_rows,
+    poisson_columns,
+    poisson_requests,
+    read_request_trace,
+)
 from testbed.sim.stats import batch_means_ci95, batch_sizes
 from testbed.spec.faults import network_events, sim_fault_rows
 from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
@@ -159,10 +169,19 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
     elif requests_csv is not None:
         out = RecordStream(Path(requests_csv), REQUESTS_COLUMNS, flush_s=FLUSH_S,
                            buffer_bytes=1 << 20)
+    events = network_events(scenario.events)
+    kernel = None
+    if not events and policy in ("first_fit", "last_fit"):
+        from testbed.sim import rmsa_kernel  # (imports numba, if installed: not before)
+
+        kernel = rmsa_kernel.load()
     try:
         with progress(total, "simulating requests", quiet) as bar:
-            stats = _loop(net, router, stream, total, network_events(scenario.events), out,
-                          bar, batches)
+            if kernel is not None:
+                stats = _loop_compiled(kernel, net, router, _chunks(scenario, net, stream),
+                                       total, out, bar, batches)
+            else:
+                stats = _loop(net, router, stream, total, events, out, bar, batches)
     finally:
         if out is not None and out is not requests_csv:
             out.close()
@@ -420,6 +439,218 @@ def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request],
             "bitrate_blocked_gbps": br_blocked, "reasons": reasons, "batch_ratios": batch_ratios,
             "slot_time_area": area, "end_s": last_t, "lost": 0, "restored": 0,
             "events_applied": 0, "events_total": 0, "live_at_end": len(heap)}
+
+
+class _KernelTables:
+    """The router's candidate tables as flat arrays for the compiled loop: table t lists
+    candidates tab_start[t] .. + tab_len[t]; candidate c needs cand_n[c] slots on the
+    spectra sp[cand_s0[c]:cand_s1[c]]. Tables are added as requests first need them."""
+
+    REASONS = (NO_PATH, NO_REACH, NO_SPECTRUM)
+
+    def __init__(self, router: _Router) -> None:
+        self.router = router
+        self.tid_of: dict[int, int] = {}  # id(the router's shared table) -> table id
+        self.cands: list[_Cand] = []
+        self.reasons: list[str] = []
+        self._start: list[int] = []
+        self._len: list[int] = []
+        self._reason: list[int] = []
+        self._n: list[int] = []
+        self._s0: list[int] = []
+        self._s1: list[int] = []
+        self._sp: list[int] = []
+        self._arrays: tuple[np.ndarray, ...] | None = None
+
+    def tid(self, src: str, dst: str, bitrate: float) -> int:
+        got = self.router.table(src, dst, bitrate)
+        t = self.tid_of.get(id(got))
+        if t is None:
+            cands, reason = got
+            t = self.tid_of[id(got)] = len(self._start)
+            self._start.append(len(self.cands))
+            self._len.append(len(cands))
+            self._reason.append(self.REASONS.index(reason))
+            self.reasons.append(reason)
+            for cand in cands:
+                self.cands.append(cand)
+                self._n.append(cand[1])
+                self._s0.append(len(self._sp))
+                self._sp.extend(cand[0])
+                self._s1.append(len(self._sp))
+            self._arrays = None
+        return t
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        if self._arrays is None:
+            i32 = np.int32
+            self._arrays = (np.array(self._start, i32), np.array(self._len, i32),
+                            np.array(self._reason, i32), np.array(self._n, i32),
+                            np.array(self._s0, i32), np.array(self._s1, i32),
+                            np.array(self._sp or [0], i32))
+        return self._arrays
+
+
+# A chunk of requests: (ids, arrival_s, holding_s, src names, dst names, bitrates) as
+# lists, called only when rows are written, and the kernel's columns (arrival_s,
+# holding_s, bitrate_gbps as float64, table id as int32)
+_Chunk = tuple[Callable[[], tuple[list[Any], ...]], np.ndarray, np.ndarray, np.ndarray,
+               np.ndarray]
+LUT_MAX = 1 << 22  # (src, dst, bitrate) keys held in a dense table id array up to this
+
+
+def _chunks(scenario: Scenario, net: OpticalNetwork, stream: Iterator[Request]
+            ) -> Callable[[_KernelTables], Iterator[_Chunk]]:
+    """The scenario's requests in chunks for the compiled loop: the seeded Poisson stream
+    straight from its numpy columns (the same draws as `stream`, which is left unread),
+    a trace from its rows."""
+    wl = scenario.workload
+    assert isinstance(wl, LightpathRequestsWorkload)
+    if wl.trace is not None:
+        return lambda tables: _trace_chunks(stream, tables)
+    ends = _endpoints(scenario, net)
+    return lambda tables: _poisson_chunks(wl, ends, tables)
+
+
+def _poisson_chunks(wl: LightpathRequestsWorkload, ends: list[str], tables: _KernelTables
+                    ) -> Iterator[_Chunk]:
+    n_end, bitrates = len(ends), list(wl.bitrate_gbps)
+    nb = len(bitrates)
+    br_arr = np.array(bitrates, dtype=np.float64)
+    ends_arr = np.empty(n_end, dtype=object)
+    ends_arr[:] = ends
+    brs_obj = np.empty(nb, dtype=object)
+    brs_obj[:] = bitrates
+    size = n_end * n_end * nb
+    lut = np.full(size, -1, np.int32) if size <= LUT_MAX else None
+    by_key: dict[int, int] = {}
+
+    def tid_of(key: int) -> int:
+        got = by_key.get(key)
+        if got is None:
+            pair, p = divmod(key, nb)
+            i, j = divmod(pair, n_end)
+            got = by_key[key] = tables.tid(ends[i], ends[j], bitrates[p])
+        return got
+
+    for first, arrivals, holds, src, dst, pick in poisson_columns(wl, n_end,
+                                                                  random.Random(wl.seed)):
+        keys = (src * n_end + dst) * nb + pick
+        if lut is not None:
+            tids = lut[keys]
+            if (tids < 0).any():  # built in the order first needed, as the Python loop
+                # does: a pair's candidates are its reverse's, reversed, when that came
+                # first, and equal-length routes keep that order
+                new, at = np.unique(keys[tids < 0], return_index=True)
+                for key in new[np.argsort(at)].tolist():
+                    lut[key] = tid_of(key)
+                tids = lut[keys]
+        else:
+            tids = np.fromiter(map(tid_of, keys.tolist()), np.int32, len(keys))
+
+        def rows(first: int = first, arrivals: np.ndarray = arrivals,
+                 holds: np.ndarray = holds, src: np.ndarray = src, dst: np.ndarray = dst,
+                 pick: np.ndarray = pick) -> tuple[list[Any], ...]:
+            return (list(range(first, first + len(arrivals))), arrivals.tolist(),
+                    holds.tolist(), ends_arr[src].tolist(), ends_arr[dst].tolist(),
+                    brs_obj[pick].tolist())
+
+        yield rows, arrivals, holds, br_arr[pick], tids
+
+
+def _trace_chunks(stream: Iterator[Request], tables: _KernelTables) -> Iterator[_Chunk]:
+    by_key: dict[tuple[str, str, float], int] = {}
+    while True:
+        rows = list(islice(stream, BATCH_REQUESTS))
+        if not rows:
+            return
+        cols = tuple(list(c) for c in zip(*rows, strict=True))
+        tids = []
+        for key in zip(cols[3], cols[4], cols[5], strict=True):
+            got = by_key.get(key)
+            if got is None:
+                got = by_key[key] = tables.tid(*key)
+            tids.append(got)
+        yield ((lambda cols=cols: cols), np.array(cols[1], np.float64),
+               np.array(cols[2], np.float64), np.array(cols[5], np.float64),
+               np.array(tids, np.int32))
+
+
+def _loop_compiled(kernel: Callable[..., int], net: OpticalNetwork, router: _Router,
+                   chunks: Callable[[_KernelTables], Iterator[_Chunk]], total: int,
+                   out: RecordStream | None, bar: Any, n_batches: int) -> dict[str, Any]:
+    """_loop_plain for first_fit / last_fit with the request loop compiled
+    (testbed.sim.rmsa_kernel): the same records and summary; requests.csv rows are
+    written here, from the choices the kernel hands back for each chunk."""
+    from testbed.sim import rmsa_kernel
+
+    occ, busy_bits, _ = net.slot_masks()
+    slots, n_spectra = net.slots, net.n_spectra
+    busy = np.zeros((n_spectra, max(1, slots)), np.uint8)
+    for s, m in enumerate(busy_bits):  # (a fresh network: all zero)
+        for j in range(slots):
+            busy[s, j] = m >> j & 1
+    tables = _KernelTables(router)
+    cap = slots * n_spectra + 1  # a live lightpath holds >= 1 slot of >= 1 spectrum
+    heap_t = np.empty(cap, np.float64)
+    heap_c = np.empty(cap, np.int32)
+    heap_f = np.empty(cap, np.int32)
+    st_i, st_f = rmsa_kernel.new_state()
+    sizes = np.array(batch_sizes(total, n_batches) if total else [], np.int64)
+    batch_blocked = np.zeros(max(1, len(sizes)), np.int64)
+    st_i[rmsa_kernel.BLEFT] = sizes[0] if len(sizes) else -1
+    last_fit = router.policy == "last_fit"
+    write = out.fh.write if out is not None else None
+    out_cand = np.empty(BATCH_REQUESTS, np.int32)
+    out_first = np.empty(BATCH_REQUESTS, np.int32)
+    brs: dict[float, str] = {}
+    for rows, arrivals, holds, brv, tids in chunks(tables):
+        m = len(arrivals)
+        if m > len(out_cand):
+            out_cand, out_first = np.empty(m, np.int32), np.empty(m, np.int32)
+        status = kernel(arrivals, holds, tids, brv, *tables.arrays(), busy, slots, last_fit,
+                        heap_t, heap_c, heap_f, st_i, st_f, sizes, batch_blocked,
+                        out_cand, out_first)
+        if status != 0:
+            raise RuntimeError("rmsa kernel: live lightpath heap overflow")
+        if write is not None:
+            cands, reasons = tables.cands, tables.reasons
+            rids, ts, hs, srcs, dsts, bitrates = rows()
+            for rid, t, hold, src, dst, br, c, first, tid in zip(
+                    rids, ts, hs, srcs, dsts, bitrates, out_cand[:m].tolist(),
+                    out_first[:m].tolist(), tids.tolist(), strict=False):
+                brs_s = brs.get(br)
+                if brs_s is None:
+                    brs_s = brs[br] = f"{br:g}"
+                if c >= 0:
+                    cand = cands[c]
+                    write(f"{rid},{src},{dst},{brs_s},{cand[4]},{cand[5]},{first},{cand[1]},"
+                          f"1,,{t:.6f},{hold:.6f}\n")
+                else:
+                    write(f"{rid},{src},{dst},{brs_s},,,,,0,{reasons[tid]},{t:.6f},"
+                          f"{hold:.6f}\n")
+            out.tick()  # type: ignore[union-attr]
+        bar.advance(m)
+    for s in range(n_spectra):  # back to the network's int bitmaps
+        busy_bits[s] = int.from_bytes(np.packbits(busy[s, :slots], bitorder="little")
+                                      .tobytes(), "little")
+    occ[:] = busy_bits  # nothing out of service: occupied == busy
+    n_req = int(st_i[rmsa_kernel.NREQ])
+    b_idx, b_left = int(st_i[rmsa_kernel.BIDX]), int(st_i[rmsa_kernel.BLEFT])
+    batch_ratios = [int(batch_blocked[i]) / int(sizes[i]) for i in range(b_idx)]
+    if n_req != total:  # a trace whose row count changed under us; keep what ran
+        log.warning("expected %d requests, simulated %d", total, n_req)
+    if b_left > 0 and b_idx < len(sizes) and sizes[b_idx] != b_left:
+        batch_ratios.append(int(st_i[rmsa_kernel.BBLOCKED]) / int(sizes[b_idx] - b_left))
+    r0 = rmsa_kernel.REASON0
+    return {"requests": n_req, "blocked": int(st_i[rmsa_kernel.NBLOCKED]),
+            "bitrate_requested_gbps": float(st_f[rmsa_kernel.BR_REQ]),
+            "bitrate_blocked_gbps": float(st_f[rmsa_kernel.BR_BLOCKED]),
+            "reasons": {r: int(st_i[r0 + i]) for i, r in enumerate(_KernelTables.REASONS)},
+            "batch_ratios": batch_ratios, "slot_time_area": float(st_f[rmsa_kernel.AREA]),
+            "end_s": float(st_f[rmsa_kernel.LAST_T]), "lost": 0, "restored": 0,
+            "events_applied": 0, "events_total": 0,
+            "live_at_end": int(st_i[rmsa_kernel.HSIZE])}
 
 
 def _apply_event(net: OpticalNetwork, router: _Router, heap: list[tuple[float, int, list[Any]]],

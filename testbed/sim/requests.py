@@ -71,15 +71,29 @@ def _poisson_batches(workload: LightpathRequestsWorkload, endpoints: list[str],
                      rng: random.Random) -> Iterator[Iterator[Request]]:
     """Batches of the stream (zips of columns: the requests are built in C), drawn from
     rng's state onwards (rng is this stream's own: it is not advanced)."""
-    hold = workload.mean_holding_s
-    rate = workload.load_erlang / hold
-    lam_hold = 1.0 / hold  # expovariate(1.0 / hold) divides by this float
-    n = len(endpoints)
-    ends = np.empty(n, dtype=object)
+    ends = np.empty(len(endpoints), dtype=object)
     ends[:] = endpoints
     bitrates = np.empty(len(workload.bitrate_gbps), dtype=object)
     bitrates[:] = list(workload.bitrate_gbps)
-    nb = len(bitrates)
+    for first, arrivals, holds, src, dst, pick in poisson_columns(workload, len(endpoints),
+                                                                  rng):
+        m = len(arrivals)
+        yield zip(range(first, first + m), arrivals.tolist(), holds.tolist(),
+                  ends[src].tolist(), ends[dst].tolist(), bitrates[pick].tolist(), strict=True)
+
+
+PoissonColumns = tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def poisson_columns(workload: LightpathRequestsWorkload, n: int, rng: random.Random
+                    ) -> Iterator[PoissonColumns]:
+    """poisson_requests' stream as numpy columns, BATCH_REQUESTS requests at a time:
+    (first id, arrival_s, holding_s, src index, dst index, bitrate index) into the n
+    endpoints and workload.bitrate_gbps, drawn from rng's state onwards (not advanced)."""
+    hold = workload.mean_holding_s
+    rate = workload.load_erlang / hold
+    lam_hold = 1.0 / hold  # expovariate(1.0 / hold) divides by this float
+    nb = len(workload.bitrate_gbps)
     words = rng.getstate()[1]  # 624 state words and the position, as numpy's MT19937 has
     bitgen = np.random.MT19937(0)
     bitgen.state = {"bit_generator": "MT19937",
@@ -102,8 +116,7 @@ def _poisson_batches(workload: LightpathRequestsWorkload, endpoints: list[str],
         dst += dst >= src
         pick = (u[4] * nb).astype(np.intp)
         t = float(arrivals[-1])
-        yield zip(range(first, first + m), arrivals.tolist(), holds.tolist(),
-                  ends[src].tolist(), ends[dst].tolist(), bitrates[pick].tolist(), strict=True)
+        yield first, arrivals, holds, src, dst, pick
 
 
 def check_trace_file(path: str | Path) -> None:
