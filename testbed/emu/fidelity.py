@@ -295,8 +295,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             "invariants": [i.as_record() for i in invs],
             **scale.as_record(),
             "lightpaths": errors, "processes": list(procs),
-            "forwarders": {k: v for k, v in (tot or {}).items() if k != "timer_slack"}
-            | ({"timer_slack": tot["timer_slack"]} if tot and tot.get("timer_slack") else {}),
+            "forwarders": {k: v for k, v in (tot or {}).items() if v is not None},
             "tcp": dict(tcp or {})}
 
 
