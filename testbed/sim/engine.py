@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from testbed.errors import InputError
+from testbed.optical.modulation import slots_for
 from testbed.optical.network import NO_PATH, NO_REACH, NO_SPECTRUM, OpticalNetwork, PathInfo
 from testbed.optical.spectrum import choose_start, shift_plan
 from testbed.progress import progress
@@ -178,8 +179,9 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
     try:
         with progress(total, "simulating requests", quiet) as bar:
             if kernel is not None:
-                stats = _loop_compiled(kernel, net, router, _chunks(scenario, net, stream),
-                                       total, out, bar, batches)
+                tables, chunks = _chunks(scenario, net, stream, rmsa_kernel.neg_log1m)
+                stats = _loop_compiled(net, tables, chunks, total, policy == "last_fit",
+                                       out, bar, batches)
             else:
                 stats = _loop(net, router, stream, total, events, out, bar, batches)
     finally:
@@ -441,112 +443,130 @@ def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request],
             "events_applied": 0, "events_total": 0, "live_at_end": len(heap)}
 
 
-class _KernelTables:
-    """The router's candidate tables as flat arrays for the compiled loop: table t lists
-    candidates tab_start[t] .. + tab_len[t]; candidate c needs cand_n[c] slots on the
-    spectra sp[cand_s0[c]:cand_s1[c]]. Tables are added as requests first need them."""
+class _PairTables:
+    """Candidate routes per (src, dst) pair as flat arrays for the compiled loop: pair p
+    lists routes pair_start[p] .. + pair_len[p] (the network's candidate paths, in its
+    order); route q is on the spectra sp[route_s0[q]:route_s1[q]] with format route_fmt[q]
+    (-1: cut, or out of every format's reach), and a bitrate of index b needs
+    need[route_fmt[q], b] slots there (0: more than the grid has). The same candidates,
+    slots and block reason as _Router's tables; pairs are added as requests first need
+    them (their order matters: a pair's routes are its reverse's reversed when that one
+    came first, and equal-length routes keep that order) and bitrates as they appear."""
 
     REASONS = (NO_PATH, NO_REACH, NO_SPECTRUM)
 
-    def __init__(self, router: _Router) -> None:
-        self.router = router
-        self.tid_of: dict[int, int] = {}  # id(the router's shared table) -> table id
-        self.cands: list[_Cand] = []
+    def __init__(self, net: OpticalNetwork, bitrates: list[float]) -> None:
+        self.net = net
+        self.bitrates: list[float] = []
+        self.br_index: dict[float, int] = {}
+        self.formats: dict[float, int] = {}  # gbps_per_slot -> format index
+        self.pid_of: dict[tuple[str, str], int] = {}
+        self.routes: list[tuple[str, str | None]] = []  # ("a-b-c", modulation) per route
         self.reasons: list[str] = []
         self._start: list[int] = []
         self._len: list[int] = []
         self._reason: list[int] = []
-        self._n: list[int] = []
+        self._fmt: list[int] = []
         self._s0: list[int] = []
         self._s1: list[int] = []
         self._sp: list[int] = []
         self._arrays: tuple[np.ndarray, ...] | None = None
+        for br in bitrates:
+            self.bri(br)
 
-    def tid(self, src: str, dst: str, bitrate: float) -> int:
-        got = self.router.table(src, dst, bitrate)
-        t = self.tid_of.get(id(got))
-        if t is None:
-            cands, reason = got
-            t = self.tid_of[id(got)] = len(self._start)
-            self._start.append(len(self.cands))
-            self._len.append(len(cands))
-            self._reason.append(self.REASONS.index(reason))
-            self.reasons.append(reason)
-            for cand in cands:
-                self.cands.append(cand)
-                self._n.append(cand[1])
-                self._s0.append(len(self._sp))
-                self._sp.extend(cand[0])
-                self._s1.append(len(self._sp))
+    def bri(self, bitrate: float) -> int:
+        got = self.br_index.get(bitrate)
+        if got is None:
+            got = self.br_index[bitrate] = len(self.bitrates)
+            self.bitrates.append(bitrate)
             self._arrays = None
-        return t
+        return got
+
+    def pid(self, src: str, dst: str) -> int:
+        got = self.pid_of.get((src, dst))
+        if got is not None:
+            return got
+        net = self.net
+        got = self.pid_of[(src, dst)] = len(self._start)
+        paths = net.candidate_paths(src, dst)
+        self._start.append(len(self.routes))
+        self._len.append(len(paths))
+        reason = NO_PATH  # as _Router._candidates: it does not depend on the bitrate
+        for p in paths:
+            self.routes.append(("-".join(p.nodes), p.modulation))
+            fmt = -1
+            if net.path_up(p):
+                if p.modulation is None:
+                    reason = NO_REACH if reason == NO_PATH else reason
+                else:
+                    reason = NO_SPECTRUM
+                    fmt = self.formats.setdefault(p.gbps_per_slot, len(self.formats))
+            self._fmt.append(fmt)
+            self._s0.append(len(self._sp))
+            self._sp.extend(p.spectra)
+            self._s1.append(len(self._sp))
+        self._reason.append(self.REASONS.index(reason))
+        self.reasons.append(reason)
+        self._arrays = None
+        return got
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         if self._arrays is None:
             i32 = np.int32
+            need = np.zeros((max(1, len(self.formats)), max(1, len(self.bitrates))), i32)
+            slots = self.net.slots
+            guard = self.net.guard_slots
+            for g, f in self.formats.items():
+                for b, br in enumerate(self.bitrates):
+                    n = slots_for(br, g, guard)
+                    need[f, b] = n if n <= slots else 0
             self._arrays = (np.array(self._start, i32), np.array(self._len, i32),
-                            np.array(self._reason, i32), np.array(self._n, i32),
+                            np.array(self._reason, i32), np.array(self._fmt, i32),
                             np.array(self._s0, i32), np.array(self._s1, i32),
-                            np.array(self._sp or [0], i32))
+                            np.array(self._sp or [0], i32), need)
         return self._arrays
 
 
 # A chunk of requests: (ids, arrival_s, holding_s, src names, dst names, bitrates) as
 # lists, called only when rows are written, and the kernel's columns (arrival_s,
-# holding_s, bitrate_gbps as float64, table id as int32)
+# holding_s, pair id, bitrate index, bitrate_gbps)
 _Chunk = tuple[Callable[[], tuple[list[Any], ...]], np.ndarray, np.ndarray, np.ndarray,
-               np.ndarray]
-LUT_MAX = 1 << 22  # (src, dst, bitrate) keys held in a dense table id array up to this
+               np.ndarray, np.ndarray]
 
 
-def _chunks(scenario: Scenario, net: OpticalNetwork, stream: Iterator[Request]
-            ) -> Callable[[_KernelTables], Iterator[_Chunk]]:
-    """The scenario's requests in chunks for the compiled loop: the seeded Poisson stream
-    straight from its numpy columns (the same draws as `stream`, which is left unread),
-    a trace from its rows."""
+def _chunks(scenario: Scenario, net: OpticalNetwork, stream: Iterator[Request],
+            neg_log1m: Callable[[np.ndarray], np.ndarray]
+            ) -> tuple[_PairTables, Iterator[_Chunk]]:
+    """The pair tables and the scenario's requests in chunks for the compiled loop: the
+    seeded Poisson stream straight from its numpy columns (the same draws as `stream`,
+    which is left unread), a trace from its rows."""
     wl = scenario.workload
     assert isinstance(wl, LightpathRequestsWorkload)
     if wl.trace is not None:
-        return lambda tables: _trace_chunks(stream, tables)
-    ends = _endpoints(scenario, net)
-    return lambda tables: _poisson_chunks(wl, ends, tables)
+        tables = _PairTables(net, [])
+        return tables, _trace_chunks(stream, tables)
+    tables = _PairTables(net, list(wl.bitrate_gbps))
+    return tables, _poisson_chunks(wl, _endpoints(scenario, net), tables, neg_log1m)
 
 
-def _poisson_chunks(wl: LightpathRequestsWorkload, ends: list[str], tables: _KernelTables
-                    ) -> Iterator[_Chunk]:
+def _poisson_chunks(wl: LightpathRequestsWorkload, ends: list[str], tables: _PairTables,
+                    neg_log1m: Callable[[np.ndarray], np.ndarray]) -> Iterator[_Chunk]:
     n_end, bitrates = len(ends), list(wl.bitrate_gbps)
-    nb = len(bitrates)
     br_arr = np.array(bitrates, dtype=np.float64)
     ends_arr = np.empty(n_end, dtype=object)
     ends_arr[:] = ends
-    brs_obj = np.empty(nb, dtype=object)
+    brs_obj = np.empty(len(bitrates), dtype=object)
     brs_obj[:] = bitrates
-    size = n_end * n_end * nb
-    lut = np.full(size, -1, np.int32) if size <= LUT_MAX else None
-    by_key: dict[int, int] = {}
-
-    def tid_of(key: int) -> int:
-        got = by_key.get(key)
-        if got is None:
-            pair, p = divmod(key, nb)
-            i, j = divmod(pair, n_end)
-            got = by_key[key] = tables.tid(ends[i], ends[j], bitrates[p])
-        return got
-
-    for first, arrivals, holds, src, dst, pick in poisson_columns(wl, n_end,
-                                                                  random.Random(wl.seed)):
-        keys = (src * n_end + dst) * nb + pick
-        if lut is not None:
-            tids = lut[keys]
-            if (tids < 0).any():  # built in the order first needed, as the Python loop
-                # does: a pair's candidates are its reverse's, reversed, when that came
-                # first, and equal-length routes keep that order
-                new, at = np.unique(keys[tids < 0], return_index=True)
-                for key in new[np.argsort(at)].tolist():
-                    lut[key] = tid_of(key)
-                tids = lut[keys]
-        else:
-            tids = np.fromiter(map(tid_of, keys.tolist()), np.int32, len(keys))
+    lut = np.full(n_end * n_end, -1, np.int32)  # src x n + dst -> pair id
+    for first, arrivals, holds, src, dst, pick in poisson_columns(
+            wl, n_end, random.Random(wl.seed), neg_log1m):
+        keys = src * n_end + dst
+        pids = lut[keys]
+        if (pids < 0).any():  # pairs added in the order first needed
+            new, at = np.unique(keys[pids < 0], return_index=True)
+            for key in new[np.argsort(at)].tolist():
+                lut[key] = tables.pid(ends[key // n_end], ends[key % n_end])
+            pids = lut[keys]
 
         def rows(first: int = first, arrivals: np.ndarray = arrivals,
                  holds: np.ndarray = holds, src: np.ndarray = src, dst: np.ndarray = dst,
@@ -555,79 +575,73 @@ def _poisson_chunks(wl: LightpathRequestsWorkload, ends: list[str], tables: _Ker
                     holds.tolist(), ends_arr[src].tolist(), ends_arr[dst].tolist(),
                     brs_obj[pick].tolist())
 
-        yield rows, arrivals, holds, br_arr[pick], tids
+        yield rows, arrivals, holds, pids, pick.astype(np.int32), br_arr[pick]
 
 
-def _trace_chunks(stream: Iterator[Request], tables: _KernelTables) -> Iterator[_Chunk]:
-    by_key: dict[tuple[str, str, float], int] = {}
+def _trace_chunks(stream: Iterator[Request], tables: _PairTables) -> Iterator[_Chunk]:
+    pid, bri = tables.pid, tables.bri
     while True:
         rows = list(islice(stream, BATCH_REQUESTS))
         if not rows:
             return
         cols = tuple(list(c) for c in zip(*rows, strict=True))
-        tids = []
-        for key in zip(cols[3], cols[4], cols[5], strict=True):
-            got = by_key.get(key)
-            if got is None:
-                got = by_key[key] = tables.tid(*key)
-            tids.append(got)
+        pids = [pid(a, b) for a, b in zip(cols[3], cols[4], strict=True)]
+        bris = [bri(br) for br in cols[5]]
         yield ((lambda cols=cols: cols), np.array(cols[1], np.float64),
-               np.array(cols[2], np.float64), np.array(cols[5], np.float64),
-               np.array(tids, np.int32))
+               np.array(cols[2], np.float64), np.array(pids, np.int32),
+               np.array(bris, np.int32), np.array(cols[5], np.float64))
 
 
-def _loop_compiled(kernel: Callable[..., int], net: OpticalNetwork, router: _Router,
-                   chunks: Callable[[_KernelTables], Iterator[_Chunk]], total: int,
-                   out: RecordStream | None, bar: Any, n_batches: int) -> dict[str, Any]:
+def _loop_compiled(net: OpticalNetwork, tables: _PairTables, chunks: Iterator[_Chunk],
+                   total: int, last_fit: bool, out: RecordStream | None, bar: Any,
+                   n_batches: int) -> dict[str, Any]:
     """_loop_plain for first_fit / last_fit with the request loop compiled
     (testbed.sim.rmsa_kernel): the same records and summary; requests.csv rows are
     written here, from the choices the kernel hands back for each chunk."""
-    from testbed.sim import rmsa_kernel
+    from testbed.sim import rmsa_kernel as rk
 
+    kernel = rk.load()
+    assert kernel is not None
     occ, busy_bits, _ = net.slot_masks()
     slots, n_spectra = net.slots, net.n_spectra
     busy = np.zeros((n_spectra, max(1, slots)), np.uint8)
     for s, m in enumerate(busy_bits):  # (a fresh network: all zero)
         for j in range(slots):
             busy[s, j] = m >> j & 1
-    tables = _KernelTables(router)
     cap = slots * n_spectra + 1  # a live lightpath holds >= 1 slot of >= 1 spectrum
     heap_t = np.empty(cap, np.float64)
-    heap_c = np.empty(cap, np.int32)
-    heap_f = np.empty(cap, np.int32)
-    st_i, st_f = rmsa_kernel.new_state()
+    heap_r, heap_f, heap_n = (np.empty(cap, np.int32) for _ in range(3))
+    st_i, st_f = rk.new_state()
     sizes = np.array(batch_sizes(total, n_batches) if total else [], np.int64)
     batch_blocked = np.zeros(max(1, len(sizes)), np.int64)
-    st_i[rmsa_kernel.BLEFT] = sizes[0] if len(sizes) else -1
-    last_fit = router.policy == "last_fit"
+    st_i[rk.BLEFT] = sizes[0] if len(sizes) else -1
     write = out.fh.write if out is not None else None
-    out_cand = np.empty(BATCH_REQUESTS, np.int32)
-    out_first = np.empty(BATCH_REQUESTS, np.int32)
+    out_route, out_first, out_n = (np.empty(BATCH_REQUESTS, np.int32) for _ in range(3))
     brs: dict[float, str] = {}
-    for rows, arrivals, holds, brv, tids in chunks(tables):
+    for rows, arrivals, holds, pids, bris, brv in chunks:
         m = len(arrivals)
-        if m > len(out_cand):
-            out_cand, out_first = np.empty(m, np.int32), np.empty(m, np.int32)
-        status = kernel(arrivals, holds, tids, brv, *tables.arrays(), busy, slots, last_fit,
-                        heap_t, heap_c, heap_f, st_i, st_f, sizes, batch_blocked,
-                        out_cand, out_first)
+        if m > len(out_route):
+            out_route, out_first, out_n = (np.empty(m, np.int32) for _ in range(3))
+        status = kernel(arrivals, holds, pids, bris, brv, *tables.arrays(), busy, slots,
+                        last_fit, heap_t, heap_r, heap_f, heap_n, st_i, st_f, sizes,
+                        batch_blocked, out_route, out_first, out_n)
         if status != 0:
             raise RuntimeError("rmsa kernel: live lightpath heap overflow")
         if write is not None:
-            cands, reasons = tables.cands, tables.reasons
+            routes, reasons = tables.routes, tables.reasons
             rids, ts, hs, srcs, dsts, bitrates = rows()
-            for rid, t, hold, src, dst, br, c, first, tid in zip(
-                    rids, ts, hs, srcs, dsts, bitrates, out_cand[:m].tolist(),
-                    out_first[:m].tolist(), tids.tolist(), strict=False):
+            for rid, t, hold, src, dst, br, q, first, n, p in zip(
+                    rids, ts, hs, srcs, dsts, bitrates, out_route[:m].tolist(),
+                    out_first[:m].tolist(), out_n[:m].tolist(), pids.tolist(), strict=False):
                 brs_s = brs.get(br)
                 if brs_s is None:
                     brs_s = brs[br] = f"{br:g}"
-                if c >= 0:
-                    cand = cands[c]
-                    write(f"{rid},{src},{dst},{brs_s},{cand[4]},{cand[5]},{first},{cand[1]},"
-                          f"1,,{t:.6f},{hold:.6f}\n")
+                if q >= 0:
+                    label, mod = routes[q]
+                    write(f"{rid},{src},{dst},{brs_s},{label},{mod},{first},{n},1,,"
+                          f"{t:.6f},{hold:.6f}\n")
                 else:
-                    write(f"{rid},{src},{dst},{brs_s},,,,,0,{reasons[tid]},{t:.6f},"
+                    write(f"{rid},{src},{dst},{brs_s},,,,,0,{reasons[p]},{t:.6f},"
                           f"{hold:.6f}\n")
             out.tick()  # type: ignore[union-attr]
         bar.advance(m)
@@ -635,22 +649,21 @@ def _loop_compiled(kernel: Callable[..., int], net: OpticalNetwork, router: _Rou
         busy_bits[s] = int.from_bytes(np.packbits(busy[s, :slots], bitorder="little")
                                       .tobytes(), "little")
     occ[:] = busy_bits  # nothing out of service: occupied == busy
-    n_req = int(st_i[rmsa_kernel.NREQ])
-    b_idx, b_left = int(st_i[rmsa_kernel.BIDX]), int(st_i[rmsa_kernel.BLEFT])
+    n_req = int(st_i[rk.NREQ])
+    b_idx, b_left = int(st_i[rk.BIDX]), int(st_i[rk.BLEFT])
     batch_ratios = [int(batch_blocked[i]) / int(sizes[i]) for i in range(b_idx)]
     if n_req != total:  # a trace whose row count changed under us; keep what ran
         log.warning("expected %d requests, simulated %d", total, n_req)
     if b_left > 0 and b_idx < len(sizes) and sizes[b_idx] != b_left:
-        batch_ratios.append(int(st_i[rmsa_kernel.BBLOCKED]) / int(sizes[b_idx] - b_left))
-    r0 = rmsa_kernel.REASON0
-    return {"requests": n_req, "blocked": int(st_i[rmsa_kernel.NBLOCKED]),
-            "bitrate_requested_gbps": float(st_f[rmsa_kernel.BR_REQ]),
-            "bitrate_blocked_gbps": float(st_f[rmsa_kernel.BR_BLOCKED]),
-            "reasons": {r: int(st_i[r0 + i]) for i, r in enumerate(_KernelTables.REASONS)},
-            "batch_ratios": batch_ratios, "slot_time_area": float(st_f[rmsa_kernel.AREA]),
-            "end_s": float(st_f[rmsa_kernel.LAST_T]), "lost": 0, "restored": 0,
-            "events_applied": 0, "events_total": 0,
-            "live_at_end": int(st_i[rmsa_kernel.HSIZE])}
+        batch_ratios.append(int(st_i[rk.BBLOCKED]) / int(sizes[b_idx] - b_left))
+    return {"requests": n_req, "blocked": int(st_i[rk.NBLOCKED]),
+            "bitrate_requested_gbps": float(st_f[rk.BR_REQ]),
+            "bitrate_blocked_gbps": float(st_f[rk.BR_BLOCKED]),
+            "reasons": {r: int(st_i[rk.REASON0 + i]) for i, r in enumerate(
+                _PairTables.REASONS)},
+            "batch_ratios": batch_ratios, "slot_time_area": float(st_f[rk.AREA]),
+            "end_s": float(st_f[rk.LAST_T]), "lost": 0, "restored": 0,
+            "events_applied": 0, "events_total": 0, "live_at_end": int(st_i[rk.HSIZE])}
 
 
 def _apply_event(net: OpticalNetwork, router: _Router, heap: list[tuple[float, int, list[Any]]],

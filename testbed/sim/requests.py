@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path
 
@@ -85,11 +85,19 @@ def _poisson_batches(workload: LightpathRequestsWorkload, endpoints: list[str],
 PoissonColumns = tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def poisson_columns(workload: LightpathRequestsWorkload, n: int, rng: random.Random
+def _neg_log1m(u: np.ndarray) -> np.ndarray:
+    return -np.fromiter(map(math.log, (1.0 - u).tolist()), float, len(u))
+
+
+def poisson_columns(workload: LightpathRequestsWorkload, n: int, rng: random.Random,
+                    neg_log1m: Callable[[np.ndarray], np.ndarray] | None = None
                     ) -> Iterator[PoissonColumns]:
     """poisson_requests' stream as numpy columns, BATCH_REQUESTS requests at a time:
     (first id, arrival_s, holding_s, src index, dst index, bitrate index) into the n
-    endpoints and workload.bitrate_gbps, drawn from rng's state onwards (not advanced)."""
+    endpoints and workload.bitrate_gbps, drawn from rng's state onwards (not advanced).
+    neg_log1m(u) = -log(1 - u) elementwise, with libm's log (math.log by default; the
+    compiled one of testbed.sim.rmsa_kernel gives the same bits, faster)."""
+    nl = neg_log1m or _neg_log1m
     hold = workload.mean_holding_s
     rate = workload.load_erlang / hold
     lam_hold = 1.0 / hold  # expovariate(1.0 / hold) divides by this float
@@ -99,16 +107,15 @@ def poisson_columns(workload: LightpathRequestsWorkload, n: int, rng: random.Ran
     bitgen.state = {"bit_generator": "MT19937",
                     "state": {"key": np.array(words[:-1], dtype=np.uint32), "pos": words[-1]}}
     uniform = np.random.Generator(bitgen).random
-    log = math.log
     t = 0.0
     total = workload.requests
     for first in range(0, total, BATCH_REQUESTS):
         m = min(BATCH_REQUESTS, total - first)
         u = uniform(DRAWS * m).reshape(m, DRAWS).T
-        # -log(1 - u) / lambd, as random.expovariate: math.log (libm, as random uses),
-        # numpy for the exact IEEE subtraction, negation and division.
-        gaps = -np.fromiter(map(log, (1.0 - u[0]).tolist()), float, m) / rate
-        holds = -np.fromiter(map(log, (1.0 - u[3]).tolist()), float, m) / lam_hold
+        # -log(1 - u) / lambd, as random.expovariate: libm's log (as random uses), the
+        # exact IEEE subtraction, negation and division.
+        gaps = nl(u[0]) / rate
+        holds = nl(u[3]) / lam_hold
         gaps[0] += t
         arrivals = np.cumsum(gaps)  # sequential sums: t += gap, request by request
         src = (u[1] * n).astype(np.intp)

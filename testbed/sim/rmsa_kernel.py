@@ -15,6 +15,7 @@ Compiled code is cached on disk (njit cache=True): the first run on a machine co
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -90,13 +91,17 @@ def _last_start(busy: Any, sp: Any, s0: int, s1: int, n: int, slots: int) -> int
 
 
 @_jit
-def _run(t: Any, hold: Any, tid: Any, br: Any, tab_start: Any, tab_len: Any, tab_reason: Any,
-         cand_n: Any, cand_s0: Any, cand_s1: Any, sp: Any, busy: Any, slots: int,
-         last_fit: bool, heap_t: Any, heap_c: Any, heap_f: Any, st_i: Any, st_f: Any,
-         sizes: Any, batch_blocked: Any, out_cand: Any, out_first: Any) -> int:
-    """Run the requests t[r], hold[r], tid[r], br[r] in order; return 0, or -1 if the heap
-    is full (cannot happen: it holds slots x spectra entries). out_cand[r] is the candidate
-    taken (-1: blocked), out_first[r] its first slot."""
+def _run(t: Any, hold: Any, pid: Any, bri: Any, br: Any, pair_start: Any, pair_len: Any,
+         pair_reason: Any, route_fmt: Any, route_s0: Any, route_s1: Any, sp: Any, need: Any,
+         busy: Any, slots: int, last_fit: bool, heap_t: Any, heap_r: Any, heap_f: Any,
+         heap_n: Any, st_i: Any, st_f: Any, sizes: Any, batch_blocked: Any, out_route: Any,
+         out_first: Any, out_n: Any) -> int:
+    """Run the requests (arrival t[r], holding hold[r], pair table pid[r], bitrate index
+    bri[r], bitrate br[r]) in order; return 0, or -1 if the heap is full (cannot happen:
+    it holds slots x spectra entries). Pair table p lists routes pair_start[p] .. +
+    pair_len[p]; route q is on the spectra sp[route_s0[q]:route_s1[q]] and needs
+    need[route_fmt[q], bitrate index] slots (route_fmt -1, or need 0: not a candidate).
+    out_route[r] is the route taken (-1: blocked), out_first[r] and out_n[r] its block."""
     hsize = st_i[HSIZE]
     used = st_i[USED]
     n_req = st_i[NREQ]
@@ -117,19 +122,19 @@ def _run(t: Any, hold: Any, tid: Any, br: Any, tab_start: Any, tab_len: Any, tab
         # departure at the same time adds used x 0.0 to the area)
         while hsize > 0 and heap_t[0] <= tr:
             d = heap_t[0]
-            c = heap_c[0]
+            q = heap_r[0]
             f = heap_f[0]
+            n = heap_n[0]
             area += used * (d - last_t)
             last_t = d
-            n = cand_n[c]
-            for q in range(cand_s0[c], cand_s1[c]):
-                s = sp[q]
+            for x in range(route_s0[q], route_s1[q]):
+                s = sp[x]
                 for j in range(f, f + n):
                     busy[s, j] = 0
-            used -= n * (cand_s1[c] - cand_s0[c])
+            used -= n * (route_s1[q] - route_s0[q])
             hsize -= 1
             if hsize > 0:  # sift the last entry down from the root
-                lt, lc, lf = heap_t[hsize], heap_c[hsize], heap_f[hsize]
+                lt, lq, lf, ln = heap_t[hsize], heap_r[hsize], heap_f[hsize], heap_n[hsize]
                 i = 0
                 while True:
                     k = 2 * i + 1
@@ -139,34 +144,41 @@ def _run(t: Any, hold: Any, tid: Any, br: Any, tab_start: Any, tab_len: Any, tab
                         k += 1
                     if heap_t[k] >= lt:
                         break
-                    heap_t[i], heap_c[i], heap_f[i] = heap_t[k], heap_c[k], heap_f[k]
+                    heap_t[i], heap_r[i] = heap_t[k], heap_r[k]
+                    heap_f[i], heap_n[i] = heap_f[k], heap_n[k]
                     i = k
-                heap_t[i], heap_c[i], heap_f[i] = lt, lc, lf
+                heap_t[i], heap_r[i], heap_f[i], heap_n[i] = lt, lq, lf, ln
         area += used * (tr - last_t)
         last_t = tr
         n_req += 1
         b = br[r]
         br_req += b
-        k = tid[r]
+        p = pid[r]
+        bi = bri[r]
         chosen = -1
         first = -1
-        for c in range(tab_start[k], tab_start[k] + tab_len[k]):
-            n = cand_n[c]
+        n = 0
+        for q in range(pair_start[p], pair_start[p] + pair_len[p]):
+            fmt = route_fmt[q]
+            if fmt < 0:
+                continue
+            n = need[fmt, bi]
+            if n == 0:
+                continue
             if last_fit:
-                first = _last_start(busy, sp, cand_s0[c], cand_s1[c], n, slots)
+                first = _last_start(busy, sp, route_s0[q], route_s1[q], n, slots)
             else:
-                first = _first_start(busy, sp, cand_s0[c], cand_s1[c], n, slots)
+                first = _first_start(busy, sp, route_s0[q], route_s1[q], n, slots)
             if first >= 0:
-                chosen = c
+                chosen = q
                 break
         if chosen >= 0:
-            c = chosen
-            n = cand_n[c]
-            for q in range(cand_s0[c], cand_s1[c]):
-                s = sp[q]
+            q = chosen
+            for x in range(route_s0[q], route_s1[q]):
+                s = sp[x]
                 for j in range(first, first + n):
                     busy[s, j] = 1
-            used += n * (cand_s1[c] - cand_s0[c])
+            used += n * (route_s1[q] - route_s0[q])
             if hsize == cap:
                 status = -1
                 break
@@ -174,21 +186,22 @@ def _run(t: Any, hold: Any, tid: Any, br: Any, tab_start: Any, tab_len: Any, tab
             i = hsize  # sift up
             hsize += 1
             while i > 0:
-                p = (i - 1) // 2
-                if heap_t[p] <= dep:
+                par = (i - 1) // 2
+                if heap_t[par] <= dep:
                     break
-                heap_t[i], heap_c[i], heap_f[i] = heap_t[p], heap_c[p], heap_f[p]
-                i = p
-            heap_t[i], heap_c[i], heap_f[i] = dep, c, first
-            out_cand[r] = c
+                heap_t[i], heap_r[i] = heap_t[par], heap_r[par]
+                heap_f[i], heap_n[i] = heap_f[par], heap_n[par]
+                i = par
+            heap_t[i], heap_r[i], heap_f[i], heap_n[i] = dep, q, first, n
+            out_route[r] = q
             out_first[r] = first
+            out_n[r] = n
         else:
             n_blocked += 1
             b_blocked += 1
             br_blocked += b
-            st_i[REASON0 + tab_reason[k]] += 1
-            out_cand[r] = -1
-            out_first[r] = -1
+            st_i[REASON0 + pair_reason[p]] += 1
+            out_route[r] = -1
         b_left -= 1
         if b_left == 0:
             batch_blocked[b_idx] = b_blocked
@@ -207,6 +220,20 @@ def _run(t: Any, hold: Any, tid: Any, br: Any, tab_start: Any, tab_len: Any, tab
     st_f[BR_REQ] = br_req
     st_f[BR_BLOCKED] = br_blocked
     return status
+
+
+@_jit
+def _neg_log1m(u: Any, out: Any) -> None:
+    for i in range(u.shape[0]):
+        out[i] = -math.log(1.0 - u[i])
+
+
+def neg_log1m(u: np.ndarray) -> np.ndarray:
+    """-log(1 - u) per element with libm's log, as random.expovariate takes it (numba's
+    math.log calls libm's log; numpy's np.log may differ in the last bit)."""
+    out = np.empty(len(u), np.float64)
+    _neg_log1m(np.ascontiguousarray(u, dtype=np.float64), out)
+    return out
 
 
 def enabled() -> bool:
