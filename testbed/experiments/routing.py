@@ -299,7 +299,9 @@ def _markdown(rows: Sequence[dict[str, Any]], cs: Sequence[Case], seeds: int,
             "Hash collisions cost exactly the shared fraction here, nothing more "
             "(no queueing, no retransmissions), so absolute gains depend on our "
             "parameters: buffer size, compute time (effective GPU utilisation moves with "
-            "the compute / communication ratio) and job sizes.",
+            "the compute / communication ratio) and job sizes. The ablation at the end "
+            "(\"Against the paper\") measures which difference of setting moves greedy's "
+            "gain over ECMP, and that pacing each ring at one rate hardly does.",
             "- Our 32x64 case puts 8 hosts on each ToR, so the core is non-blocking: a "
             "perfect routing exists (every flow at 100 Gb/s) and greedy finds it; ECMP "
             "loses only through collisions. The paper's gain range (18-32 %) depends on "
