@@ -90,7 +90,11 @@ def child(k: int, slots: int, seed: int, requests: int, load: float) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     s = engine.simulate_lightpaths(scenario)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    from testbed.sim import rmsa_kernel  # (imported by the call above when it ran)
+
+    loop = "compiled" if rmsa_kernel.load() is not None else "python"
     print(json.dumps({"requests": s["requests"], "seconds": seconds, "cpu_seconds": cpu,
+                      "loop": loop,
                       "blocking": s["blocking_ratio"], "batch_blocking": batches[0]}))
 
 
@@ -103,6 +107,12 @@ def run_lightpipe(k: int, slots: int, seed: int, requests: int, load: float
                   ) -> dict[str, Any]:
     return run_json([sys.executable, __file__, "--child", str(k), str(slots), str(seed),
                      str(requests), str(load)])
+
+
+def spread(values: list[float]) -> str:
+    """median [min, max] of ratios"""
+    return (f"{statistics.median(values):,.0f}x [{min(values):,.0f}x, "
+            f"{max(values):,.0f}x]")
 
 
 def run_peer(python: str, k: int, seed: int, requests: int, load: float,
@@ -172,17 +182,19 @@ def bench_k(k: int, args: argparse.Namespace, peer_ok: bool, dump: Path) -> dict
     lp_wall = [r["requests"] / r["seconds"] for r in lp_runs]
     lp_cpu = [r["requests"] / r["cpu_seconds"] for r in lp_runs]
     res: dict[str, Any] = {"k": k, "lp_wall_rps": statistics.median(lp_wall),
-                           "lp_cpu_rps": statistics.median(lp_cpu)}
+                           "lp_cpu_rps": statistics.median(lp_cpu),
+                           "loops": sorted({r["loop"] for r in lp_runs})}
     res["lp_blocking"] = ci95([b for r in lp_runs for b in r["batch_blocking"]])
     lp79 = [run_lightpipe(k, 79, i + 1, args.requests, args.load) for i in range(args.pairs)]
     res["lp79_blocking"] = ci95([b for r in lp79 for b in r["batch_blocking"]])
     if peer_runs:
         pw = [r["requests"] / r["seconds"] for r in peer_runs]
         pc = [r["requests"] / r["cpu_seconds"] for r in peer_runs]
+        rw = [a / b for a, b in zip(lp_wall, pw, strict=True)]
+        rc = [a / b for a, b in zip(lp_cpu, pc, strict=True)]
         res.update(peer_wall_rps=statistics.median(pw), peer_cpu_rps=statistics.median(pc),
-                   ratio_wall=statistics.median(a / b for a, b in zip(lp_wall, pw,
-                                                                       strict=True)),
-                   ratio_cpu=statistics.median(a / b for a, b in zip(lp_cpu, pc, strict=True)),
+                   ratio_wall=statistics.median(rw), ratio_cpu=statistics.median(rc),
+                   spread_wall=spread(rw), spread_cpu=spread(rc),
                    peer_blocking=ci95([r["blocking"] for r in peer_runs + [
                        run_peer(args.peer_python, k, seed, args.peer_requests, args.load)
                        for seed in range(args.pairs + 1, args.peer_seeds + 1)]]),
@@ -200,7 +212,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=1_000_000, help="per LightPipe run")
     ap.add_argument("--peer-requests", type=int, default=3000, help="per optical-rl-gym run")
-    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--peer-seeds", type=int, default=10,
                     help="optical-rl-gym runs (seeds) for its blocking interval, the timed "
                     "pairs' runs included")
@@ -219,6 +231,10 @@ def main() -> None:
           f"LightPipe {args.requests:,} requests/run, optical-rl-gym "
           f"{args.peer_requests:,}/run ({args.peer_seeds} seeds for its blocking); "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    warm = run_lightpipe(args.k[0], 80, 99, 20_000, args.load)  # compiles, or loads, the
+    print(f"LightPipe request loop: {warm['loop']} (warm-up run done: the compiled loop's "
+          "numba cache is written, so compiling is not in the timed runs; importing numba "
+          "and loading the cached code are)")
     if not peer_ok:
         print(f"optical-rl-gym venv not found ({args.peer_python}): peer figures are the "
               "RECORDED ones (bench/peer/install_orlg.sh installs it)")
@@ -230,11 +246,14 @@ def main() -> None:
         wall = f"{r['peer_wall_rps']:,.0f}" if r["peer_wall_rps"] else "-"
         wall_ratio = f"{r['ratio_wall']:,.0f}x" if r["ratio_wall"] else "-"
         print(f"\nk={k}")
+        print(f"  LightPipe loop: {', '.join(r['loops'])}; load average now "
+              f"{os.getloadavg()[0]:.1f}")
         print(f"  requests/s      LightPipe {r['lp_wall_rps']:,.0f}  optical-rl-gym {wall}  "
-              f"ratio {wall_ratio} (wall clock; median of the pairs' ratios)")
+              f"ratio {wall_ratio} (wall clock; median of the pairs' ratios"
+              f"{', [min, max] ' + r['spread_wall'] if r.get('spread_wall') else ''})")
         print(f"  requests/CPU-s  LightPipe {r['lp_cpu_rps']:,.0f}  optical-rl-gym "
               f"{r['peer_cpu_rps']:,.0f} ({tag})  ratio {r['ratio_cpu']:,.0f}x "
-              f"(goal {GOAL:,.0f}x)")
+              f"(goal {GOAL:,.0f}x{'; pairs ' + r['spread_cpu'] if r.get('spread_cpu') else ''})")
         print(f"  blocking (95 % CI)  LightPipe 80 slots {fmt_ci(*r['lp_blocking'])}  "
               f"79 slots {fmt_ci(*r['lp79_blocking'])}")
         if r["peer_blocking"]:
