@@ -23,6 +23,7 @@ from controllers.flowjobs import FlowRouting
 from controllers.flowroute import fabric_link_of_port, without_failed
 from controllers.layout import Layout
 from controllers.metrics import ControllerMetrics
+from controllers.protection import backup_route
 from controllers.rules import (
     NODE_END,
     FlowRule,
@@ -163,12 +164,17 @@ class Restoration:
     lost: list[int] = field(default_factory=list)
     seconds: float = 0.0
     block: tuple[int, int] | None = None  # (first_slot, n_slots) of a wavelength loss
+    # protected lightpaths re-placed on the backup route their switches already used
+    # (None: protection off)
+    on_backup: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"fibre": list(self.fibre), "restored": self.restored,
                                "lost": self.lost, "restoration_s": self.seconds}
         if self.block is not None:
             out["first_slot"], out["slots"] = self.block
+        if self.on_backup is not None:
+            out["on_backup"] = self.on_backup
         return out
 
 
@@ -184,9 +190,11 @@ class ControllerCore:
                  capacity: CapacityChannel | None = None,
                  metrics: ControllerMetrics | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 controls: RunControls | None = None) -> None:
+                 controls: RunControls | None = None, protection: bool = False) -> None:
         """controls: the run whose fibre control channels a layout may name (every
-        layout is checked against it; None: not checked, for in-process use)."""
+        layout is checked against it; None: not checked, for in-process use).
+        protection: give each lightpath a fibre-disjoint backup route, installed as
+        fast-failover groups (controllers/protection.py); decisions stay the same."""
         if layout is not None and controls is not None:
             check_layout_controls(layout, controls)
         self.controls = controls
@@ -206,6 +214,9 @@ class ControllerCore:
         # random_fit draws from the same stream as the simulator (testbed.sim.engine)
         self.rng = random.Random(f"{getattr(scenario.workload, 'seed', 1)}:spectrum")
         self.layout: LayoutIndex | None = LayoutIndex.build(layout) if layout else None
+        self.protection = protection
+        # working route -> its backup, for the current layout and cut fibres
+        self._backups: dict[tuple[str, ...], tuple[str, ...] | None] = {}
         self.rows: dict[int, LightpathRow] = {}
         self.optical: dict[int, Lightpath] = {}  # controller id -> optical lightpath
         # Per-flow routing of all-reduce jobs inside DC fabrics (POST /routing/jobs).
@@ -252,6 +263,7 @@ class ControllerCore:
                     raise ValueError(f"routing job {job.id}: host {missing[0]} is not in "
                                      "the new layout")
             self.layout = ix
+            self._backups.clear()
             if self.flows.jobs:  # switch names may have changed: route afresh
                 self.flows.paths.clear()
                 self.flows.reroute(ix, "layout")
@@ -524,6 +536,7 @@ class ControllerCore:
             if self.net.is_failed(u, v):
                 return res
             hit = {lp.id for lp in self.net.fail_link(u, v)}
+            self._backups.clear()  # backups crossing the cut need another route
             self._restore(hit, res, t0, failed=(u, v))
         self._restored(res, f"fibre {u}-{v} cut")
         return res
@@ -534,6 +547,9 @@ class ControllerCore:
             if self.net.is_failed(u, v):
                 self.net.repair_link(u, v)
                 self.store.save([], repaired=(u, v))
+                self._backups.clear()
+                if self.protection:  # lightpaths without a backup may have one again
+                    self._program()
                 log.info("fibre %s-%s repaired", u, v)
 
     def fail_slots(self, u: str, v: str, first_slot: int, n_slots: int,
@@ -585,6 +601,11 @@ class ControllerCore:
         (with the cut or the lost slots) in one transaction, install the rules, move the
         emulators' caps. Called with the lock held."""
         ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
+        # the backups the switches held (a cut fibre is on the working route, never on
+        # its disjoint backup, so the cut does not change these)
+        was = {i: self._backup(self.rows[i].nodes) for i in ids}
+        if self.protection:
+            res.on_backup = []
         changed: list[LightpathRow] = []
         old_caps = {i: LightpathRow(**self.rows[i].to_dict()) for i in ids}
         for i in ids:
@@ -604,6 +625,8 @@ class ControllerCore:
             self.optical[i] = got
             changed.append(row)
             res.restored.append(i)
+            if res.on_backup is not None and was[i] == tuple(got.nodes):
+                res.on_backup.append(i)
         for i in res.lost:
             self.rows.pop(i)
             self.optical.pop(i)
@@ -624,6 +647,7 @@ class ControllerCore:
         self.metrics.restoration_seconds.observe(res.seconds)
         self.metrics.restored.inc(len(res.restored))
         self.metrics.lost.inc(len(res.lost))
+        self.metrics.restored_on_backup.inc(len(res.on_backup or ()))
         log.info("%s: %d restored, %d lost in %.1f ms", what, len(res.restored),
                  len(res.lost), res.seconds * 1e3)
 
@@ -683,10 +707,22 @@ class ControllerCore:
                 return vid
         return None
 
-    @staticmethod
-    def _route(row: LightpathRow) -> LightpathRoute:
+    def _route(self, row: LightpathRow) -> LightpathRoute:
         return LightpathRoute(row.id, row.vid, row.src_dc, row.dst_dc, tuple(row.nodes),
-                              row.src_host, row.dst_host)
+                              row.src_host, row.dst_host, self._backup(row.nodes))
+
+    def _backup(self, nodes: list[str] | tuple[str, ...]) -> tuple[str, ...] | None:
+        """The backup route of a working route (protection on, a layout, one exists):
+        the shortest fibre-disjoint route over the layout's fibres that are not cut."""
+        ix = self.layout
+        if not self.protection or ix is None:
+            return None
+        key = tuple(nodes)
+        if key not in self._backups:
+            self._backups[key] = backup_route(
+                self.net.graph, key,
+                lambda u, v: (u, v) in ix.fibre_port and not self.net.is_failed(u, v))
+        return self._backups[key]
 
     def _view(self, row: LightpathRow) -> dict[str, Any]:
         d = row.to_dict()
@@ -696,6 +732,9 @@ class ControllerCore:
         if lp is not None:
             d["length_km"] = lp.length_km
             d["latency_ms"] = lp.latency_ms
+        if self.protection:
+            backup = self._backup(row.nodes)
+            d["backup"] = None if backup is None else list(backup)
         return d
 
     def _program(self) -> None:

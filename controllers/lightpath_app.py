@@ -17,6 +17,8 @@ under LightPipe's launcher, `controllers.launcher`):
     LIGHTPIPE_CTL_PLACE_TIMEOUT_S  longest a POST /jobs placement may compute (default 20;
                            then 503 and its result is discarded)
     LIGHTPIPE_CTL_MAX_PLACEMENTS   placements computing at once (default 4; more: 503)
+    LIGHTPIPE_CTL_PROTECTION  1 (default): fibre-disjoint backups as fast-failover groups
+                           (controllers/protection.py); 0: restoration by the controller only
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from controllers.flowroute import GroupRule
 from controllers.jobs import JobService
 from controllers.layout import Layout
 from controllers.placing import PlaceLimits
+from controllers.protection import FailoverGroup
 from controllers.rules import ETH_ARP, FlowRule, diff_rules
 from controllers.store import Store
 from controllers.tokenfile import new_token_file, read_token
@@ -69,11 +72,12 @@ def switch_timeout_s(env: Any = os.environ) -> float:
     return value if 0 < value <= 3600 else BARRIER_TIMEOUT_S
 
 
-def _actions(dp: Any, rule: FlowRule) -> list[Any]:
+def _action_list(dp: Any, spec: tuple[tuple[str, int], ...]) -> tuple[list[Any], list[Any]]:
+    """OpenFlow actions and instructions (goto_table) of a rule's or bucket's actions."""
     parser, ofp = dp.ofproto_parser, dp.ofproto
     actions: list[Any] = []
     inst: list[Any] = []
-    for name, arg in rule.actions:
+    for name, arg in spec:
         if name == "output":
             actions.append(parser.OFPActionOutput(arg))
         elif name == "controller":
@@ -82,6 +86,8 @@ def _actions(dp: Any, rule: FlowRule) -> list[Any]:
             actions.append(parser.OFPActionPushVlan(arg))
         elif name == "set_vlan_vid":
             actions.append(parser.OFPActionSetField(vlan_vid=arg))
+        elif name == "set_vlan_pcp":
+            actions.append(parser.OFPActionSetField(vlan_pcp=arg))
         elif name == "pop_vlan":
             actions.append(parser.OFPActionPopVlan())
         elif name == "group":
@@ -90,6 +96,12 @@ def _actions(dp: Any, rule: FlowRule) -> list[Any]:
             inst.append(parser.OFPInstructionGotoTable(arg))
         else:
             raise ValueError(f"unknown action {name!r}")
+    return actions, inst
+
+
+def _actions(dp: Any, rule: FlowRule) -> list[Any]:
+    parser, ofp = dp.ofproto_parser, dp.ofproto
+    actions, inst = _action_list(dp, rule.actions)
     if actions:
         inst.insert(0, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
     return inst
@@ -109,10 +121,20 @@ def flow_mod(dp: Any, rule: FlowRule, delete: bool = False) -> Any:
                              instructions=_actions(dp, rule))
 
 
-def group_mod(dp: Any, group: GroupRule, command: str) -> Any:
-    """The OFPGroupMod that adds, modifies or deletes a select group."""
+def _is_group(x: Any) -> bool:
+    return isinstance(x, GroupRule | FailoverGroup)
+
+
+def group_mod(dp: Any, group: GroupRule | FailoverGroup, command: str) -> Any:
+    """The OFPGroupMod that adds, modifies or deletes a select or fast-failover group."""
     parser, ofp = dp.ofproto_parser, dp.ofproto
     cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[command]
+    if isinstance(group, FailoverGroup):
+        buckets = [] if command == "delete" else [
+            parser.OFPBucket(weight=0, watch_port=watch, watch_group=ofp.OFPG_ANY,
+                             actions=_action_list(dp, acts)[0])
+            for watch, acts in group.buckets]
+        return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group.group_id, buckets)
     buckets = [] if command == "delete" else [
         parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
                          actions=[parser.OFPActionOutput(port)]) for port in group.ports]
@@ -122,13 +144,13 @@ def group_mod(dp: Any, group: GroupRule, command: str) -> Any:
 def send_changes(dp: Any, installed: dict[tuple, Any], add: tuple[Any, ...],
                  delete: tuple[Any, ...]) -> None:
     """Groups before the flows that use them; flows deleted before their groups."""
-    for g in (x for x in add if isinstance(x, GroupRule)):
+    for g in (x for x in add if _is_group(x)):
         dp.send_msg(group_mod(dp, g, "modify" if g.key in installed else "add"))
-    for r in (x for x in add if not isinstance(x, GroupRule)):
+    for r in (x for x in add if not _is_group(x)):
         dp.send_msg(flow_mod(dp, r))
-    for r in (x for x in delete if not isinstance(x, GroupRule)):
+    for r in (x for x in delete if not _is_group(x)):
         dp.send_msg(flow_mod(dp, r, delete=True))
-    for g in (x for x in delete if isinstance(x, GroupRule)):
+    for g in (x for x in delete if _is_group(x)):
         dp.send_msg(group_mod(dp, g, "delete"))
 
 
@@ -200,8 +222,10 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         self.port_up: dict[tuple[int, int], bool] = {}
         db = os.environ.get("LIGHTPIPE_CTL_DB", "lightpipe-controller.db")
         controls = RunControls(os.environ.get("LIGHTPIPE_CTL_RUN_STATE") or None)
+        protection = os.environ.get("LIGHTPIPE_CTL_PROTECTION", "1") != "0"
         self.core = ControllerCore(scenario, Store(db), layout=layout, southbound=self,
-                                   capacity=ForwarderChannel(controls), controls=controls)
+                                   capacity=ForwarderChannel(controls), controls=controls,
+                                   protection=protection)
         self.core.connected = set()  # type: ignore[attr-defined]
         self.core.synced = set()  # type: ignore[attr-defined]  # dpids holding all rules
         host, _, port = os.environ.get("LIGHTPIPE_CTL_REST", "127.0.0.1:8080").rpartition(":")
@@ -231,7 +255,11 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
 
     # ---- southbound: install what the core wants -------------------------------------
     def sync(self, desired: dict[int, dict[tuple, FlowRule]]) -> None:
-        """Bring every connected switch to `desired` (adds first, then deletes; barrier)."""
+        """Bring every connected switch to `desired`, make-before-break across switches:
+        first the entries new to each switch (one batch and one barrier per switch, all
+        switches at once), then, once all those are in, the changed and the deleted ones
+        (a head end's group or rule redirected onto a route whose hops are in place)."""
+        later: list[tuple[Any, dict[tuple, Any], tuple[Any, ...], tuple[Any, ...]]] = []
         waits = []
         with self.sync_lock:
             for dpid in self.awaiting_layout:  # a layout at last: their first full sync
@@ -242,12 +270,28 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 dp = self.datapaths.get(dpid)
                 if dp is None or dpid not in self.installed:
                     continue  # gets everything in its full sync (connected, or later)
-                d = diff_rules(self.installed.get(dpid, {}), rules, dpid)
+                installed = self.installed[dpid]
+                d = diff_rules(installed, rules, dpid)
                 if not d.add and not d.delete:
                     continue
-                send_changes(dp, self.installed.get(dpid, {}), d.add, d.delete)
-                waits.append((dpid, self._barrier(dp)))
+                new = tuple(r for r in d.add if r.key not in installed)
+                changed = tuple(r for r in d.add if r.key in installed)
+                if new:
+                    send_changes(dp, installed, new, ())
+                    waits.append((dpid, self._barrier(dp)))
+                if changed or d.delete:
+                    later.append((dp, installed, changed, d.delete))
                 self.installed[dpid] = dict(rules)
+        self._wait(waits)
+        if not later:
+            return
+        waits = []
+        with self.sync_lock:
+            for dp, installed, changed, delete in later:
+                if self.datapaths.get(dp.id) is not dp:
+                    continue  # reconnected meanwhile: its full sync installs everything
+                send_changes(dp, installed, changed, delete)
+                waits.append((dp.id, self._barrier(dp)))
         self._wait(waits)
 
     def _full_sync(self, dp: Any) -> None:

@@ -35,6 +35,10 @@ class ControllerMetrics:
                                              buckets=LATENCY_BUCKETS_S, registry=r)
         self.restored = Counter("lightpipe_lightpaths_restored",
                                 "Lightpaths re-routed after a fibre cut", registry=r)
+        self.restored_on_backup = Counter(
+            "lightpipe_lightpaths_restored_on_backup",
+            "Restored lightpaths re-placed on the backup route their fast-failover groups "
+            "had already switched to", registry=r)
         self.lost = Counter("lightpipe_lightpaths_lost",
                             "Lightpaths dropped after a fibre cut (no route or spectrum)",
                             registry=r)

@@ -12,7 +12,9 @@ Pipeline on a DC switch:
            prio 100  IPv4 dst=remote host (non-edge)    -> next hop toward the edge
 On a ROADM: table 0 prio 400 in_port=p, vlan=VID -> out q, one rule per hop and
 direction (a lightpath is bidirectional; both directions share its slots). Anything
-else is dropped (OpenFlow 1.3 table-miss).
+else is dropped (OpenFlow 1.3 table-miss). A lightpath with a backup route forwards
+through fast-failover groups instead, and its backup's hops hold rules too
+(controllers/protection.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from typing import Protocol
 import networkx as nx
 
 from controllers.layout import HostSpec, Layout
+from controllers.protection import (
+    OFPP_IN_PORT,
+    PCP_CRANKBACK,
+    FailoverGroup,
+    failover_group_id,
+)
 
 OFPVID_PRESENT = 0x1000
 OFPVID_NONE = 0x0000
@@ -37,6 +45,7 @@ COOKIE_LP = 0x4C51 << 48  # lightpath rules: COOKIE_LP | lightpath id
 COOKIE_MASK = 0xFFFF << 48
 
 P_VLAN = 400
+P_CRANKBACK = 410  # a protected lightpath's frames sent back to its head end (PCP 1)
 P_HOST_PAIR = 310
 P_DC_PAIR = 300
 P_ARP = 100
@@ -80,6 +89,7 @@ class LightpathRoute:
     nodes: tuple[str, ...]
     src_host: str | None = None  # both set: carries only this host pair's traffic
     dst_host: str | None = None
+    backup: tuple[str, ...] | None = None  # fibre-disjoint backup route (FF protection)
 
 
 class RoutingPolicy(Protocol):
@@ -146,7 +156,7 @@ class LayoutIndex:
     # (lightpath route, carries the DC pair) -> its rules. They read the edges, ports,
     # ROADMs and hosts, never the DC fabrics, so a copy with other fabrics
     # (flowroute.without_failed) may share this cache.
-    lp_rules: dict[tuple[LightpathRoute, bool], tuple[FlowRule, ...]] = field(
+    lp_rules: dict[tuple[LightpathRoute, bool], tuple[FlowRule | FailoverGroup, ...]] = field(
         default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -264,7 +274,8 @@ def check_route(ix: LayoutIndex, lp: LightpathRoute) -> None:
             raise ValueError(f"host {host!r} is not in DC {dc}")
 
 
-def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute, carries_dc_pair: bool) -> list[FlowRule]:
+def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute,
+                    carries_dc_pair: bool) -> list[FlowRule | FailoverGroup]:
     """Rules of one lightpath: push at both DC edges, one per ROADM hop and direction, pop.
 
     carries_dc_pair: whether this lightpath carries the DC pair's default traffic (one
@@ -273,10 +284,10 @@ def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute, carries_dc_pair: bool) 
     check_route(ix, lp)
     cookie = COOKIE_LP | lp.id
     tag = OFPVID_PRESENT | lp.vid
-    rules: list[FlowRule] = []
+    rules: list[FlowRule | FailoverGroup] = []
     ends = ((lp.src_dc, lp.dst_dc, lp.src_host, lp.dst_host, lp.nodes),
             (lp.dst_dc, lp.src_dc, lp.dst_host, lp.src_host, tuple(reversed(lp.nodes))))
-    for a_dc, b_dc, a_host, b_host, nodes in ends:
+    for direction, (a_dc, b_dc, a_host, b_host, nodes) in enumerate(ends):
         if a_dc.startswith(NODE_END) or b_dc.startswith(NODE_END):
             # An end without a DC (a request between optical nodes): only the ROADM
             # cross-connects of the hops, from the end nodes' fibres on.
@@ -310,6 +321,12 @@ def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute, carries_dc_pair: bool) 
                               (("pop_vlan", 0), ("goto_table", 1)), cookie))
         # ROADMs: in from the previous element, out to the next.
         b_roadm_port = ix.edge[b_dc][3]
+        if lp.backup is not None and all((u, v) in ix.fibre_port
+                                         for u, v in pairwise(lp.backup)):
+            backup = lp.backup if direction == 0 else tuple(reversed(lp.backup))
+            rules.extend(_protected_roadm_rules(ix, lp, tag, cookie, nodes, backup,
+                                                a_roadm_port, b_roadm_port, direction))
+            continue
         for i, node in enumerate(nodes):
             in_port = a_roadm_port if i == 0 else ix.fibre_port[(node, nodes[i - 1])]
             out_port = b_roadm_port if i == len(nodes) - 1 else ix.fibre_port[(node, nodes[i + 1])]
@@ -317,6 +334,44 @@ def lightpath_rules(ix: LayoutIndex, lp: LightpathRoute, carries_dc_pair: bool) 
                                   (("in_port", in_port), ("vlan_vid", tag)),
                                   (("output", out_port),), cookie))
     return rules
+
+
+def _protected_roadm_rules(ix: LayoutIndex, lp: LightpathRoute, tag: int, cookie: int,
+                           nodes: tuple[str, ...], backup: tuple[str, ...], a_port: int,
+                           b_port: int, direction: int) -> list[FlowRule | FailoverGroup]:
+    """One direction's ROADM entries of a protected lightpath: failover groups on the
+    working route (all but its last ROADM), crankback rules, the backup's hop rules."""
+    port = ix.fibre_port
+    k = len(nodes) - 1
+    ins = [a_port] + [port[(nodes[i], nodes[i - 1])] for i in range(1, k + 1)]
+    outs = [port[(nodes[i], nodes[i + 1])] for i in range(k)] + [b_port]
+    backup_first = port[(backup[0], backup[1])]
+    gid = failover_group_id(lp.id, direction)
+    out: list[FlowRule | FailoverGroup] = []
+    for i, node in enumerate(nodes):
+        dpid = ix.dpid[ix.roadm[node]]
+        match = (("in_port", ins[i]), ("vlan_vid", tag))
+        if i == k:  # the tail ROADM: out to its DC
+            out.append(FlowRule(dpid, 0, P_VLAN, match, (("output", outs[i]),), cookie))
+            continue
+        second: tuple[int, tuple[Action, ...]] = (
+            (backup_first, (("output", backup_first),)) if i == 0
+            else (ins[i], (("set_vlan_pcp", PCP_CRANKBACK), ("output", OFPP_IN_PORT))))
+        out.append(FailoverGroup(dpid, gid, ((outs[i], (("output", outs[i]),)), second)))
+        out.append(FlowRule(dpid, 0, P_VLAN, match, (("group", gid),), cookie))
+        if i < k - 1:  # frames sent back by a ROADM further on: on toward the head end
+            out.append(FlowRule(dpid, 0, P_CRANKBACK,
+                                (("in_port", outs[i]), ("vlan_vid", tag),
+                                 ("vlan_pcp", PCP_CRANKBACK)),
+                                (("output", backup_first if i == 0 else ins[i]),), cookie))
+    m = len(backup) - 1
+    for j in range(1, m + 1):
+        node = backup[j]
+        out.append(FlowRule(ix.dpid[ix.roadm[node]], 0, P_VLAN,
+                            (("in_port", port[(node, backup[j - 1])]), ("vlan_vid", tag)),
+                            (("output", port[(node, backup[j + 1])] if j < m else b_port),),
+                            cookie))
+    return out
 
 
 def _roadm_rules(ix: LayoutIndex, lp: LightpathRoute, tag: int, cookie: int,
