@@ -200,7 +200,7 @@ def test_reproduce_routing_writes_the_ablation_beside_its_usual_records(tmp_path
     rr.routing(tmp_path / "off", quiet=True, quick=True, seeds=1, sa_budget_s=0.05,
                paper_ablation=False)
     assert not (tmp_path / "off" / "paper_ablation.csv").exists()
-    assert "Against the paper" not in (tmp_path / "off" / "summary.md").read_text()
+    assert "Against the paper" not in (tmp_path / "off" / "summary.md").read_text()  # nor a pointer
 
 
 def test_ring_paced_rates_leave_a_slowed_rings_share_to_others() -> None:

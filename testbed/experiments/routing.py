@@ -232,7 +232,7 @@ def _row(rows: Sequence[dict[str, Any]], case: str, pol: str) -> dict[str, Any] 
 
 
 def _markdown(rows: Sequence[dict[str, Any]], cs: Sequence[Case], seeds: int,
-              sa_budget_s: float, quick: bool) -> str:
+              sa_budget_s: float, quick: bool, paper: bool = False) -> str:
     large = [c.name for c in cs if not c.ilp]
     small = [c.name for c in cs if c.ilp]
     out = ["# Routing for large ML models: reproduction", "",
@@ -299,9 +299,10 @@ def _markdown(rows: Sequence[dict[str, Any]], cs: Sequence[Case], seeds: int,
             "Hash collisions cost exactly the shared fraction here, nothing more "
             "(no queueing, no retransmissions), so absolute gains depend on our "
             "parameters: buffer size, compute time (effective GPU utilisation moves with "
-            "the compute / communication ratio) and job sizes. The ablation at the end "
-            "(\"Against the paper\") measures which difference of setting moves greedy's "
-            "gain over ECMP, and that pacing each ring at one rate hardly does.",
+            "the compute / communication ratio) and job sizes."
+            + (" The ablation at the end (\"Against the paper\") measures which difference "
+               "of setting moves greedy's gain over ECMP, and that pacing each ring at one "
+               "rate hardly does." if paper else ""),
             "- Our 32x64 case puts 8 hosts on each ToR, so the core is non-blocking: a "
             "perfect routing exists (every flow at 100 Gb/s) and greedy finds it; ECMP "
             "loses only through collisions. The paper's gain range (18-32 %) depends on "
@@ -440,7 +441,7 @@ def routing(out_dir: Path, quiet: bool = False, quick: bool = False, seeds: int 
         paper, paper_runs = (rp.ablation(n_seeds, paper_rows, bar.advance) if paper_rows
                              else ([], []))
     rows = summarise(runs)
-    md = _markdown(rows, cs, n_seeds, sa_budget_s, bool(quick))
+    md = _markdown(rows, cs, n_seeds, sa_budget_s, bool(quick), bool(paper))
     if paper:
         md = md.rstrip("\n") + "\n\n" + rp.markdown(paper, n_seeds) + "\n"
     manifest = {"schema": 1, "experiment": "routing", "lightpipe_version": __version__,
