@@ -173,13 +173,13 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
     events = network_events(scenario.events)
     kernel = None
     if not events and policy in ("first_fit", "last_fit"):
-        from testbed.sim import rmsa_kernel  # (imports numba, if installed: not before)
+        import testbed.sim.rmsa_kernel as rk  # (imports numba, if installed: not before)
 
-        kernel = rmsa_kernel.load()
+        kernel = rk.load()
     try:
         with progress(total, "simulating requests", quiet) as bar:
             if kernel is not None:
-                tables, chunks = _chunks(scenario, net, stream, rmsa_kernel.neg_log1m)
+                tables, chunks = _chunks(scenario, net, stream, rk.neg_log1m)
                 stats = _loop_compiled(net, tables, chunks, total, policy == "last_fit",
                                        out, bar, batches)
             else:
@@ -598,7 +598,7 @@ def _loop_compiled(net: OpticalNetwork, tables: _PairTables, chunks: Iterator[_C
     """_loop_plain for first_fit / last_fit with the request loop compiled
     (testbed.sim.rmsa_kernel): the same records and summary; requests.csv rows are
     written here, from the choices the kernel hands back for each chunk."""
-    from testbed.sim import rmsa_kernel as rk
+    import testbed.sim.rmsa_kernel as rk
 
     kernel = rk.load()
     assert kernel is not None
