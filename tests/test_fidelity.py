@@ -172,12 +172,12 @@ def test_slack_histogram_buckets_and_quantiles() -> None:
 def test_agreement_unreliable_flag_is_the_fidelity_invariants() -> None:
     """The agreement's CPU-starvation reasons are the worker invariants' failures, and an
     unfaithful run's agreement is UNRELIABLE with the failed invariant named."""
+    from testbed.emu.fidelity import with_fidelity
     from testbed.metrics.agreement import (
         agreement_rows,
         agreement_verdict,
         starvation_reasons,
         verdict_line,
-        with_fidelity,
     )
 
     row = {"cpu_share_median": 0.55, "op_overrun_median": 0.12}

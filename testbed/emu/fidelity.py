@@ -299,6 +299,22 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             "tcp": dict(tcp or {})}
 
 
+def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:
+    """The agreement verdict (testbed.metrics.agreement) with the fidelity verdict folded
+    in: every failed invariant the agreement does not already name per job (its workers'
+    CPU and timer slack, host steal) becomes a reason, so an unfaithful run's agreement
+    is UNRELIABLE."""
+    own = {"worker_compute_share", "worker_timer_slack", "host_steal"}
+    out = dict(verdict)
+    extra = [f"fidelity: {r}" for i, r in zip(
+        [i for i in fidelity.get("invariants", []) if not i.get("ok", True)],
+        fidelity.get("reasons", []), strict=False) if i.get("name") not in own]
+    out["reasons"] = [*verdict.get("reasons", []), *extra]
+    out["reliable"] = not out["reasons"]
+    out["faithful"] = bool(fidelity.get("faithful"))
+    return out
+
+
 def verdict_line(v: Mapping[str, Any]) -> str:
     """One line for the end of the console output."""
     n = len(v.get("invariants", []))

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from testbed.emu.fidelity import verdict
+from testbed.emu.fidelity import verdict, with_fidelity
 from testbed.emu.procstat import ProcSampler
 
 log = logging.getLogger(__name__)
@@ -139,8 +139,6 @@ def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: 
              "invariants": []}
     summary["fidelity"] = v
     if isinstance(summary.get("agreement_verdict"), dict):
-        from testbed.metrics.agreement import with_fidelity
-
         summary["agreement_verdict"] = with_fidelity(summary["agreement_verdict"], v)
     if mon is not None:
         mon.record_fidelity(v)

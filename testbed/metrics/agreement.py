@@ -99,21 +99,6 @@ def agreement_verdict(rows: Sequence[Mapping[str, Any]],
     return out
 
 
-def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:
-    """The agreement verdict with the run's fidelity verdict folded in: every failed
-    invariant the agreement does not already name per job (its workers' CPU and timer
-    slack, host steal) becomes a reason, so an unfaithful run's agreement is UNRELIABLE."""
-    own = {"worker_compute_share", "worker_timer_slack", "host_steal"}
-    out = dict(verdict)
-    extra = [f"fidelity: {r}" for i, r in zip(
-        [i for i in fidelity.get("invariants", []) if not i.get("ok", True)],
-        fidelity.get("reasons", []), strict=False) if i.get("name") not in own]
-    out["reasons"] = [*verdict.get("reasons", []), *extra]
-    out["reliable"] = not out["reasons"]
-    out["faithful"] = bool(fidelity.get("faithful"))
-    return out
-
-
 def verdict_line(verdict: Mapping[str, Any]) -> str:
     """One line for the console and agreement.md."""
     if verdict.get("worst_relative_error") is None:
