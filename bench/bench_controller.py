@@ -11,6 +11,12 @@ backend, starts the controller, then prints
     lightpaths restored / lost; also a REST-injected cut;
   - POST /jobs (placement + all boundary lightpaths' rules installed) and DELETE
     latency for 8-stage jobs under sp-ff and cba.
+
+Where a set-up's time goes is printed beside it, from the controller's own phase
+counters (lightpipe_controller_phase_seconds_total: RMSA, SQLite, emulator caps, rules
+computed, flow-mods sent, barrier replies awaited), the rest of its request, and the REST
+path (client side minus controller side: HTTP, FastAPI, the worker thread hop).
+--protection off: the controller without fast-failover groups (default on).
 """
 
 from __future__ import annotations
@@ -49,11 +55,38 @@ def restorable(sc, lps, fibre) -> int:  # type: ignore[no-untyped-def]
         return len(core.fail_fibre(*fibre).restored)
 
 
+PHASES = ("lock", "rmsa", "store", "caps", "rules", "send", "barrier")
+
+
+def phase_sums(ctl) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The controller's seconds per phase so far."""
+    text = ctl.request("GET", "/metrics")[1]
+    out = dict.fromkeys(PHASES, 0.0)
+    for line in text.splitlines():
+        if line.startswith("lightpipe_controller_phase_seconds_total{"):
+            name = line.split('phase="')[1].split('"')[0]
+            out[name] = float(line.split()[-1])
+    return out
+
+
+def breakdown(before: dict[str, float], after: dict[str, float], n: int, client_s: float,
+              ctl_s: float) -> str:
+    """Mean ms per set-up in each phase, the controller's other work and the REST path."""
+    per = {k: (after[k] - before[k]) / n * 1e3 for k in PHASES}
+    per["other controller"] = ctl_s * 1e3 - sum(per.values())
+    per["REST path"] = (client_s - ctl_s) * 1e3
+    return "mean per set-up: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()) + " ms"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lightpaths", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=20, help="POST /jobs + DELETE rounds")
+    ap.add_argument("--protection", choices=("on", "off"), default="on")
     args = ap.parse_args()
+    import os
+
+    os.environ["LIGHTPIPE_CTL_PROTECTION"] = "1" if args.protection == "on" else "0"
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
     from testbed.orchestrate.glue import attach_controller, controller_address
@@ -82,6 +115,7 @@ def main() -> int:
             dcs = [d.name for d in sc.dcs]
             pairs = [(a, b) for a in dcs for b in dcs if a < b]
             lat, ctl_lat, ids = [], [], []
+            phases0 = phase_sums(ctl)
             for i in range(args.lightpaths):
                 a, b = pairs[i % len(pairs)]
                 t = time.perf_counter()
@@ -99,6 +133,8 @@ def main() -> int:
                   f"(controller side: median {statistics.median(ctl_lat) * 1e3:.2f} ms, "
                   f"p99 {pct(ctl_lat, 0.99) * 1e3:.2f} ms; worst {max(lat) * 1e3:.2f} ms "
                   f"at request {lat.index(max(lat)) + 1}; target p99 < 20 ms)")
+            print("  " + breakdown(phases0, phase_sums(ctl), len(lat), statistics.mean(lat),
+                                   statistics.mean(ctl_lat)))
             # The busiest fibre: cut it by taking its middle node's interface down.
             count: dict[tuple[str, str], int] = {}
             for lp in ids:

@@ -3,11 +3,15 @@
 A 4-node ring A-B-C-D (dc-a on A, dc-c on C) emulated with the user-space datapath and
 forwarder fibres, with the real controller. One lightpath dc-a -> dc-c carries a UDP
 stream from dc-a's host to dc-c's host: one packet every --interval-ms, holding its
-sequence number. Each round cuts the first fibre of the lightpath's current route (the
-fibre's middle node takes its interface down, so OVS reports the port down, as in
-tests/test_controller_ovs.py), waits until the stream flows again, then repairs the
-fibre (port up; the lightpath stays on its new route, so the next round cuts the other
-side of the ring). Per round, from the receiver's kernel stamps:
+sequence number. Each round cuts the first (--cut first) or last fibre of the
+lightpath's current route: the fibre's middle node takes down its interface toward the
+stream's upstream end (--ends upstream) or both (--ends both), so OVS reports the port
+down, as in tests/test_controller_ovs.py. It waits until the stream flows again, then
+repairs the fibre (port up; the lightpath stays on its new route, so the next round cuts
+the other side of the ring). With protection (the controller's default) the switch
+upstream of the cut fails over by itself: at the head end onto the backup, further on
+back to the head end (crankback; --cut last --ends both). --protection off measures the
+controller's restoration alone. Per round, from the receiver's kernel stamps:
 
 - cut -> first packet: arrival of the first packet after the losses (on the new route)
   minus the send time of the first lost packet (the cut, to within one interval): the
@@ -156,7 +160,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--interval-ms", type=float, default=1.0)
+    ap.add_argument("--protection", choices=("on", "off"), default="on",
+                    help="fast-failover groups (the controller's default) or not")
+    ap.add_argument("--cut", choices=("first", "last"), default="first",
+                    help="which fibre of the lightpath's route each round cuts")
+    ap.add_argument("--ends", choices=("upstream", "both"), default="upstream",
+                    help="which ends of the cut fibre see their port go down")
     args = ap.parse_args()
+    os.environ["LIGHTPIPE_CTL_PROTECTION"] = "1" if args.protection == "on" else "0"
     if os.geteuid() != 0:
         print("needs root (network namespaces, Open vSwitch)", file=sys.stderr)
         return 2
@@ -193,14 +204,19 @@ def main() -> int:
                 return 1
             for i in range(args.rounds):
                 lp = ctl.request("GET", f"/lightpaths/{lp['id']}")[1]
-                u, v = lp["nodes"][0], lp["nodes"][1]
+                hop = 0 if args.cut == "first" else len(lp["nodes"]) - 2
+                u, v = lp["nodes"][hop], lp["nodes"][hop + 1]  # u: the stream's upstream
                 f = net.plan.fibre(u, v)
                 emu = net.emulators[f.middle]
+                up_intf = emu.intf_u if f.u == u else emu.intf_v
+                intfs = [up_intf] + ([emu.intf_v if f.u == u else emu.intf_u]
+                                     if args.ends == "both" else [])
                 before = metric(ctl, "lightpipe_restoration_seconds_sum")
                 time.sleep(0.3)  # a steady stream before the cut
                 t_cut = time.time()
-                subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
-                                emu.intf_u, "down"], check=True)
+                for intf in intfs:
+                    subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
+                                    intf, "down"], check=True)
                 time.sleep(1.0)  # restoration and the stream's resumption
                 # packets of the last 100 ms may still be in flight: not counted
                 horizon = time.time() - 0.1
@@ -208,14 +224,19 @@ def main() -> int:
                              if stream.sent[k] <= horizon), -1) + 1
                 fig = round_figures(stream, t_cut, upto)
                 ctl_ms = (metric(ctl, "lightpipe_restoration_seconds_sum") - before) * 1e3
-                subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
-                                emu.intf_u, "up"], check=True)
+                for intf in intfs:
+                    subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
+                                    intf, "up"], check=True)
                 now = ctl.request("GET", f"/lightpaths/{lp['id']}")[1]
                 if fig is None:
                     print(f"round {i + 1}: cut {u}-{v}: no loss seen, or the stream did not "
                           f"resume in 1 s (route now {now['nodes']})", file=sys.stderr)
                     return 1
                 fig |= {"controller_ms": ctl_ms, "new_route_one_way_ms": now["latency_ms"]}
+                if args.protection == "on" and now["nodes"] != lp.get("backup"):
+                    print(f"round {i + 1}: the controller moved the lightpath to "
+                          f"{now['nodes']}, not to its backup {lp.get('backup')}",
+                          file=sys.stderr)
                 rows.append(fig)
                 print(f"round {i + 1}: cut {u}-{v} -> {'-'.join(now['nodes'])}: first packet "
                       f"{fig['cut_to_first_ms']:.1f} ms (route one way "
@@ -232,8 +253,9 @@ def main() -> int:
                 ctl.stop()
             net.stop()
     load = os.getloadavg()[0]
-    print(f"\n{len(rows)} cuts, {args.interval_ms:g} ms stream, user-space datapath, "
-          f"load {load:.1f}:")
+    print(f"\n{len(rows)} cuts ({args.cut} fibre, {args.ends} end(s) down), "
+          f"{args.interval_ms:g} ms stream, user-space datapath, protection "
+          f"{args.protection}, load {load:.1f} (1-min average at the end):")
     for key, unit, target in (("cut_to_first_ms", "ms", "p99 < 25 ms"),
                               ("gap_ms", "ms", "< 100 ms"), ("lost", "packets", ""),
                               ("controller_ms", "ms", "")):

@@ -15,6 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -215,6 +216,7 @@ class ControllerCore:
         self.rng = random.Random(f"{getattr(scenario.workload, 'seed', 1)}:spectrum")
         self.layout: LayoutIndex | None = LayoutIndex.build(layout) if layout else None
         self.protection = protection
+        self._cap_pool: ThreadPoolExecutor | None = None  # set-ups' caps, in parallel
         # working route -> its backup, for the current layout and cut fibres
         self._backups: dict[tuple[str, ...], tuple[str, ...] | None] = {}
         self.rows: dict[int, LightpathRow] = {}
@@ -334,14 +336,18 @@ class ControllerCore:
         self._check_request(src_dc, dst_dc, bitrate_gbps, slots, policy, src_host, dst_host)
         if vid is not None and not VID_MIN <= vid <= VID_MAX:
             raise RequestError(400, f"vid must be {VID_MIN}..{VID_MAX}, got {vid}")
+        t_lock = time.perf_counter()
         with self.lock:
+            self._phase("lock", t_lock)
             if vid is not None and any(r.vid == vid for r in self.rows.values()):
                 raise RequestError(409, f"VLAN id {vid} is taken by a live lightpath",
                                    reason="vid_taken")
             self.metrics.requests.inc()
+            t_rmsa = time.perf_counter()
             got = self.net.allocate_or_reason(self.dc_node[src_dc], self.dc_node[dst_dc],
                                               bitrate_gbps=bitrate_gbps, slots=slots,
                                               policy=policy, rng=self.rng)
+            self._phase("rmsa", t_rmsa)
             if isinstance(got, str):
                 self.metrics.blocks.labels(reason=got).inc()
                 raise RequestError(409, f"blocked: {got} between {src_dc} and {dst_dc}",
@@ -399,20 +405,25 @@ class ControllerCore:
     def _commit(self, row: LightpathRow, lp: Lightpath, t0: float,
                 program: bool = True) -> dict[str, Any]:
         """Store a new lightpath, cap it on the emulators, install its rules; its view."""
+        t = time.perf_counter()
         self.store.save([row])
+        self._phase("store", t)
         self.rows[row.id] = row
         self.optical[row.id] = lp
-        self._caps(row, on=True)
+        # the emulators' caps are told while the rules go in (both done before the reply)
+        caps = self._caps_begin(row)
         if program:
             try:
                 self._program()
             except Exception as exc:  # all or nothing: no lightpath without its rules
+                self._caps_end(caps)
                 log.exception("lightpath %d: rules not installed; rolled back", row.id)
                 self.store.save([], delete_ids=[row.id])
                 self._drop(row.id)
                 self._update_gauges()
                 raise RequestError(503, f"rules for the lightpath could not be installed: "
                                    f"{type(exc).__name__}: {exc}") from None
+        self._caps_end(caps)
         self._update_gauges()
         dt = self.clock() - t0
         self.metrics.setup_seconds.observe(dt)
@@ -737,11 +748,48 @@ class ControllerCore:
             d["backup"] = None if backup is None else list(backup)
         return d
 
+    def _phase(self, name: str, since: float) -> float:
+        """Count the time since `since` to phase `name`; now."""
+        now = time.perf_counter()
+        self.metrics.phase_seconds.labels(phase=name).inc(now - since)
+        return now
+
     def _program(self) -> None:
+        t = time.perf_counter()
         if self.layout is not None:
             self.reassign_wan()
         if self.southbound is not None and self.layout is not None:
-            self.southbound.sync(self.desired())
+            desired = self.desired()
+            self._phase("rules", t)
+            self.southbound.sync(desired)
+
+    def _caps_begin(self, row: LightpathRow) -> list[Future[None]]:
+        """Start setting the lightpath's cap on each fibre of its route, all at once."""
+        ix = self.layout
+        if self.capacity is None or ix is None:
+            return []
+        controls = [c for u, v in zip(row.nodes, row.nodes[1:], strict=False)
+                    if (c := ix.fibre_control.get(frozenset((u, v)))) is not None]
+        if not controls:
+            return []
+        if self._cap_pool is None:
+            self._cap_pool = ThreadPoolExecutor(8, thread_name_prefix="caps")
+        rate = row.capacity_gbps * ix.layout.mbps_per_gbps
+        return [self._cap_pool.submit(self._cap_one, c, row, rate) for c in controls]
+
+    def _caps_end(self, caps: list[Future[None]]) -> None:
+        t = time.perf_counter()
+        for f in caps:
+            f.result()
+        self._phase("caps", t)
+
+    def _cap_one(self, control: str, row: LightpathRow, rate: float | None) -> None:
+        assert self.capacity is not None
+        try:
+            self.capacity.set_cap(control, row.vid, rate)
+        except Exception as exc:  # an emulator's cap: logged and counted, never fatal
+            self.metrics.capacity_errors.inc()
+            log.warning("%s: cannot set lightpath %d capacity: %s", control, row.id, exc)
 
     def _caps(self, row: LightpathRow, on: bool, keep: set[frozenset[str]] | None = None
               ) -> None:

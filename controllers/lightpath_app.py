@@ -141,17 +141,29 @@ def group_mod(dp: Any, group: GroupRule | FailoverGroup, command: str) -> Any:
     return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, group.group_id, buckets)
 
 
-def send_changes(dp: Any, installed: dict[tuple, Any], add: tuple[Any, ...],
-                 delete: tuple[Any, ...]) -> None:
-    """Groups before the flows that use them; flows deleted before their groups."""
-    for g in (x for x in add if _is_group(x)):
-        dp.send_msg(group_mod(dp, g, "modify" if g.key in installed else "add"))
-    for r in (x for x in add if not _is_group(x)):
-        dp.send_msg(flow_mod(dp, r))
-    for r in (x for x in delete if not _is_group(x)):
-        dp.send_msg(flow_mod(dp, r, delete=True))
-    for g in (x for x in delete if _is_group(x)):
-        dp.send_msg(group_mod(dp, g, "delete"))
+def change_msgs(dp: Any, installed: dict[tuple, Any], add: tuple[Any, ...],
+                delete: tuple[Any, ...]) -> list[Any]:
+    """The messages, in order: groups before the flows that use them; flows deleted
+    before their groups."""
+    msgs = [group_mod(dp, g, "modify" if g.key in installed else "add")
+            for g in add if _is_group(g)]
+    msgs += [flow_mod(dp, r) for r in add if not _is_group(r)]
+    msgs += [flow_mod(dp, r, delete=True) for r in delete if not _is_group(r)]
+    msgs += [group_mod(dp, g, "delete") for g in delete if _is_group(g)]
+    return msgs
+
+
+def send_batch(dp: Any, msgs: list[Any]) -> None:
+    """Give the switch's connection all the messages in one write (os-ken queues each
+    send_msg for its sender thread, 16 at most: a hand-over between threads per message)."""
+    bufs = []
+    for msg in msgs:
+        if msg.xid is None:
+            dp.set_xid(msg)
+        msg.serialize()
+        bufs.append(msg.buf)
+    if bufs:
+        dp.send(b"".join(bufs))
 
 
 class _Multipart:
@@ -244,6 +256,15 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         log.info("REST API on %s (bearer token in %s)", self.api.url, token_file)
         heap.settle("start-up")  # no full-GC pause inside a later request (controllers/heap.py)
 
+    def _send_event(self, ev: Any, state: Any) -> None:
+        """os-ken hands each event to the app's queue, served by the app's own thread. A
+        barrier reply is settled here, in the switch's receive thread: one thread
+        hand-over less between the switch's answer and the waiting request."""
+        if isinstance(ev, ofp_event.EventOFPBarrierReply):
+            self._barrier_reply(ev)
+            return
+        super()._send_event(ev, state)
+
     def _adopt_layout(self, layout: Layout) -> None:
         """PUT /layout: the core adopts and programs it; its index joins the settled heap."""
         self.core.set_layout(layout)
@@ -261,6 +282,9 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         (a head end's group or rule redirected onto a route whose hops are in place)."""
         later: list[tuple[Any, dict[tuple, Any], tuple[Any, ...], tuple[Any, ...]]] = []
         waits = []
+        phase = self.core.metrics.phase_seconds
+        t0 = time.perf_counter()
+        t_diff = 0.0
         with self.sync_lock:
             for dpid in self.awaiting_layout:  # a layout at last: their first full sync
                 if dpid in self.datapaths:
@@ -271,18 +295,25 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 if dp is None or dpid not in self.installed:
                     continue  # gets everything in its full sync (connected, or later)
                 installed = self.installed[dpid]
+                t = time.perf_counter()
                 d = diff_rules(installed, rules, dpid)
+                t_diff += time.perf_counter() - t
                 if not d.add and not d.delete:
                     continue
                 new = tuple(r for r in d.add if r.key not in installed)
                 changed = tuple(r for r in d.add if r.key in installed)
-                if new:
-                    send_changes(dp, installed, new, ())
-                    waits.append((dpid, self._barrier(dp)))
+                if new:  # one write per switch: the changes and their barrier
+                    waits.append((dpid, self._barrier(dp, change_msgs(dp, installed, new,
+                                                                       ()))))
                 if changed or d.delete:
                     later.append((dp, installed, changed, d.delete))
                 self.installed[dpid] = dict(rules)
+        t1 = time.perf_counter()
+        phase.labels(phase="rules").inc(t_diff)
+        phase.labels(phase="send").inc(t1 - t0 - t_diff)
         self._wait(waits)
+        t2 = time.perf_counter()
+        phase.labels(phase="barrier").inc(t2 - t1)
         if not later:
             return
         waits = []
@@ -290,9 +321,12 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             for dp, installed, changed, delete in later:
                 if self.datapaths.get(dp.id) is not dp:
                     continue  # reconnected meanwhile: its full sync installs everything
-                send_changes(dp, installed, changed, delete)
-                waits.append((dp.id, self._barrier(dp)))
+                waits.append((dp.id, self._barrier(
+                    dp, change_msgs(dp, installed, changed, delete))))
+        t3 = time.perf_counter()
+        phase.labels(phase="send").inc(t3 - t2)
         self._wait(waits)
+        phase.labels(phase="barrier").inc(time.perf_counter() - t3)
 
     def _full_sync(self, dp: Any) -> None:
         """A switch (re)connected: bring its tables to the desired rules without a gap.
@@ -330,8 +364,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 stale: tuple[Any, ...] = ()
             else:
                 current, stale = _stale_entries(dp, tables, desired)
-            send_changes(dp, current, tuple(desired.values()), stale)
-            ev = self._barrier(dp)
+            ev = self._barrier(dp, change_msgs(dp, current, tuple(desired.values()), stale))
             self.installed[dp.id] = dict(desired)
         self._wait([(dp.id, ev)])
         with self.sync_lock:
@@ -361,12 +394,14 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             return None
         return got["flows"][1].body, [g.group_id for g in got["groups"][1].body]
 
-    def _barrier(self, dp: Any) -> threading.Event:
+    def _barrier(self, dp: Any, msgs: list[Any] | None = None) -> threading.Event:
+        """Send `msgs` and a barrier request behind them in one write; the event is set
+        when the switch's barrier reply comes (all of them done)."""
         req = dp.ofproto_parser.OFPBarrierRequest(dp)
         dp.set_xid(req)
         ev = threading.Event()
         self.barriers[(dp.id, req.xid)] = ev
-        dp.send_msg(req)
+        send_batch(dp, [*(msgs or ()), req])
         return ev
 
     def _wait(self, waits: list[tuple[int, threading.Event]]) -> None:

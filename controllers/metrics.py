@@ -93,6 +93,14 @@ class ControllerMetrics:
                                          "arrival/departure, lightpath down/up, policy)",
                                          ["policy", "reason"], registry=r)
 
+        self.phase_seconds = Counter(
+            "lightpipe_controller_phase_seconds",
+            "Seconds spent per phase of lightpath set-ups and rule installs: lock (waiting "
+            "for the core's lock), rmsa, store "
+            "(SQLite), caps (fibre emulators), rules (desired + diff), send (flow-mods "
+            "encoded and sent), barrier (waiting for the switches' replies)", ["phase"],
+            registry=r)
+
     def watch_network(self, net: Any) -> None:
         """Export `net`'s (an OpticalNetwork) spectrum and fibre state at scrape time."""
         self.registry.register(SpectrumCollector(net))

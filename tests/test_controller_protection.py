@@ -242,3 +242,78 @@ def test_protection_leaves_every_decision_unchanged(tmp_path: Path) -> None:
                 assert walk(ix, desired, v["vid"], src, dst, down, {frozenset((u, w))})[0]
                 checked += 1
     assert checked > 0
+
+
+def test_sync_is_make_before_break_in_one_write_per_switch(tmp_path: Path) -> None:
+    """The app's sync after a cut that moves a lightpath (no protection here) from
+    A-B-C-D to A-E-D: first every switch gets only the entries new to it (one write: the
+    messages, then a barrier), and only after those barriers the changed and deleted
+    ones: E's rules are in before A's head-end rule points the traffic at E."""
+    pytest.importorskip("os_ken")
+    import threading
+    import types
+
+    from os_ken.ofproto import ofproto_v1_3
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    from controllers.lightpath_app import LightpathApp
+
+    core = make_core(tmp_path, ring_scenario(), protection=False)
+    lp = core.request("dc-a", "dc-d", slots=2)
+    before = core.desired()
+    core.fail_fibre("B", "C")
+    after = core.desired()
+    assert core.lightpath(lp["id"])["nodes"] == ["A", "E", "D"]
+    log: list[tuple[str, int, list[tuple[int, int]]]] = []
+
+    class Dp:
+        ofproto, ofproto_parser = ofproto_v1_3, parser
+
+        def __init__(self, dpid: int) -> None:
+            self.id, self.xid = dpid, 0
+
+        def set_xid(self, msg: Any) -> int:
+            self.xid += 1
+            msg.set_xid(self.xid)
+            return self.xid
+
+        def send(self, buf: bytes) -> None:  # (type, command) of each message in the write
+            msgs, i = [], 0
+            while i < len(buf):
+                kind, length = buf[i + 1], int.from_bytes(buf[i + 2:i + 4], "big")
+                command = int.from_bytes(buf[i + 8 + 17:i + 8 + 18], "big") if kind == 14 \
+                    else int.from_bytes(buf[i + 8:i + 10], "big") if kind == 15 else -1
+                msgs.append((kind, command))
+                i += length
+            log.append(("write", self.id, msgs))
+
+    app = types.SimpleNamespace(
+        sync_lock=threading.RLock(), awaiting_layout=set(), barriers={},
+        datapaths={d: Dp(d) for d in after}, installed={d: dict(before[d]) for d in after},
+        core=core)
+    app._barrier = types.MethodType(LightpathApp._barrier, app)
+    app._wait = lambda waits: log.append(("wait", len(waits), []))
+    LightpathApp.sync(app, after)  # type: ignore[arg-type]
+    waits = [i for i, x in enumerate(log) if x[0] == "wait"]
+    assert len(waits) == 2
+    first, second = log[:waits[0]], log[waits[0] + 1:waits[1]]
+    flow_mod, group_mod, barrier = 14, 15, 20
+    add, modify, delete_strict = 0, 1, 4
+    for _, _, msgs in first + second:
+        assert msgs[-1] == (barrier, -1) and (barrier, -1) not in msgs[:-1]
+    assert first and all(m in ((flow_mod, add), (group_mod, add))
+                         for _, _, msgs in first for m in msgs[:-1])
+    assert second and all(m in ((flow_mod, add), (group_mod, modify), (flow_mod, delete_strict),
+                                (group_mod, 2))  # 2: OFPGC_DELETE
+                          for _, _, msgs in second for m in msgs[:-1])
+    ix = core.layout
+    assert ix is not None
+    dpid = {n: ix.dpid[ix.roadm[n]] for n in "ABCDE"}
+    assert dpid["E"] in {d for _, d, _ in first}
+    assert dpid["E"] not in {d for _, d, _ in second}
+    head = next(msgs for _, d, msgs in second if d == dpid["A"])
+    assert (flow_mod, add) in head  # A's (uplink, VLAN) rule redirected: same key, new out
+    assert {dpid["B"], dpid["C"]} <= {d for _, d, _ in second}  # B, C: deletes only
+    assert all(m in ((flow_mod, delete_strict), (barrier, -1))
+               for _, d, msgs in second if d == dpid["B"] for m in msgs)
+    assert app.installed == {d: dict(after[d]) for d in after}
