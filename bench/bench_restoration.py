@@ -1,17 +1,17 @@
 """Restoration end to end (root): the gap a packet stream sees when its fibre is cut.
 
-A 4-node ring A-B-C-D (dc-a on A, dc-c on C) emulated with the user-space datapath and
-forwarder fibres, with the real controller. One lightpath dc-a -> dc-c carries a UDP
-stream from dc-a's host to dc-c's host: one packet every --interval-ms, holding its
-sequence number. Each round cuts the first (--cut first) or last fibre of the
-lightpath's current route: the fibre's middle node takes down its interface toward the
-stream's upstream end (--ends upstream) or both (--ends both), so OVS reports the port
-down, as in tests/test_controller_ovs.py. It waits until the stream flows again, then
-repairs the fibre (port up; the lightpath stays on its new route, so the next round cuts
-the other side of the ring). With protection (the controller's default) the switch
-upstream of the cut fails over by itself: at the head end onto the backup, further on
-back to the head end (crankback; --cut last --ends both). --protection off measures the
-controller's restoration alone. Per round, from the receiver's kernel stamps:
+A 4-node ring A-B-C-D (dc-a on A, dc-c on C) emulated with the user-space datapath (or
+--datapath kernel) and forwarder fibres, with the real controller. One lightpath dc-a ->
+dc-c carries a UDP stream from dc-a's host to dc-c's host: one packet every --interval-
+ms, holding its sequence number. Each round cuts the first (--cut first) or last fibre
+of the lightpath's current route: the fibre's middle node takes down its interface
+toward the stream's upstream end (--ends upstream) or both (--ends both), so OVS reports
+the port down, as in tests/test_controller_ovs.py. It waits until the stream flows
+again, then repairs the fibre (port up; the lightpath stays on its new route, so the
+next round cuts the other side of the ring). With protection (the controller's default)
+the switch upstream of the cut fails over by itself: at the head end onto the backup,
+further on back to the head end (crankback; --cut last --ends both). --protection off
+measures the controller's restoration alone. Per round, from the receiver's kernel stamps:
 
 - cut -> first packet: arrival of the first packet after the losses (on the new route)
   minus the send time of the first lost packet (the cut, to within one interval): the
@@ -21,6 +21,8 @@ controller's restoration alone. Per round, from the receiver's kernel stamps:
 - controller: its own cut-detected -> rules-installed figure (restoration histogram).
 
     sudo .venv/bin/python bench/bench_restoration.py --rounds 20
+    sudo bash tests/vm/run.sh --cmd "modprobe openvswitch; .venv/bin/python \
+        bench/bench_restoration.py --rounds 20 --datapath kernel"   # Debian's kernel, TCG
 
 Prints median, p99 (nearest rank) and worst of each figure over the rounds, next to the
 targets (issue 23): p99 < 25 ms from the cut to the first packet on the new path, and
@@ -166,6 +168,9 @@ def main() -> int:
                     help="which fibre of the lightpath's route each round cuts")
     ap.add_argument("--ends", choices=("upstream", "both"), default="upstream",
                     help="which ends of the cut fibre see their port go down")
+    ap.add_argument("--datapath", choices=("user", "kernel"), default="user",
+                    help="OVS datapath (kernel: where the openvswitch module is, e.g. in "
+                    "the VM: tests/vm/run.sh --cmd ...)")
     args = ap.parse_args()
     os.environ["LIGHTPIPE_CTL_PROTECTION"] = "1" if args.protection == "on" else "0"
     if os.geteuid() != 0:
@@ -179,9 +184,9 @@ def main() -> int:
     rows: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "ring.yaml"
-        spec.write_text(RING)
+        spec.write_text(RING.replace("datapath: user", f"datapath: {args.datapath}"))
         net = EmuNetwork(build_plan(load_scenario(spec)), link_mode="userspace",
-                         datapath="user", controller=controller_address())
+                         datapath=args.datapath, controller=controller_address())
         ctl = stream = None
         try:
             net.start()
@@ -254,7 +259,7 @@ def main() -> int:
             net.stop()
     load = os.getloadavg()[0]
     print(f"\n{len(rows)} cuts ({args.cut} fibre, {args.ends} end(s) down), "
-          f"{args.interval_ms:g} ms stream, user-space datapath, protection "
+          f"{args.interval_ms:g} ms stream, {args.datapath} datapath, protection "
           f"{args.protection}, load {load:.1f} (1-min average at the end):")
     for key, unit, target in (("cut_to_first_ms", "ms", "p99 < 25 ms"),
                               ("gap_ms", "ms", "< 100 ms"), ("lost", "packets", ""),
