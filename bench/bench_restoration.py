@@ -1,17 +1,18 @@
 """Restoration end to end (root): the gap a packet stream sees when its fibre is cut.
 
 A 4-node ring A-B-C-D (dc-a on A, dc-c on C) emulated with the user-space datapath (or
---datapath kernel) and forwarder fibres, with the real controller. One lightpath dc-a ->
-dc-c carries a UDP stream from dc-a's host to dc-c's host: one packet every --interval-
-ms, holding its sequence number. Each round cuts the first (--cut first) or last fibre
-of the lightpath's current route: the fibre's middle node takes down its interface
-toward the stream's upstream end (--ends upstream) or both (--ends both), so OVS reports
-the port down, as in tests/test_controller_ovs.py. It waits until the stream flows
-again, then repairs the fibre (port up; the lightpath stays on its new route, so the
-next round cuts the other side of the ring). With protection (the controller's default)
-the switch upstream of the cut fails over by itself: at the head end onto the backup,
-further on back to the head end (crankback; --cut last --ends both). --protection off
-measures the controller's restoration alone. Per round, from the receiver's kernel stamps:
+--datapath kernel) and forwarder fibres, with the real controller. One lightpath
+dc-a->dc-c carries a UDP stream from dc-a's host to dc-c's host: one packet every
+--interval-ms, holding its sequence number. Each round cuts the first (--cut first) or
+last fibre of the lightpath's current route: the fibre's middle node takes down its
+interface toward the stream's upstream end (--ends upstream) or both (--ends both), so
+OVS reports the port down, as in tests/test_controller_ovs.py. It waits until the stream
+flows again, then repairs the fibre (port up; the lightpath stays on its new route, so
+the next round cuts the other side of the ring). With protection (the controller's
+default) the switch upstream of the cut fails over by itself: at the head end onto the
+backup, further on back to the head end (crankback; --cut last --ends both).
+--protection off measures the controller's restoration alone. Per round, from the
+receiver's kernel stamps:
 
 - cut -> first packet: arrival of the first packet after the losses (on the new route)
   minus the send time of the first lost packet (the cut, to within one interval): the
