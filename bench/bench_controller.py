@@ -155,8 +155,10 @@ def main() -> int:
             rest_s = metric(ctl, "lightpipe_restoration_seconds_sum")
             restored = metric(ctl, "lightpipe_lightpaths_restored_total")
             lost = metric(ctl, "lightpipe_lightpaths_lost_total")
+            on_backup = metric(ctl, "lightpipe_lightpaths_restored_on_backup_total")
             print(f"port-down cut of fibre {u}-{v} ({n_on} lightpaths on it): "
-                  f"cut-detected -> restored {rest_s * 1e3:.1f} ms; restored {restored:.0f}, "
+                  f"cut-detected -> restored {rest_s * 1e3:.1f} ms; restored {restored:.0f} "
+                  f"({on_backup:.0f} onto the backup their switches had failed over to), "
                   f"lost {lost:.0f}")
             # A REST-injected cut of the next busiest fibre.
             rest = sorted(count.items(), key=lambda kv: -kv[1])

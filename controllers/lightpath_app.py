@@ -276,12 +276,13 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
 
     # ---- southbound: install what the core wants -------------------------------------
     def sync(self, desired: dict[int, dict[tuple, FlowRule]]) -> None:
-        """Bring every connected switch to `desired`, make-before-break across switches:
-        first the entries new to each switch (one batch and one barrier per switch, all
-        switches at once), then, once all those are in, the changed and the deleted ones
-        (a head end's group or rule redirected onto a route whose hops are in place)."""
-        later: list[tuple[Any, dict[tuple, Any], tuple[Any, ...], tuple[Any, ...]]] = []
-        waits = []
+        """Bring every connected switch to `desired`, make-before-break across switches,
+        in up to three rounds, each one write and one barrier per switch (all switches
+        at once) and waiting for all of them: the entries new to each switch; then the
+        changed ones (a head end redirected onto a route whose hops are in place); then
+        the deleted ones (the old route's, once nothing sends to it)."""
+        rounds: list[list[tuple[Any, dict[tuple, Any], tuple[Any, ...], tuple[Any, ...]]]]
+        rounds = [[], [], []]
         phase = self.core.metrics.phase_seconds
         t0 = time.perf_counter()
         t_diff = 0.0
@@ -302,31 +303,27 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                     continue
                 new = tuple(r for r in d.add if r.key not in installed)
                 changed = tuple(r for r in d.add if r.key in installed)
-                if new:  # one write per switch: the changes and their barrier
-                    waits.append((dpid, self._barrier(dp, change_msgs(dp, installed, new,
-                                                                       ()))))
-                if changed or d.delete:
-                    later.append((dp, installed, changed, d.delete))
+                for i, (add, delete) in enumerate(((new, ()), (changed, ()), ((), d.delete))):
+                    if add or delete:
+                        rounds[i].append((dp, installed, add, delete))
                 self.installed[dpid] = dict(rules)
-        t1 = time.perf_counter()
         phase.labels(phase="rules").inc(t_diff)
-        phase.labels(phase="send").inc(t1 - t0 - t_diff)
-        self._wait(waits)
-        t2 = time.perf_counter()
-        phase.labels(phase="barrier").inc(t2 - t1)
-        if not later:
-            return
-        waits = []
-        with self.sync_lock:
-            for dp, installed, changed, delete in later:
-                if self.datapaths.get(dp.id) is not dp:
-                    continue  # reconnected meanwhile: its full sync installs everything
-                waits.append((dp.id, self._barrier(
-                    dp, change_msgs(dp, installed, changed, delete))))
-        t3 = time.perf_counter()
-        phase.labels(phase="send").inc(t3 - t2)
-        self._wait(waits)
-        phase.labels(phase="barrier").inc(time.perf_counter() - t3)
+        t = t0 + t_diff
+        for batch in rounds:
+            if not batch:
+                continue
+            waits = []
+            with self.sync_lock:
+                for dp, installed, add, delete in batch:
+                    if self.datapaths.get(dp.id) is not dp:
+                        continue  # reconnected meanwhile: its full sync installs everything
+                    waits.append((dp.id, self._barrier(
+                        dp, change_msgs(dp, installed, add, delete))))
+            sent = time.perf_counter()
+            phase.labels(phase="send").inc(sent - t)
+            self._wait(waits)
+            t = time.perf_counter()
+            phase.labels(phase="barrier").inc(t - sent)
 
     def _full_sync(self, dp: Any) -> None:
         """A switch (re)connected: bring its tables to the desired rules without a gap.

@@ -246,9 +246,9 @@ def test_protection_leaves_every_decision_unchanged(tmp_path: Path) -> None:
 
 def test_sync_is_make_before_break_in_one_write_per_switch(tmp_path: Path) -> None:
     """The app's sync after a cut that moves a lightpath (no protection here) from
-    A-B-C-D to A-E-D: first every switch gets only the entries new to it (one write: the
-    messages, then a barrier), and only after those barriers the changed and deleted
-    ones: E's rules are in before A's head-end rule points the traffic at E."""
+    A-B-C-D to A-E-D, in three rounds of one write per switch (the messages, then a
+    barrier), each after the last round's barriers: entries new to a switch (E's), then
+    changed ones (A's head-end rule now pointing at E), then deleted ones (B's, C's)."""
     pytest.importorskip("os_ken")
     import threading
     import types
@@ -295,25 +295,24 @@ def test_sync_is_make_before_break_in_one_write_per_switch(tmp_path: Path) -> No
     app._wait = lambda waits: log.append(("wait", len(waits), []))
     LightpathApp.sync(app, after)  # type: ignore[arg-type]
     waits = [i for i, x in enumerate(log) if x[0] == "wait"]
-    assert len(waits) == 2
-    first, second = log[:waits[0]], log[waits[0] + 1:waits[1]]
+    assert len(waits) == 3
+    first, second, third = (log[:waits[0]], log[waits[0] + 1:waits[1]],
+                            log[waits[1] + 1:waits[2]])
     flow_mod, group_mod, barrier = 14, 15, 20
-    add, modify, delete_strict = 0, 1, 4
-    for _, _, msgs in first + second:
+    add, modify, delete_strict, group_delete = 0, 1, 4, 2
+    for _, _, msgs in first + second + third:
         assert msgs[-1] == (barrier, -1) and (barrier, -1) not in msgs[:-1]
-    assert first and all(m in ((flow_mod, add), (group_mod, add))
-                         for _, _, msgs in first for m in msgs[:-1])
-    assert second and all(m in ((flow_mod, add), (group_mod, modify), (flow_mod, delete_strict),
-                                (group_mod, 2))  # 2: OFPGC_DELETE
-                          for _, _, msgs in second for m in msgs[:-1])
+    kinds = [{m for _, _, msgs in r for m in msgs[:-1]} for r in (first, second, third)]
+    assert kinds[0] and kinds[0] <= {(flow_mod, add), (group_mod, add)}
+    assert kinds[1] and kinds[1] <= {(flow_mod, add), (group_mod, modify)}
+    assert kinds[2] and kinds[2] <= {(flow_mod, delete_strict), (group_mod, group_delete)}
     ix = core.layout
     assert ix is not None
     dpid = {n: ix.dpid[ix.roadm[n]] for n in "ABCDE"}
     assert dpid["E"] in {d for _, d, _ in first}
-    assert dpid["E"] not in {d for _, d, _ in second}
-    head = next(msgs for _, d, msgs in second if d == dpid["A"])
-    assert (flow_mod, add) in head  # A's (uplink, VLAN) rule redirected: same key, new out
-    assert {dpid["B"], dpid["C"]} <= {d for _, d, _ in second}  # B, C: deletes only
-    assert all(m in ((flow_mod, delete_strict), (barrier, -1))
-               for _, d, msgs in second if d == dpid["B"] for m in msgs)
+    assert dpid["E"] not in {d for _, d, _ in second + third}
+    assert dpid["A"] in {d for _, d, _ in second}  # A's (uplink, VLAN) rule redirected
+    # the old route's hops only lose entries, last (A and D lose their old in-ports' too)
+    assert {dpid["B"], dpid["C"]} <= {d for _, d, _ in third}
+    assert not {dpid["B"], dpid["C"]} & {d for _, d, _ in first + second}
     assert app.installed == {d: dict(after[d]) for d in after}
