@@ -285,6 +285,18 @@ def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, st
         say(f"emu: replay: requests through the SDN controller (about "
             f"{rp.scenario.emulation.replay_s:g} s) ...", opts.quiet)
         replayed = run_replay(ctl, net, rp.scenario, stage)
+        if rp.scenario.events:  # DC-pair lightpaths the replayed events moved: their RTT
+            from testbed.emu.reroute import check_lightpaths, moved_lightpaths
+
+            live = ctl
+
+            def client(m: str, path: str, body: Any) -> Any:
+                return live.request(m, path, body)
+
+            checked = check_lightpaths(net, client, moved_lightpaths(net, client))
+            replayed["rtt_after_reroute"] = checked
+            replayed["reroute_rtt_out"] = [r.get("pair", r["id"]) for r in checked
+                                           if not r["ok"]]
     return WorkloadResult(probes=probes, summary=with_fault_rows(
         replayed, rp.scenario, "not reached: after the replay's last request" if ctl is not None
         else "static forwarding: no controller replays events"))
