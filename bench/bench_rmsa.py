@@ -19,8 +19,15 @@ first fit on 79 slots, so LightPipe is also run at 79 slots for the blocking com
 Needs the peer's venv (bench/peer/install_orlg.sh, /var/tmp/orlg-venv); without it the
 recorded peer figures below are shown, labelled as recorded.
 
+LightPipe runs its compiled loop (testbed/sim/rmsa_kernel.py, numba) when numba is
+installed, else its pure-Python loop; the line of each k names which. A warm-up run first
+writes numba's on-disk cache, so compiling is not in the timed runs; importing numba and
+loading the cached code are (they are inside the simulate_lightpaths call).
+--compare-loops N also times the two LightPipe loops against each other.
+
 Run: .venv/bin/python bench/bench_rmsa.py [--requests 1000000] [--peer-requests 3000]
-     [--pairs 3] [--peer-seeds 10] [--k 5 1] [--peer-python /var/tmp/orlg-venv/bin/python]
+     [--pairs 5] [--peer-seeds 10] [--k 5 1] [--peer-python /var/tmp/orlg-venv/bin/python]
+     [--compare-loops 4 [--loops-only]]
 """
 
 from __future__ import annotations
@@ -103,10 +110,34 @@ def run_json(cmd: list[str]) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_lightpipe(k: int, slots: int, seed: int, requests: int, load: float
-                  ) -> dict[str, Any]:
-    return run_json([sys.executable, __file__, "--child", str(k), str(slots), str(seed),
-                     str(requests), str(load)])
+def run_lightpipe(k: int, slots: int, seed: int, requests: int, load: float,
+                  compiled: bool = True) -> dict[str, Any]:
+    env = {**os.environ, "LIGHTPIPE_RMSA_KERNEL": "1" if compiled else "0"}
+    out = subprocess.run([sys.executable, __file__, "--child", str(k), str(slots), str(seed),
+                          str(requests), str(load)], check=True, capture_output=True,
+                         text=True, cwd=ROOT, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def compare_loops(k: int, pairs: int, requests: int, load: float) -> None:
+    """LightPipe alone: the compiled loop and the pure-Python one (its reference and
+    fallback) in alternating processes, CPU microseconds per request, same records."""
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    blocking = set()
+    for i in range(pairs):
+        for compiled in ((False, True) if i % 2 == 0 else (True, False)):
+            r = run_lightpipe(k, 80, i + 1, requests, load, compiled)
+            assert r["loop"] == ("compiled" if compiled else "python"), r["loop"]
+            cpu[compiled].append(1e6 * r["cpu_seconds"] / r["requests"])
+            blocking.add((i, r["blocking"]))
+    same = len(blocking) == pairs
+    ratios = [p / c for p, c in zip(cpu[False], cpu[True], strict=True)]
+    print(f"  loops (LightPipe alone, {pairs} alternating pairs x {requests:,} requests): "
+          f"CPU us/request python {statistics.median(cpu[False]):.2f} "
+          f"[{min(cpu[False]):.2f}, {max(cpu[False]):.2f}], compiled "
+          f"{statistics.median(cpu[True]):.2f} [{min(cpu[True]):.2f}, {max(cpu[True]):.2f}]"
+          f"; python / compiled {statistics.median(ratios):.2f}x "
+          f"[{min(ratios):.2f}x, {max(ratios):.2f}x]; same blocking per seed: {same}")
 
 
 def spread(values: list[float]) -> str:
@@ -219,11 +250,25 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[5, 1])
     ap.add_argument("--load", type=float, default=40.0)
     ap.add_argument("--peer-python", default=PEER_PYTHON)
+    ap.add_argument("--compare-loops", type=int, default=0, metavar="PAIRS",
+                    help="also time LightPipe's compiled loop against its pure-Python one "
+                    "(LIGHTPIPE_RMSA_KERNEL=0), PAIRS alternating pairs per k")
+    ap.add_argument("--loops-only", action="store_true",
+                    help="with --compare-loops: only that, no optical-rl-gym")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         k, slots, seed, requests, load = args.child
         child(int(k), int(slots), int(seed), int(requests), float(load))
+        return
+    if args.compare_loops and args.loops_only:
+        print(f"LightPipe's two loops, {args.load:g} Erlang, load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        run_lightpipe(args.k[0], 80, 99, 20_000, args.load)  # numba's cache written
+        for k in args.k:
+            print(f"k={k}")
+            compare_loops(k, args.compare_loops, args.requests, args.load)
+        print(f"load average {os.getloadavg()[0]:.1f}")
         return
     peer_ok = Path(args.peer_python).is_file() and os.access(args.peer_python, os.X_OK)
     print(f"NSFNET 22 fibres, 80 slots, kSP-FF, {args.load:g} Erlang, 25..100 Gb/s, "
@@ -268,6 +313,8 @@ def main() -> None:
             differ, total = r["decisions"]
             print(f"  same decisions: the peer's first {total:,} requests replayed on "
                   f"LightPipe's OpticalNetwork (the peer's paths, 79 slots): {differ} differ")
+        if args.compare_loops:
+            compare_loops(k, args.compare_loops, args.requests, args.load)
         met = r["ratio_cpu"] >= GOAL and (r["ratio_wall"] is None or r["ratio_wall"] >= GOAL)
         met_all &= met
         print(f"  1000x goal: {'met' if met else 'NOT met'} at k={k}")
