@@ -35,6 +35,8 @@ CASES: dict[str, dict[str, Any]] = {
     "fixed_last": {"k": 2, "load": 60.0, "grid": "fixed", "seed": 29, "policy": "last_fit"},
     "per_direction": {"k": 3, "load": 30.0, "sharing": "per_direction", "seed": 30},
     "trace": {"k": 5, "orlg": True, "trace_seed": 31},
+    # ~6,000 distinct bitrates (the (format, bitrate) slot table grows many times)
+    "trace_float_bitrates": {"k": 3, "orlg": True, "trace_seed": 32, "jitter": True},
 }
 
 
@@ -52,12 +54,13 @@ def run(name: str, compiled: bool, tmp: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(engine, "_loop_compiled", counted)
     monkeypatch.setenv("LIGHTPIPE_RMSA_KERNEL", "1" if compiled else "0")
     trace_seed = kw.pop("trace_seed", None)
+    jitter = random.Random(5).random if kw.pop("jitter", False) else (lambda: 0)
     if trace_seed is not None:  # the generator's requests at a high load, as a trace file
         sc = scenario(**kw, seed=trace_seed, requests=6000, load=90.0)
         nodes = [str(i) for i in range(1, 15)]
         trace = tmp / "trace.csv"
         trace.write_text("id,arrival_s,holding_s,src,dst,bitrate_gbps\n" + "".join(
-            f"{r[0] * 3},{r[1]!r},{r[2]!r},{r[3]},{r[4]},{r[5]}\n"
+            f"{r[0] * 3},{r[1]!r},{r[2]!r},{r[3]},{r[4]},{r[5] + jitter()!r}\n"
             for r in ref_poisson_requests(sc.workload, nodes)))  # type: ignore[arg-type]
         kw["trace"] = str(trace)
     out = tmp / f"requests_{int(compiled)}.csv"

@@ -471,14 +471,39 @@ class _PairTables:
         self._s1: list[int] = []
         self._sp: list[int] = []
         self._arrays: tuple[np.ndarray, ...] | None = None
+        # need[format, bitrate index], grown by doubling: a trace may bring a new
+        # bitrate on every row, and each costs one column, not a new array
+        self._need = np.zeros((4, 64), np.int32)
         for br in bitrates:
             self.bri(br)
+
+    def _slots(self, bitrate: float, gbps_per_slot: float) -> int:
+        n = slots_for(bitrate, gbps_per_slot, self.net.guard_slots)
+        return n if n <= self.net.slots else 0  # (0: not a candidate, as _candidates)
 
     def bri(self, bitrate: float) -> int:
         got = self.br_index.get(bitrate)
         if got is None:
             got = self.br_index[bitrate] = len(self.bitrates)
             self.bitrates.append(bitrate)
+            rows, cols = self._need.shape
+            if got >= cols:
+                self._need = np.concatenate([self._need, np.zeros((rows, cols), np.int32)],
+                                            axis=1)
+                self._arrays = None
+            for g, f in self.formats.items():
+                self._need[f, got] = self._slots(bitrate, g)
+        return got
+
+    def _format(self, gbps_per_slot: float) -> int:
+        got = self.formats.get(gbps_per_slot)
+        if got is None:
+            got = self.formats[gbps_per_slot] = len(self.formats)
+            rows, cols = self._need.shape
+            if got >= rows:
+                self._need = np.concatenate([self._need, np.zeros((rows, cols), np.int32)])
+            for b, br in enumerate(self.bitrates):
+                self._need[got, b] = self._slots(br, gbps_per_slot)
             self._arrays = None
         return got
 
@@ -500,7 +525,7 @@ class _PairTables:
                     reason = NO_REACH if reason == NO_PATH else reason
                 else:
                     reason = NO_SPECTRUM
-                    fmt = self.formats.setdefault(p.gbps_per_slot, len(self.formats))
+                    fmt = self._format(p.gbps_per_slot)
             self._fmt.append(fmt)
             self._s0.append(len(self._sp))
             self._sp.extend(p.spectra)
@@ -513,17 +538,10 @@ class _PairTables:
     def arrays(self) -> tuple[np.ndarray, ...]:
         if self._arrays is None:
             i32 = np.int32
-            need = np.zeros((max(1, len(self.formats)), max(1, len(self.bitrates))), i32)
-            slots = self.net.slots
-            guard = self.net.guard_slots
-            for g, f in self.formats.items():
-                for b, br in enumerate(self.bitrates):
-                    n = slots_for(br, g, guard)
-                    need[f, b] = n if n <= slots else 0
             self._arrays = (np.array(self._start, i32), np.array(self._len, i32),
                             np.array(self._reason, i32), np.array(self._fmt, i32),
                             np.array(self._s0, i32), np.array(self._s1, i32),
-                            np.array(self._sp or [0], i32), need)
+                            np.array(self._sp or [0], i32), self._need)
         return self._arrays
 
 
