@@ -166,3 +166,24 @@ def test_without_numba_the_python_loop_runs(monkeypatch: pytest.MonkeyPatch,
     assert (csv_a, sum_a) == (csv_c, sum_c) and csv_b == csv_c
     said = [r.getMessage() for r in caplog.records if "numba" in r.getMessage()]
     assert said == ["numba is not installed: dynamic RMSA runs use the pure-Python loop"]
+
+
+def test_dc_endpoints_equal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests between data centres only (workload.endpoints: dcs): a subset of the nodes."""
+    from testbed.spec import parse_scenario
+
+    spec = {"name": "dcs", "topology": {"library": "nsfnet"},
+            "dcs": [{"name": f"dc{n}", "node": n, "gpus": 8} for n in ("1", "5", "9", "13")],
+            "optical": {"grid": "flex", "slots": 40, "k_paths": 2},
+            "workload": {"kind": "lightpath_requests", "endpoints": "dcs", "load_erlang": 15,
+                         "requests": 5000, "mean_holding_s": 2.0, "seed": 8},
+            "policy": {"spectrum": "first_fit"}}
+    got = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("LIGHTPIPE_RMSA_KERNEL", flag)
+        out = tmp_path / f"r{flag}.csv"
+        s = simulate_lightpaths(parse_scenario(spec), out)
+        got.append((out.read_bytes(), {k: v for k, v in s.items() if k not in TIMING}))
+    assert got[0] == got[1]
+    nodes = {line.split(b",")[1] for line in got[0][0].splitlines()[1:]}
+    assert nodes == {b"1", b"5", b"9", b"13"} and got[0][1]["blocked"] > 0
