@@ -5,7 +5,9 @@ candidate paths with a fitting block under the spectrum policy, held for its
 holding time, then released. Network events cut or repair fibres and slot blocks;
 lightpaths they hit are re-routed (restored) or lost. The hot loop works directly on
 the OpticalNetwork's int bitmaps and keeps nothing per finished request in memory:
-one requests.csv row is streamed per request.
+one requests.csv row is streamed per request. Runs without network events under first
+or last fit take the compiled loop of testbed.sim.rmsa_kernel (numba) when numba is
+installed, with the same records; the Python loops stay the reference and the fallback.
 """
 
 from __future__ import annotations
