@@ -33,8 +33,16 @@ _F = Any  # a function, compiled or not
 
 
 def _jit(fn: _F) -> _F:
-    """numba.njit(cache=True) when numba is installed, else the Python function itself."""
-    return fn if numba is None else numba.njit(cache=True, nogil=True)(fn)
+    """numba.njit(cache=True) when numba is installed, else the Python function itself;
+    without a writable cache directory, compiled in each process instead."""
+    if numba is None:
+        return fn
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+        log.info("rmsa kernel: no numba cache (%s); compiling in this process", exc)
+        return numba.njit(nogil=True)(fn)
+
 
 # st_i (int64 state) fields
 HSIZE, USED, NREQ, NBLOCKED, REASON0, BIDX, BLEFT, BBLOCKED = 0, 1, 2, 3, 4, 7, 8, 9
