@@ -117,9 +117,12 @@ def _raw(path: Path, data: bytes, close_write: bool = True) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(10)
         s.connect(str(path))
-        s.sendall(data)
-        if close_write:
-            s.shutdown(socket.SHUT_WR)
+        try:  # a server without a free slot answers "busy" and closes before it reads
+            s.sendall(data)
+            if close_write:
+                s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = s.recv(65536)
@@ -195,6 +198,47 @@ def test_more_clients_than_slots_are_told_busy(quick: Scenario, short_dir: Path)
 
         # slots free again once the handlers have answered (was: 100 tries 50 ms apart)
         wait_until(served, "the fault channel's slots to free again")
+
+
+def test_busy_answer_is_read_even_when_the_run_closed_before_reading(
+        short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run without a free slot answers "busy" and closes without reading: the client's
+    send then meets a closed socket (EPIPE, seen under load in the test above), and must
+    still read the answer that is waiting for it."""
+    import threading
+
+    from testbed.orchestrate import faultctl
+
+    path = short_dir / SOCKET_NAME
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    os.chmod(path, 0o600)
+    srv.listen(1)
+    closed = threading.Event()
+
+    def answer_busy_and_close() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            faultctl._send(conn, faultctl._error("busy", "", "4 fault requests already "
+                                                 "running; try again"))
+        closed.set()
+
+    server = threading.Thread(target=answer_busy_and_close, daemon=True)
+    server.start()
+    real_peer_uid = faultctl.peer_uid
+
+    def peer_uid_after_the_close(sock: socket.socket) -> int:
+        uid = real_peer_uid(sock)
+        assert closed.wait(30), "the run never answered"
+        return uid
+
+    monkeypatch.setattr(faultctl, "peer_uid", peer_uid_after_the_close)
+    try:
+        with pytest.raises(RuntimeFailure, match="already running"):
+            request_fault(path, {"kind": "controller_kill", "down_s": 1}, 30)
+    finally:
+        server.join(30)
+        srv.close()
 
 
 # ---- a real FaultInjector and an in-process controller (no root) --------------------------

@@ -352,7 +352,10 @@ def request_fault(path: str | Path, request: dict[str, Any], timeout_s: float
         if uid not in trusted_uids():
             raise RuntimeFailure(f"the fault channel {path} is served by uid {uid}, not by "
                                  "root or you: refused (nothing was sent)")
-        sock.sendall(line)
+        try:
+            sock.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a busy run answers and closes before it reads: its answer is still there
         try:
             raw = _read_line(sock, MAX_RESPONSE_BYTES)
         except TimeoutError:
