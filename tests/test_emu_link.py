@@ -54,19 +54,42 @@ def test_userspace_rate_and_delay(rate_mbps: float, delay_ms: float) -> None:
 
 @need_root
 @pytest.mark.slow
+def _udp_rcvbuf_errors(pid: int) -> int:
+    """UDP datagrams the kernel dropped for a full receive buffer in pid's namespace."""
+    from testbed.emu.linkbench import host_cmd
+
+    rows = [line.split() for line in host_cmd(pid, ["cat", "/proc/net/snmp"]).stdout
+            .splitlines() if line.startswith("Udp:")]
+    return int(rows[1][rows[0].index("RcvbufErrors")])
+
+
 def test_userspace_loss_one_percent() -> None:
+    """The emulator drops 1 % (its own count), and end to end 1 % is lost once the drops the
+    machine made itself are taken off: a starved forwarder's socket or queue, the
+    receiver's full buffer (a load of 12 on 2 cores lost 0.3 % more that way)."""
     from testbed.emu.linkbench import LinkTestbed
     from testbed.emu.probes import udp_loss
 
+    keys = ("rx_packets", "loss_drops", "queue_drops", "socket_drops", "send_errors")
     for attempt in range(TRIES):
         with LinkTestbed(100, 5, loss=0.01, seed=7 + attempt) as lt:
+            assert lt.emu is not None
+            before = lt.emu.stats()["directions"]["a_to_b"]  # type: ignore[index]
+            buf_before = _udp_rcvbuf_errors(lt.pid("b"))
             res = lt.iperf(seconds=3.0, warmup_s=0.0, udp_mbps=40)
+            after = lt.emu.stats()["directions"]["a_to_b"]  # type: ignore[index]
+            machine_drops = _udp_rcvbuf_errors(lt.pid("b")) - buf_before
+            d = {k: after[k] - before[k] for k in keys}
+            machine_drops += d["queue_drops"] + d["socket_drops"] + d["send_errors"]
             lost, total = udp_loss(res.raw)
-            frac = lost / total
-            if abs(frac - 0.01) <= 0.003:
+            model = d["loss_drops"] / d["rx_packets"]
+            frac = (lost - machine_drops) / total
+            if abs(model - 0.01) <= 0.003 and abs(frac - 0.01) <= 0.003:
                 break
     assert total > 10_000
-    assert abs(frac - 0.01) <= 0.003, f"loss {frac:.4f} over {total} datagrams"
+    assert abs(model - 0.01) <= 0.003, f"the emulator dropped {model:.4f} of {d['rx_packets']}"
+    assert abs(frac - 0.01) <= 0.003, (f"loss {lost / total:.4f} over {total} datagrams, "
+                                       f"{machine_drops} of them dropped by the machine")
 
 
 @need_root
