@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -140,13 +141,18 @@ def round_figures(stream: Stream, t_cut: float, upto: int) -> dict[str, float] |
     """Figures of one cut from the stream's records, the cut being the first packet that
     never arrived: `t_cut` is when the command that takes the interface down began, and
     the link goes down some milliseconds later, so packets sent in between still arrive
-    on the old route. None: no packet was lost (the cut was not seen) or none arrived
-    after the losses."""
+    on the old route. No packet lost (the switch failed over between two packets, as a
+    slow sender in a VM allows): the receiver's longest silence after the cut stands for
+    both times. None: nothing arrived after the losses, or nothing before the cut."""
     got = {s: t for s, t in stream.arrived if s < upto}
     after = next((s for s, t in enumerate(stream.sent[:upto]) if t >= t_cut), upto)
     lost = [s for s in range(after, upto) if s not in got]
     if not lost:
-        return None
+        stamps = sorted(t for s, t in got.items() if s >= after - 1)
+        if len(stamps) < 2:
+            return None
+        gap_ms = max(b - a for a, b in pairwise(stamps)) * 1e3
+        return {"cut_to_first_ms": gap_ms, "gap_ms": gap_ms, "lost": 0.0}
     resume = next((s for s in range(lost[-1] + 1, upto) if s in got), None)
     before = max((s for s in got if s < lost[0]), default=None)
     if resume is None or before is None:
