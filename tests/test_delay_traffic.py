@@ -52,9 +52,11 @@ RING: dict[str, Any] = {
 
 @need_root
 def test_auto_time_factor_is_chosen_applied_and_recorded(tmp_path: Path) -> None:
-    """A fibre shorter than its path's processing: factor 1 cannot fit, the run picks a
-    larger one, says why, runs every fibre at real delay x that factor, and every record
-    carries it (summary, network.json, manifest)."""
+    """A fibre shorter than its path's processing: the run picks the factor its own
+    measurement asks for, says why, runs every fibre at real delay x that factor, and every
+    record carries it (summary, network.json, manifest). Whether 1 fits depends on the
+    machine's speed and load (a quiet fast machine may fit at 1): the choice's arithmetic
+    is tested on given costs in tests/test_timefactor.py."""
     spec = tmp_path / "short.yaml"
     spec.write_text(SHORT)
     out = tmp_path / "run"
@@ -66,7 +68,11 @@ def test_auto_time_factor_is_chosen_applied_and_recorded(tmp_path: Path) -> None
     manifest = json.loads((out / "manifest.json").read_text())
     choice = summary["time_factor_choice"]
     factor = choice["factor"]
-    assert choice["mode"] == "auto" and choice["fits"] and factor > 1
+    assert choice["mode"] == "auto" and factor >= 1
+    if choice["fits"]:  # the smallest factor meeting both constraints
+        assert factor == max(choice["network_factor"], choice["compute_factor"])
+    else:  # even the bound did not fit: run at the bound, and say so
+        assert factor == choice["bound"] and "does NOT fit" in r.stderr
     assert summary["time_factor"] == network["time_factor"] == manifest["time_factor"] == factor
     (fibre,) = network["fibres"]
     assert fibre["delay_ms"] == pytest.approx(0.05 * factor)
@@ -74,7 +80,7 @@ def test_auto_time_factor_is_chosen_applied_and_recorded(tmp_path: Path) -> None
     # One line per reason on the console: network, compute, the choice.
     assert f"time factor {factor:g} (auto)" in r.stderr
     assert "network: 1 DC pair(s); dc-a~dc-b binds" in r.stderr
-    assert f"chosen {factor:g}" in r.stderr
+    assert f"chosen {factor:g}" in r.stderr or not choice["fits"]
     # The verification's band is +-1 ms in scenario time.
     (rtt,) = json.loads((out / "verification.json").read_text())["rtts"]
     assert rtt["tolerance_ms"] == pytest.approx(factor)
