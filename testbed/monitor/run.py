@@ -204,7 +204,13 @@ class RunMonitor:
         self.exporter.record_fidelity(verdict)
         from testbed.metrics.query import wait_for
 
-        q = f'lightpipe_run_faithful{{run="{self.run_id}"}}'
+        # lightpipe_run_faithful has no labels, so it is exported (0) from the first scrape:
+        # wait for the invariants' own series instead (the monitor-demo run once ended
+        # before its invariants were scraped, and the overview's table stayed empty).
+        shown = sum(1 for i in verdict.get("invariants", [])
+                    if i.get("measured") or not i.get("ok", True))
+        q = (f'count(lightpipe_fidelity_invariant_ok{{run="{self.run_id}"}}) >= {shown}'
+             if shown else f'lightpipe_run_faithful{{run="{self.run_id}"}}')
         ok = True
         for url in self.urls():
             try:
