@@ -210,6 +210,10 @@ def main() -> int:
             if status != 201:
                 print(f"lightpath refused: {status} {lp}", file=sys.stderr)
                 return 1
+            deadline = time.monotonic() + 30  # its protection follows the set-up
+            while args.protection == "on" and time.monotonic() < deadline and \
+                    not ctl.request("GET", f"/lightpaths/{lp['id']}")[1].get("protected"):
+                time.sleep(0.02)
             hosts = {h.dc: h for h in net.plan.hosts}
             a, c = hosts["dc-a"], hosts["dc-c"]
             stream = Stream(f"/proc/{net.host_pid(a.name)}/ns/net",

@@ -191,11 +191,16 @@ class ControllerCore:
                  capacity: CapacityChannel | None = None,
                  metrics: ControllerMetrics | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 controls: RunControls | None = None, protection: bool = False) -> None:
+                 controls: RunControls | None = None, protection: bool = False,
+                 protect_delay_s: float | None = None) -> None:
         """controls: the run whose fibre control channels a layout may name (every
         layout is checked against it; None: not checked, for in-process use).
         protection: give each lightpath a fibre-disjoint backup route, installed as
-        fast-failover groups (controllers/protection.py); decisions stay the same."""
+        fast-failover groups (controllers/protection.py); decisions stay the same.
+        protect_delay_s: a new lightpath's protection (backup hops, groups) is installed
+        this long after its set-up, once no other set-up came meanwhile (1 s at most),
+        for all pending ones at once, so that a set-up waits for its working route's
+        rules only; None: with the set-up."""
         if layout is not None and controls is not None:
             check_layout_controls(layout, controls)
         self.controls = controls
@@ -219,6 +224,10 @@ class ControllerCore:
         self._cap_pool: ThreadPoolExecutor | None = None  # set-ups' caps, in parallel
         # working route -> its backup, for the current layout and cut fibres
         self._backups: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+        self.protect_delay_s = protect_delay_s
+        self._unprotected: set[int] = set()  # set up, protection not installed yet
+        self._protect_timer: threading.Timer | None = None
+        self._protect_since = 0.0  # when the oldest pending protection was asked for
         self.rows: dict[int, LightpathRow] = {}
         self.optical: dict[int, Lightpath] = {}  # controller id -> optical lightpath
         # Per-flow routing of all-reduce jobs inside DC fabrics (POST /routing/jobs).
@@ -412,6 +421,9 @@ class ControllerCore:
         self.optical[row.id] = lp
         # the emulators' caps are told while the rules go in (both done before the reply)
         caps = self._caps_begin(row)
+        deferred = self.protection and self.protect_delay_s is not None
+        if deferred:
+            self._unprotected.add(row.id)
         if program:
             try:
                 self._program()
@@ -424,12 +436,40 @@ class ControllerCore:
                 raise RequestError(503, f"rules for the lightpath could not be installed: "
                                    f"{type(exc).__name__}: {exc}") from None
         self._caps_end(caps)
+        if deferred:
+            self._schedule_protection()
         self._update_gauges()
         dt = self.clock() - t0
         self.metrics.setup_seconds.observe(dt)
         view = self._view(row)
         view["setup_s"] = dt
         return view
+
+    def _schedule_protection(self) -> None:
+        """(Re)start the timer that installs the pending protections (lock held)."""
+        now = time.monotonic()
+        timer = self._protect_timer
+        if timer is not None and timer.is_alive():
+            if now - self._protect_since >= 1.0:
+                return  # a steady stream of set-ups: do not postpone any more
+            timer.cancel()
+        else:
+            self._protect_since = now
+        assert self.protect_delay_s is not None
+        self._protect_timer = threading.Timer(self.protect_delay_s, self.protect_pending)
+        self._protect_timer.daemon = True
+        self._protect_timer.start()
+
+    def protect_pending(self) -> None:
+        """Install the protection of every lightpath set up without it yet."""
+        with self.lock:
+            if not self._unprotected:
+                return
+            self._unprotected.clear()
+            try:
+                self._program()
+            except Exception:  # a switch gone: its full sync installs everything later
+                log.exception("protection not installed")
 
     def program(self) -> None:
         """Install the desired rules now (after adopt/delete with program=False)."""
@@ -449,6 +489,7 @@ class ControllerCore:
             return self._view(row)
 
     def _drop(self, lp_id: int) -> None:
+        self._unprotected.discard(lp_id)
         row = self.rows.pop(lp_id)
         lp = self.optical.pop(lp_id)
         if lp.id in self.net.lightpaths:
@@ -614,7 +655,7 @@ class ControllerCore:
         ids = sorted(i for i, lp in self.optical.items() if lp.id in hit)
         # the backups the switches held (a cut fibre is on the working route, never on
         # its disjoint backup, so the cut does not change these)
-        was = {i: self._backup(self.rows[i].nodes) for i in ids}
+        was = {i: self._installed_backup(self.rows[i]) for i in ids}
         if self.protection:
             res.on_backup = []
         changed: list[LightpathRow] = []
@@ -639,6 +680,7 @@ class ControllerCore:
             if res.on_backup is not None and was[i] == tuple(got.nodes):
                 res.on_backup.append(i)
         for i in res.lost:
+            self._unprotected.discard(i)
             self.rows.pop(i)
             self.optical.pop(i)
         self.store.save(changed, delete_ids=res.lost, failed=failed, lost=lost)
@@ -720,7 +762,11 @@ class ControllerCore:
 
     def _route(self, row: LightpathRow) -> LightpathRoute:
         return LightpathRoute(row.id, row.vid, row.src_dc, row.dst_dc, tuple(row.nodes),
-                              row.src_host, row.dst_host, self._backup(row.nodes))
+                              row.src_host, row.dst_host, self._installed_backup(row))
+
+    def _installed_backup(self, row: LightpathRow) -> tuple[str, ...] | None:
+        """The backup the switches hold for the lightpath (None while it is pending)."""
+        return None if row.id in self._unprotected else self._backup(row.nodes)
 
     def _backup(self, nodes: list[str] | tuple[str, ...]) -> tuple[str, ...] | None:
         """The backup route of a working route (protection on, a layout, one exists):
@@ -746,6 +792,7 @@ class ControllerCore:
         if self.protection:
             backup = self._backup(row.nodes)
             d["backup"] = None if backup is None else list(backup)
+            d["protected"] = self._installed_backup(row) is not None
         return d
 
     def _phase(self, name: str, since: float) -> float:

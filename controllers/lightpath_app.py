@@ -19,6 +19,9 @@ under LightPipe's launcher, `controllers.launcher`):
     LIGHTPIPE_CTL_MAX_PLACEMENTS   placements computing at once (default 4; more: 503)
     LIGHTPIPE_CTL_PROTECTION  1 (default): fibre-disjoint backups as fast-failover groups
                            (controllers/protection.py); 0: restoration by the controller only
+    LIGHTPIPE_CTL_PROTECT_DELAY_S  a new lightpath's protection is installed this long after
+                           its set-up, with the other pending ones (default 0.05; "none":
+                           within the set-up)
 """
 
 from __future__ import annotations
@@ -235,9 +238,14 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         db = os.environ.get("LIGHTPIPE_CTL_DB", "lightpipe-controller.db")
         controls = RunControls(os.environ.get("LIGHTPIPE_CTL_RUN_STATE") or None)
         protection = os.environ.get("LIGHTPIPE_CTL_PROTECTION", "1") != "0"
+        delay = os.environ.get("LIGHTPIPE_CTL_PROTECT_DELAY_S", "0.05")
+        try:
+            delay_s: float | None = None if delay == "none" else min(1.0, max(0.0, float(delay)))
+        except ValueError:
+            delay_s = 0.05
         self.core = ControllerCore(scenario, Store(db), layout=layout, southbound=self,
                                    capacity=ForwarderChannel(controls), controls=controls,
-                                   protection=protection)
+                                   protection=protection, protect_delay_s=delay_s)
         self.core.connected = set()  # type: ignore[attr-defined]
         self.core.synced = set()  # type: ignore[attr-defined]  # dpids holding all rules
         host, _, port = os.environ.get("LIGHTPIPE_CTL_REST", "127.0.0.1:8080").rpartition(":")

@@ -152,6 +152,9 @@ def test_ff_groups_installed_with_the_backup(env: dict[str, Any]) -> None:
                                                      "slots": 2})
     assert status == 201, lp
     assert lp["nodes"] == ["A", "B", "C"] and lp["backup"] == ["A", "D", "C"]
+    # the set-up installs the working route; its protection follows (protect delay)
+    lp = wait_until(lambda: (x := ctl.request("GET", f"/lightpaths/{lp['id']}")[1])
+                    ["protected"] and x, "the lightpath's protection to be installed")
     env["lp"] = lp
     groups = _ofctl(net, "dump-groups", _roadm(net, "A"))
     gid = FF_GROUP_BASE + 2 * lp["id"]

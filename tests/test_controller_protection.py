@@ -224,8 +224,9 @@ def test_protection_leaves_every_decision_unchanged(tmp_path: Path) -> None:
                 core.delete(victim)
     assert outs[0] == outs[1]
     assert any(isinstance(x, tuple) and x[0] for x in outs[0])  # restorations happened
-    strip = [[{k: x for k, x in v.items() if k not in ("backup", "setup_s", "created_s")}
-              for v in c.lightpaths()] for c in cores]
+    extra = ("backup", "protected", "setup_s", "created_s")
+    strip = [[{k: x for k, x in v.items() if k not in extra} for v in c.lightpaths()]
+             for c in cores]
     assert strip[0] == strip[1] and strip[0]
     # and with protection every protected lightpath survives any one cut of its route
     core = cores[1]
@@ -316,3 +317,40 @@ def test_sync_is_make_before_break_in_one_write_per_switch(tmp_path: Path) -> No
     assert {dpid["B"], dpid["C"]} <= {d for _, d, _ in third}
     assert not {dpid["B"], dpid["C"]} & {d for _, d, _ in first + second}
     assert app.installed == {d: dict(after[d]) for d in after}
+
+
+def test_deferred_protection_follows_the_set_up(tmp_path: Path) -> None:
+    """With protect_delay_s the set-up installs the working route only (the rules it
+    would have without protection); the protection of all pending lightpaths follows in
+    one go, and a restoration before that is the controller's alone."""
+    sc = ring_scenario()
+    plain = make_core(tmp_path, sc, protection=False)
+    core = ControllerCore(sc, Store(tmp_path / "d.db"), layout=default_layout(sc),
+                          southbound=Recorder(), protection=True, protect_delay_s=3600.0)
+    a = core.request("dc-a", "dc-d", slots=2)
+    b = core.request("dc-a", "dc-c", slots=2)
+    plain.request("dc-a", "dc-d", slots=2)
+    plain.request("dc-a", "dc-c", slots=2)
+    assert a["protected"] is False and a["backup"] == ["A", "E", "D"]
+    assert core.desired() == plain.desired()  # the working routes' rules only
+    core.protect_pending()
+    assert all(v["protected"] for v in core.lightpaths())
+    groups = {x.group_id for d in core.desired().values() for x in d.values()
+              if isinstance(x, FailoverGroup)}
+    assert groups == {failover_group_id(i, d) for i in (a["id"], b["id"]) for d in (0, 1)}
+    c = core.request("dc-a", "dc-d", slots=2)
+    res = core.fail_fibre("B", "C")  # c's backup was never installed: not "on backup"
+    assert set(res.restored) == {a["id"], b["id"], c["id"]}
+    assert res.on_backup == [a["id"], b["id"]]
+    core.delete(c["id"])
+    assert not core._unprotected
+
+
+def test_deferred_protection_is_installed_by_its_timer(tmp_path: Path) -> None:
+    from tests.waiting import wait_until
+
+    sc = ring_scenario()
+    core = ControllerCore(sc, Store(tmp_path / "t.db"), layout=default_layout(sc),
+                          southbound=Recorder(), protection=True, protect_delay_s=0.01)
+    lp = core.request("dc-a", "dc-d", slots=2)
+    wait_until(lambda: core.lightpath(lp["id"])["protected"], "the protection timer")
