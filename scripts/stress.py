@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    f"--junitxml={junit}", *selection]
-            rc = subprocess.run(cmd, cwd=ROOT, check=False).returncode
+            env = {**os.environ, "LIGHTPIPE_TEST_STRICT_SIGNALS": "1"}  # conftest
+            rc = subprocess.run(cmd, cwd=ROOT, check=False, env=env).returncode
             total, found = failures_of(junit, r)
             if rc not in (0, 1):  # how pytest ended: a test that killed it is in its log
                 how = (f"killed by {signal.Signals(-rc).name}" if rc < 0

@@ -96,13 +96,18 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def _signal_dispositions_intact() -> Any:
-    """Fail the test after which the kernel's SIGINT/SIGTERM disposition no longer matches
-    Python's handler (a C library reset it: tests/sigstate.py), naming it, and put Python's
-    handler back so that the rest of the session is not poisoned: the class of bug where a
-    later Ctrl-C or SIGTERM kills a process without its clean-up."""
+    """After each test, check that the kernel's SIGINT/SIGTERM disposition still matches
+    Python's handler (a C library may reset it: tests/sigstate.py), and put Python's
+    handler back if not, so that the rest of the session is not poisoned: the class of bug
+    where a later Ctrl-C or SIGTERM kills a process without its clean-up. The change may
+    come from a thread an earlier test left running, so the test named is where it was
+    seen, not always its cause: a warning in `make test`, a failure under `make
+    test-stress` (LIGHTPIPE_TEST_STRICT_SIGNALS=1, set by scripts/stress.py)."""
+    import os
     import threading
+    import warnings
 
-    from tests.sigstate import mismatches, resync
+    from tests.sigstate import SignalDispositionWarning, mismatches, resync
 
     yield
     if threading.current_thread() is not threading.main_thread():
@@ -110,5 +115,7 @@ def _signal_dispositions_intact() -> Any:
     bad = mismatches()
     if bad:
         resync()
-        pytest.fail("signal disposition changed under Python: " + "; ".join(bad),
-                    pytrace=False)
+        what = "signal disposition changed under Python: " + "; ".join(bad)
+        if os.environ.get("LIGHTPIPE_TEST_STRICT_SIGNALS") == "1":
+            pytest.fail(what, pytrace=False)
+        warnings.warn(what, SignalDispositionWarning, stacklevel=1)

@@ -13,6 +13,10 @@ from collections.abc import Iterable
 WATCHED = (signal.SIGINT, signal.SIGTERM)
 
 
+class SignalDispositionWarning(UserWarning):
+    """The kernel's disposition of a watched signal no longer matched Python's handler."""
+
+
 def _masks() -> dict[str, int]:
     """SigCgt (caught) and SigIgn (ignored) of this process, from /proc/self/status."""
     found: dict[str, int] = {}
