@@ -158,11 +158,49 @@ def _commands_for(kind: str) -> list[str]:
             if COVERED.get(" ".join(c.split())) == kind]
 
 
-def test_readme_commands_without_root(tmp_path: Path) -> None:
-    """The README's quick commands, in its order, each exit 0 (and the outputs it quotes)."""
+def _chains(commands: list[str]) -> list[list[str]]:
+    """The commands split into chains that share nothing: a command that names what an
+    earlier one wrote (`report runs/sim` after `sim ... --out runs/sim`) joins that one's
+    chain, after it; the others stand alone. Each chain keeps the README's order and runs in
+    its own scratch directory, so that pytest-xdist can run the chains side by side."""
+    chains: list[list[str]] = []
+    owner: dict[str, int] = {}  # output path -> its chain
+    for cmd in commands:
+        words = cmd.split()
+        outs = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"]
+        used = {owner[w] for w in words if w in owner and w not in outs}
+        if len(used) > 1:
+            raise AssertionError(f"{cmd!r} reads the outputs of two chains: merge them")
+        idx = used.pop() if used else len(chains)
+        if idx == len(chains):
+            chains.append([])
+        chains[idx].append(cmd)
+        owner.update(dict.fromkeys(outs, idx))
+    return chains
+
+
+def _fast_chains() -> list[list[str]]:
+    return _chains(_commands_for(FAST))
+
+
+def test_readme_quick_commands_are_all_run() -> None:
+    """Every quick command of the README is in exactly one chain, in the README's order."""
+    commands = _commands_for(FAST)
+    chains = _fast_chains()
+    assert len(commands) >= 12
+    assert sorted(c for ch in chains for c in ch) == sorted(commands)
+    for ch in chains:
+        assert ch == [c for c in commands if c in ch]
+    assert ["lightpipe sim scenarios/quickstart.yaml --out runs/sim",
+            "lightpipe report runs/sim"] in chains
+
+
+@pytest.mark.parametrize("chain", _fast_chains(), ids=lambda ch: " ".join(ch[0].split()[:3]))
+def test_readme_commands_without_root(tmp_path: Path, chain: list[str]) -> None:
+    """The README's quick commands, each chain in its order, each exit 0 (and the outputs
+    it quotes); a report it asks for is written."""
     env = _scratch(tmp_path)
-    done = []
-    for cmd in _commands_for(FAST):
+    for cmd in chain:
         if cmd == "make demo":  # into the scratch directory, not the checkout's runs/
             res = _sh(f"make -s -C {shlex.quote(str(ROOT))} demo "
                       f"OUT={shlex.quote(str(tmp_path / 'runs' / 'demo'))}", tmp_path, env)
@@ -173,10 +211,9 @@ def test_readme_commands_without_root(tmp_path: Path) -> None:
             _validate_example(tmp_path, env)
         else:
             _sh(cmd, tmp_path, env)
-        done.append(cmd)
-    assert len(done) >= 12
-    assert (tmp_path / "runs/cba-quick/report.html").is_file()
-    assert (tmp_path / "runs/sim/report.html").is_file()
+        words = cmd.split()
+        if words[:2] == ["lightpipe", "report"]:
+            assert (tmp_path / words[2] / "report.html").is_file(), cmd
 
 
 def _validate_example(tmp_path: Path, env: dict[str, str]) -> None:
