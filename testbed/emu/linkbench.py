@@ -106,7 +106,7 @@ class LinkTestbed:
         a -> b: host stacks, veths, the middle node); the calibration record."""
         assert self.emu is not None, "start() first"
         f = self.fibre
-        cfg = cfg or cal.CalibrationConfig()
+        cfg = cfg or cal.CalibrationConfig.for_link_mode(self.mode)
         probe = cal.PathProbe("a~b", f"/proc/{self.pid('a')}/ns/net", IP_B, (f.middle,),
                               f.delay_ms)
         self.calibration = cal.calibrate({f.middle: self.emu},
