@@ -202,8 +202,6 @@ class RunMonitor:
         if self.exporter is None:
             return False
         self.exporter.record_fidelity(verdict)
-        from testbed.metrics.query import wait_for
-
         # lightpipe_run_faithful has no labels, so it is exported (0) from the first scrape:
         # wait for the invariants' own series instead (the monitor-demo run once ended
         # before its invariants were scraped, and the overview's table stayed empty).
@@ -211,27 +209,24 @@ class RunMonitor:
                     if i.get("measured") or not i.get("ok", True))
         q = (f'count(lightpipe_fidelity_invariant_ok{{run="{self.run_id}"}}) >= {shown}'
              if shown else f'lightpipe_run_faithful{{run="{self.run_id}"}}')
-        ok = True
-        for url in self.urls():
-            try:
-                in_netns(self.home_fd, lambda u=url: wait_for(u, q, timeout_s=timeout_s))
-            except RuntimeFailure as exc:
-                log.warning("%s", exc)
-                ok = False
-        return ok
+        return self._scraped(q, timeout_s)
 
     def flush(self, timeout_s: float = 20.0) -> bool:
         """Mark the run ended and wait until every Prometheus scraped that; False if not."""
         if self.exporter is None:
             return False
         self.exporter.finish()
+        q = f'lightpipe_run_end_time_seconds{{run="{self.run_id}"}} > 0'
+        return self._scraped(q, timeout_s)
+
+    def _scraped(self, query: str, timeout_s: float) -> bool:
+        """Wait until every Prometheus of the run answers query; False if one did not."""
         from testbed.metrics.query import wait_for
 
-        q = f'lightpipe_run_end_time_seconds{{run="{self.run_id}"}} > 0'
         ok = True
         for url in self.urls():
             try:
-                in_netns(self.home_fd, lambda u=url: wait_for(u, q, timeout_s=timeout_s))
+                in_netns(self.home_fd, lambda u=url: wait_for(u, query, timeout_s=timeout_s))
             except RuntimeFailure as exc:
                 log.warning("%s", exc)
                 ok = False
