@@ -32,6 +32,7 @@ from testbed.cli import (
     trace_cmd,
     validate_cmd,
 )
+from testbed.cluster import cli as cluster_cmd
 from testbed.errors import InputError, LightPipeError
 from testbed.termsafe import SafeFormatter, safe_line
 
@@ -61,6 +62,7 @@ COMMANDS: dict[str, ModuleType] = {
     "report": report_cmd,
     "monitor": monitor_cmd,
     "grafana": grafana_cmd,
+    "cluster": cluster_cmd,
 }
 
 

@@ -1,0 +1,378 @@
+"""Emulation across machines, the parts that need no root: the cluster file, placement of
+DCs on machines, the VXLAN tunnel plan, the SSH command line and the machine check."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.cluster.place import parse_overrides, place
+from testbed.cluster.remote import (
+    CHECK_SCRIPT,
+    MachineCheck,
+    Ssh,
+    check_machine,
+    parse_check_output,
+    ssh_error,
+)
+from testbed.cluster.spec import ClusterSpec, load_cluster, parse_cluster
+from testbed.cluster.tunnel import (
+    create_commands,
+    delete_command,
+    device_name,
+    outer_packet_bytes,
+    owned_devices,
+    plan_tunnels,
+    vni,
+)
+from testbed.emu.plan import build_plan
+from testbed.errors import InputError, SpecError
+from testbed.spec import Scenario, parse_scenario
+from tests.conftest import load_yaml
+
+TWO = {"machines": [{"name": "m1", "address": "192.0.2.1"},
+                    {"name": "m2", "address": "192.0.2.2"}]}
+
+
+def cluster(n: int = 2, **extra: Any) -> ClusterSpec:
+    data = {"machines": [{"name": f"m{i + 1}", "address": f"192.0.2.{i + 1}"}
+                         for i in range(n)], **extra}
+    return parse_cluster(data)
+
+
+def roadms(plan: Any) -> dict[str, str]:
+    return {s.label: s.node for s in plan.switches if s.kind == "roadm"}
+
+
+def ring(n_nodes: int, dcs: list[tuple[str, str, int]]) -> Scenario:
+    """A ring of optical nodes n1..nN with the given (dc, node, hosts) DCs."""
+    nodes = [f"n{i + 1}" for i in range(n_nodes)]
+    links = [{"u": nodes[i], "v": nodes[(i + 1) % n_nodes], "length_km": 100.0}
+             for i in range(n_nodes)]
+    data = load_yaml("quickstart.yaml")
+    data["topology"] = {"links": links}
+    data["dcs"] = [{"name": d, "node": node, "gpus": 8, "hosts": h} for d, node, h in dcs]
+    return parse_scenario(data)
+
+
+# -- the cluster file ---------------------------------------------------------------------
+
+def test_cluster_file_defaults_and_paths(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("name: lab\nssh: {user: vagrant, key: keys/id}\nmachines:\n"
+                 "  - {name: m1, address: host-a.example, tunnel_address: 10.9.0.1}\n"
+                 "  - {name: m2, address: 10.0.0.2, key: /abs/k2, venv: /opt/lp/.venv}\n")
+    c = load_cluster(f)
+    m1, m2 = c.machines
+    assert c.key_of(m1) == tmp_path.resolve() / "keys/id"
+    assert c.key_of(m2) == Path("/abs/k2")
+    assert (c.user_of(m1), c.port_of(m1), c.venv_of(m1)) == ("vagrant", 22, "/lightpipe/.venv")
+    assert c.venv_of(m2) == "/opt/lp/.venv"
+    assert (m1.underlay_ip, m2.underlay_ip) == ("10.9.0.1", "10.0.0.2")
+    assert c.tunnel.udp_port == 4789 and c.ssh.host_key_checking == "strict"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"machines": [{"name": "M1;x", "address": "192.0.2.1"}]}, "machines[0].name"),
+    ({"machines": [{"name": "m1", "address": "-oProxyCommand=x"}]}, "machines[0].address"),
+    ({"machines": [{"name": "m1", "address": "a b"}]}, "machines[0].address"),
+    ({"machines": [{"name": "m1", "address": "h.example"}]}, "machines[0].tunnel_address"),
+    ({"machines": [{"name": "m1", "address": "192.0.2.1", "tunnel_address": "h"}]},
+     "machines[0].tunnel_address"),
+    ({"machines": [{"name": "m1", "address": "192.0.2.1"},
+                   {"name": "m1", "address": "192.0.2.2"}]}, "machines[1].name"),
+    ({"machines": [{"name": "m1", "address": "192.0.2.1"},
+                   {"name": "m2", "address": "192.0.2.1"}]}, "machines[1].address"),
+    ({"machines": [{"name": "m1", "address": "192.0.2.1"},
+                   {"name": "m2", "address": "2001:db8::2"}]}, "machines"),
+    ({"machines": []}, "machines"),
+    ({"venv": "lightpipe/.venv"}, "venv"),
+    ({"ssh": {"user": "root; rm"}}, "ssh.user"),
+    ({"ssh": {"key": "../../etc/shadow"}}, "ssh.key"),
+    ({"ssh": {"host_key_checking": "no"}}, "ssh.host_key_checking"),
+    ({"ssh": {"connect_timeout_s": 0}}, "ssh.connect_timeout_s"),
+    ({"tunnel": {"kind": "gre"}}, "tunnel.kind"),
+    ({"tunnel": {"underlay_mtu": 576}}, "tunnel.underlay_mtu"),
+    ({"machinez": []}, "machinez"),
+])
+def test_bad_cluster_file_names_the_field(change: dict[str, Any], field: str) -> None:
+    data = {**TWO, **change}
+    with pytest.raises(SpecError) as err:
+        parse_cluster(data)
+    line = err.value.line()
+    assert line.startswith(f"{field}: "), line
+    assert "\n" not in line
+
+
+def test_cli_bad_cluster_file_exit_2(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("machines:\n  - {name: m1, address: '-oProxyCommand=touch /tmp/x'}\n")
+    res = cli("cluster", "check", "--cluster", str(f), "--offline")
+    assert res.code == 2
+    assert res.err.count("\n") == 1 and "machines[0].address" in res.err
+    res = cli("cluster", "check", "--cluster", str(tmp_path / "none.yaml"), "--offline")
+    assert res.code == 2 and "--cluster" in res.err
+
+
+# -- placement ----------------------------------------------------------------------------
+
+def test_quickstart_on_two_machines_keeps_dcs_whole() -> None:
+    sc = parse_scenario(load_yaml("quickstart.yaml"))
+    plan = build_plan(sc, "lp0001")
+    p = place(sc, plan, ("m1", "m2"))
+    # Every DC on one machine with its hosts and switches, balanced: 2 DCs, 4 hosts each.
+    assert {m: (x.dcs, x.hosts) for m, x in p.load.items()} == {"m1": (2, 4), "m2": (2, 4)}
+    for h in plan.hosts:
+        assert p.node_machine[h.node] == p.dc_machine[h.dc]
+    # Only fibres cross: every other link has both ends on one machine.
+    for link in plan.links:
+        assert p.node_machine[link.a] == p.node_machine[link.b]
+    crossing = {(c.u, c.v) for c in p.crossing}
+    assert crossing == {(f.u, f.v) for f in plan.fibres
+                        if p.optical_machine[f.u] != p.optical_machine[f.v]}
+    assert 0 < len(crossing) < len(plan.fibres)
+    for c in p.crossing:
+        assert p.node_machine[c.middle] == c.machine_u != c.machine_v
+    assert p.services == "m1"
+    # Deterministic, whatever the run prefix.
+    again = place(sc, build_plan(sc, "lpbeef"), ("m1", "m2"))
+    assert again.dc_machine == p.dc_machine and again.optical_machine == p.optical_machine
+
+
+def test_one_machine_has_no_crossing() -> None:
+    sc = parse_scenario(load_yaml("quickstart.yaml"))
+    p = place(sc, build_plan(sc, "lp0001"), ("solo",))
+    assert p.crossing == () and set(p.node_machine.values()) == {"solo"}
+
+
+def test_swap_pass_removes_crossings_greedy_leaves() -> None:
+    # Largest-first greedy alternates n1, n2, n3, n4 between two machines: 4 of 4 ring
+    # fibres cross. The swap pass puts neighbours together: 2 cross, loads unchanged.
+    sc = ring(4, [("a", "n1", 2), ("b", "n2", 2), ("c", "n3", 2), ("d", "n4", 2)])
+    p = place(sc, build_plan(sc, "lp0001"), ("m1", "m2"))
+    assert len(p.crossing) == 2
+    assert p.load["m1"].hosts == p.load["m2"].hosts == 4
+
+
+def test_transit_nodes_follow_their_neighbours() -> None:
+    # Ring of 6, DCs on n1 and n4 only: each machine gets one DC and one arc of transit
+    # ROADMs, so exactly 2 fibres cross.
+    sc = ring(6, [("a", "n1", 2), ("b", "n4", 2)])
+    p = place(sc, build_plan(sc, "lp0001"), ("m1", "m2"))
+    assert p.dc_machine["a"] != p.dc_machine["b"]
+    assert len(p.crossing) == 2
+
+
+def test_overrides() -> None:
+    # (A scenario has one DC per optical node, so a DC and its ROADM are one unit.)
+    sc = ring(4, [("a", "n1", 2), ("b", "n2", 1), ("c", "n3", 2)])
+    plan = build_plan(sc, "lp0001")
+    free = place(sc, plan, ("m1", "m2"))
+    assert free.dc_machine["a"] != free.dc_machine["c"]  # the two largest apart
+    p = place(sc, plan, ("m1", "m2"), {"c": "m2", "a": "m2"})
+    assert p.dc_machine == {"a": "m2", "b": "m1", "c": "m2"}
+    assert parse_overrides(["a=m2"], ["a", "b"], ["m1", "m2"]) == {"a": "m2"}
+    for bad, what in (("a", "DC=MACHINE"), ("z=m1", "unknown DC"), ("a=m9", "unknown machine")):
+        with pytest.raises(InputError, match=what):
+            parse_overrides([bad], ["a", "b"], ["m1", "m2"])
+    with pytest.raises(InputError, match="placed twice"):
+        parse_overrides(["a=m1", "a=m2"], ["a", "b"], ["m1", "m2"])
+
+
+def test_fourteen_dcs_on_three_machines_balanced() -> None:
+    data = load_yaml("quickstart.yaml")
+    data["dcs"] = [{"name": f"dc-{i}", "node": str(i), "gpus": 8 * i} for i in range(1, 15)]
+    sc = parse_scenario(data)
+    plan = build_plan(sc, "lp0001")
+    p = place(sc, plan, ("m1", "m2", "m3"))
+    hosts = sorted(x.hosts for x in p.load.values())
+    assert sum(hosts) == 28 and hosts[-1] - hosts[0] <= 2
+    assert len(p.crossing) < len(plan.fibres)
+
+
+# -- tunnels ------------------------------------------------------------------------------
+
+def test_tunnel_plan_names_ids_and_mtu() -> None:
+    sc = parse_scenario(load_yaml("quickstart.yaml"))
+    plan = build_plan(sc, "lp0a1f")
+    c = cluster(2)
+    p = place(sc, plan, c.machine_names)
+    tunnels = plan_tunnels(plan.prefix, p, c, roadms(plan))
+    assert len(tunnels) == len(p.crossing)
+    devices = [t.a.device for t in tunnels]
+    assert len(set(devices)) == len(devices)
+    assert all(d.startswith("lp0a1fx") and len(d) <= 15 for d in devices)
+    vnis = [t.vni for t in tunnels]
+    assert len(set(vnis)) == len(vnis) and all(v >> 8 == 0x0A1F for v in vnis)
+    for t in tunnels:
+        assert (t.a.local_ip, t.a.remote_ip) == (t.b.remote_ip, t.b.local_ip)
+        assert t.a.attach == "middle" and t.b.attach == "roadm"
+        assert t.b.attach_to == roadms(plan)[t.v]
+        # 1500 + 14 + 4 (802.1Q) + 8 VXLAN + 8 UDP + 20 IPv4 = 1554 > 1500: fragmented.
+        assert (t.device_mtu, t.outer_bytes, t.fragments) == (1500, 1554, True)
+    jumbo = plan_tunnels(plan.prefix, p, cluster(2, tunnel={"underlay_mtu": 9000}),
+                         roadms(plan))
+    assert not any(t.fragments for t in jumbo)
+    assert outer_packet_bytes(6) == 1574
+    # Another run's VNIs never meet these.
+    other = plan_tunnels("lp0a20", p, c, roadms(plan))
+    assert not {t.vni for t in other} & set(vnis)
+
+
+def test_tunnel_ids_bounds() -> None:
+    assert vni("lp0000", 1) == 1 and vni("lpffff", 255) == 0xFFFFFF
+    with pytest.raises(InputError, match="at most 255"):
+        vni("lp0001", 256)
+    with pytest.raises(InputError):
+        device_name("lp01", 1)
+    assert device_name("lpffff", 99999) == "lpffffx99999"
+    with pytest.raises(ValueError):
+        device_name("lpffff", 999999999)  # 16 bytes: no interface name
+
+
+def test_tunnel_commands_and_ownership() -> None:
+    sc = ring(4, [("a", "n1", 1), ("b", "n3", 1)])
+    plan = build_plan(sc, "lp00c0")
+    c = cluster(2)
+    t = plan_tunnels(plan.prefix, place(sc, plan, c.machine_names), c, roadms(plan))[0]
+    cmds = create_commands(t, t.a, "lp00c0f1")
+    assert cmds[0][:8] == ["ip", "link", "add", t.a.device, "type", "vxlan", "id", str(t.vni)]
+    assert ["local", t.a.local_ip, "remote", t.a.remote_ip] == cmds[0][8:12]
+    assert "unset" in cmds[0] and cmds[-1][-1] == "up"
+    assert delete_command(t.a.device) == ["ip", "link", "del", t.a.device]
+    with pytest.raises(ValueError):
+        create_commands(t, t.a, "ns; reboot")
+    # What `ip -j -d link show` reports: only the planned name + kind + VNI is the run's.
+    links = [
+        {"ifname": t.a.device, "linkinfo": {"info_kind": "vxlan", "info_data": {"id": t.vni}}},
+        {"ifname": t.a.device, "linkinfo": {"info_kind": "veth"}},
+        {"ifname": t.a.device, "linkinfo": {"info_kind": "vxlan",
+                                            "info_data": {"id": t.vni + 1}}},
+        {"ifname": "eth0"},
+    ]
+    assert owned_devices(links, [t], t.a.machine) == [t.a.device]
+    assert owned_devices(links, [t], "elsewhere") == []
+
+
+# -- SSH and the machine check ------------------------------------------------------------
+
+def test_ssh_command_line(tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    c = parse_cluster({**TWO, "ssh": {"user": "vagrant", "key": "id", "port": 2222,
+                                      "host_key_checking": "accept-new",
+                                      "known_hosts": "kh"}}, base_dir=tmp_path)
+    argv = Ssh(c, c.machines[1]).argv(["sh", "-s", "--", "/a b", "x;y"])
+    assert argv[0] == "ssh"
+    for opt in ("BatchMode=yes", "StrictHostKeyChecking=accept-new", "IdentitiesOnly=yes",
+                f"UserKnownHostsFile={tmp_path / 'kh'}", "ConnectTimeout=10"):
+        assert opt in argv
+    assert argv[argv.index("-i") + 1] == str(key)
+    assert argv[argv.index("-p") + 1] == "2222"
+    # The destination follows '--' (never read as an option); remote words are quoted.
+    assert argv[-3:] == ["--", "vagrant@192.0.2.2", "sh -s -- '/a b' 'x;y'"]
+    strict = Ssh(cluster(1), cluster(1).machines[0]).argv(["true"])
+    assert "StrictHostKeyChecking=yes" in strict and "-i" not in strict
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_unreachable_machine_is_one_line(cli: Any, tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there: a real "connection refused"
+    f = tmp_path / "c.yaml"
+    f.write_text(f"ssh: {{port: {port}, connect_timeout_s: 3}}\nmachines:\n"
+                 "  - {name: near, address: 127.0.0.1}\n")
+    check = check_machine(load_cluster(f), load_cluster(f).machines[0])
+    assert not check.reachable and not check.ok
+    assert check.line().startswith("near (127.0.0.1): unreachable (")
+    assert "refused" in check.line()
+    res = cli("cluster", "check", "--cluster", str(f))
+    assert res.code == 1
+    assert res.err.startswith("lightpipe: error: machine near (127.0.0.1): unreachable")
+    assert res.err.count("\n") == 1
+
+
+def test_key_file_checked_before_ssh(tmp_path: Path) -> None:
+    c = parse_cluster({**TWO, "ssh": {"key": "id"}}, base_dir=tmp_path)
+    with pytest.raises(InputError, match=r"^ssh.key: .*no such file"):
+        check_machine(c, c.machines[0])
+    key = tmp_path / "id"
+    key.write_text("not a key\n")
+    key.chmod(0o644)
+    with pytest.raises(InputError, match="others can read it"):
+        check_machine(c, c.machines[0])
+
+
+def _run_check_script(venv: str, address: str, path: str | None = None) -> MachineCheck:
+    """CHECK_SCRIPT run here by sh, as ssh runs it on a machine."""
+    env = dict(os.environ)
+    if path is not None:
+        env["PATH"] = path
+    res = subprocess.run(["/bin/sh", "-s", "--", venv, address], input=CHECK_SCRIPT,
+                         capture_output=True, text=True, timeout=60, check=True, env=env)
+    out = MachineCheck("here", address, reachable=True)
+    parse_check_output(res.stdout, out)
+    return out
+
+
+@pytest.mark.skipif(any(shutil.which(t) is None for t in ("ip", "tc", "mnexec",
+                                                          "ovs-vswitchd", "ovs-vsctl")),
+                    reason="needs LightPipe's tools installed here")
+def test_check_script_on_this_machine(tmp_path: Path) -> None:
+    import sys
+
+    venv = str(Path(sys.executable).parent.parent)
+    ok = _run_check_script(venv, "127.0.0.1")
+    assert ok.missing == [] and set(ok.tools) == {"ip", "tc", "ovs-vswitchd", "ovs-vsctl",
+                                                  "mnexec"}
+    assert ok.venv == "ok" and ok.underlay_dev == "lo" and ok.kernel
+    # A machine without mnexec and ovs-vsctl (PATH without /usr/bin) and no venv there.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("id", "awk", "cat", "uname", "sudo", "modinfo"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    bare = _run_check_script(str(tmp_path / "novenv"), "127.0.0.1", str(bin_dir))
+    assert bare.missing == ["ovs-vsctl", "mnexec"]
+    assert bare.venv == "missing"
+    assert "missing mnexec" in bare.problems and not bare.ok
+    assert "missing ovs-vsctl; missing mnexec; no venv" in bare.line()
+
+
+def test_ssh_error_words() -> None:
+    assert "host key not known" in ssh_error(255, "Host key verification failed.\n")
+    assert ssh_error(255, "x\nuser@h: Permission denied (publickey).\n").startswith(
+        "authentication refused")
+    assert ssh_error(255, "") == "unreachable (ssh exited with 255)"
+
+
+def test_cli_offline_prints_placement(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("machines:\n  - {name: m1, address: 192.0.2.1}\n"
+                 "  - {name: m2, address: 192.0.2.2}\n")
+    spec = str(Path(__file__).parent.parent / "scenarios" / "quickstart.yaml")
+    res = cli("cluster", "check", "--cluster", str(f), spec, "--offline", "--prefix", "lp0042",
+              "--place", "dc-a=m2")
+    assert res.code == 0, res.err
+    assert "controller and monitor on m1" in res.out
+    assert "m2: 2 DC(s) dc-a" in res.out
+    assert "vxlan lp0042x" in res.out and "outer 1554 bytes" in res.out
+    res = cli("cluster", "check", "--cluster", str(f), spec, "--offline", "--place", "dc-z=m1")
+    assert res.code == 2 and "--place: unknown DC 'dc-z'" in res.err
+    res = cli("cluster", "check", "--cluster", str(f), spec, "--offline", "--json")
+    import json
+
+    doc = json.loads(res.out)
+    assert set(doc["dcs"]) == {"dc-a", "dc-b", "dc-c", "dc-d"}
+    assert len(doc["tunnels"]) == len(doc["crossing"]) > 0
