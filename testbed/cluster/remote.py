@@ -191,11 +191,11 @@ def ssh_error(code: int, stderr: str) -> str:
     """A few words for why ssh failed, from its last meaningful stderr line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     last = lines[-1] if lines else f"ssh exited with {code}"
+    if "IDENTIFICATION HAS CHANGED" in stderr or "has changed and you have" in stderr:
+        return "host key changed since it was recorded in known_hosts; refused"
     if "Host key verification failed" in stderr:
         return ("host key not known (add it to known_hosts, or set ssh.host_key_checking: "
                 "accept-new)")
-    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
-        return "host key changed since it was recorded in known_hosts; refused"
     if "Permission denied" in stderr:
         return f"authentication refused ({last})"
     if code == SSH_FAILED:
