@@ -376,3 +376,23 @@ def test_cli_offline_prints_placement(cli: Any, tmp_path: Path) -> None:
     doc = json.loads(res.out)
     assert set(doc["dcs"]) == {"dc-a", "dc-b", "dc-c", "dc-d"}
     assert len(doc["tunnels"]) == len(doc["crossing"]) > 0
+
+
+def test_cli_usage_errors_exit_2(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("machines:\n  - {name: m1, address: 192.0.2.1}\n")
+    spec = str(Path(__file__).parent.parent / "scenarios" / "quickstart.yaml")
+    for argv, words in ((["cluster"], "required: ACTION"),
+                        (["cluster", "check"], "required: --cluster"),
+                        (["cluster", "check", "--cluster", str(f), "--offline", "--prefix",
+                          "lpzz", spec], "--prefix: not a run prefix"),
+                        (["cluster", "check", "--cluster", str(f), "--offline", "--place",
+                          "dc-a=m1"], "--place: needs a SPEC")):
+        res = cli(*argv)
+        assert res.code == 2 and words in res.err and res.err.count("\n") == 1, res.err
+
+
+def test_place_refuses_unknown_machine() -> None:
+    sc = ring(4, [("a", "n1", 1), ("b", "n3", 1)])
+    with pytest.raises(InputError, match="unknown machine 'm9'"):
+        place(sc, build_plan(sc, "lp0001"), ("m1", "m2"), {"a": "m9"})

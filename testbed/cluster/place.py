@@ -93,6 +93,9 @@ def place(scenario: Scenario, plan: EmuPlan, machines: Sequence[str],
     if not machines:
         raise InputError("machines", "a cluster needs at least one machine")
     overrides = dict(overrides or {})
+    for dc, m in overrides.items():
+        if m not in machines:
+            raise InputError("--place", f"{dc}={m}: unknown machine {m!r}")
     hosts_of: dict[str, int] = {}
     for h in plan.hosts:
         hosts_of[h.dc] = hosts_of.get(h.dc, 0) + 1
@@ -128,19 +131,20 @@ def place(scenario: Scenario, plan: EmuPlan, machines: Sequence[str],
         gpus_load[m] += g.gpus
 
     edges = [(f.u, f.v) for f in plan.fibres]
-    optical = _with_transit(where, edges, machines)
+    roadms = sorted(s.label for s in plan.switches if s.kind == "roadm")
+    optical = _with_transit(where, edges, machines, roadms)
     if len(machines) > 1 and len(free) <= MAX_SWAP_GROUPS:
-        optical = _swap_pass(where, [g.node for g in free], groups, edges, machines)
+        optical = _swap_pass(where, [g.node for g in free], groups, edges, machines, roadms)
 
     return _finish(plan, machines, optical, scenario)
 
 
 def _with_transit(where: Mapping[str, str], edges: Sequence[tuple[str, str]],
-                  machines: Sequence[str]) -> dict[str, str]:
+                  machines: Sequence[str], roadms: Sequence[str] = ()) -> dict[str, str]:
     """Place optical nodes without a DC where most of their placed neighbours are (in
     rounds, so that chains of transit nodes follow), ties by fewer ROADMs, then order."""
     out = dict(where)
-    nodes = sorted({n for e in edges for n in e})
+    nodes = sorted({n for e in edges for n in e} | set(roadms))
     adj: dict[str, list[str]] = {n: [] for n in nodes}
     for u, v in edges:
         adj[u].append(v)
@@ -168,7 +172,8 @@ def _crossings(optical: Mapping[str, str], edges: Sequence[tuple[str, str]]) -> 
 
 
 def _swap_pass(where: dict[str, str], free: Sequence[str], groups: Mapping[str, _Group],
-               edges: Sequence[tuple[str, str]], machines: Sequence[str]) -> dict[str, str]:
+               edges: Sequence[tuple[str, str]], machines: Sequence[str],
+               roadms: Sequence[str]) -> dict[str, str]:
     """Swap pairs of free groups on different machines while that removes crossings and
     keeps the most loaded machine's host count (then GPU count) where it was."""
 
@@ -180,7 +185,7 @@ def _swap_pass(where: dict[str, str], free: Sequence[str], groups: Mapping[str, 
             gpus[m] += groups[node].gpus
         return max(hosts.values()), max(gpus.values())
 
-    cur = _with_transit(where, edges, machines)
+    cur = _with_transit(where, edges, machines, roadms)
     best_cut, best_peak = _crossings(cur, edges), peak(where)
     improved = True
     while improved and best_cut > 0:
@@ -193,7 +198,7 @@ def _swap_pass(where: dict[str, str], free: Sequence[str], groups: Mapping[str, 
                 trial[a], trial[b] = where[b], where[a]
                 if peak(trial) > best_peak:
                     continue
-                optical = _with_transit(trial, edges, machines)
+                optical = _with_transit(trial, edges, machines, roadms)
                 cut = _crossings(optical, edges)
                 if cut < best_cut:
                     where.clear()
