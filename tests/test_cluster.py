@@ -270,7 +270,7 @@ def test_ssh_command_line(tmp_path: Path) -> None:
     argv = Ssh(c, c.machines[1]).argv(["sh", "-s", "--", "/a b", "x;y"])
     assert argv[0] == "ssh"
     for opt in ("BatchMode=yes", "StrictHostKeyChecking=accept-new", "IdentitiesOnly=yes",
-                f"UserKnownHostsFile={tmp_path / 'kh'}", "ConnectTimeout=10"):
+                f'UserKnownHostsFile="{tmp_path / "kh"}"', "ConnectTimeout=10"):
         assert opt in argv
     assert argv[argv.index("-i") + 1] == str(key)
     assert argv[argv.index("-p") + 1] == "2222"

@@ -68,7 +68,8 @@ class Ssh:
                 "-o", "LogLevel=ERROR", "-p", str(self.cluster.port_of(self.machine))]
         known = self.cluster.known_hosts_path()
         if known is not None:
-            opts += ["-o", f"UserKnownHostsFile={known}"]
+            # Quoted: ssh reads a space in this option as a second file.
+            opts += ["-o", f'UserKnownHostsFile="{known}"']
         key = self.cluster.key_of(self.machine)
         if key is not None:
             opts += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
@@ -154,6 +155,9 @@ def check_machine(cluster: ClusterSpec, machine: MachineSpec,
         raise InputError(field_name, f"{key}: others can read it (ssh refuses such a key; "
                          "chmod 600 it)")
     known = cluster.known_hosts_path()
+    if known is not None and any(c in str(known) for c in '"\\\n'):
+        raise InputError("ssh.known_hosts", f"{str(known)!r}: a path with a quote, a "
+                         "backslash or a newline cannot be given to ssh")
     if known is not None and cluster.ssh.host_key_checking == "strict" and not known.is_file():
         raise InputError("ssh.known_hosts", f"{known}: no such file (strict host key "
                          "checking needs the machines' keys in it)")
