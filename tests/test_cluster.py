@@ -396,3 +396,29 @@ def test_place_refuses_unknown_machine() -> None:
     sc = ring(4, [("a", "n1", 1), ("b", "n3", 1)])
     with pytest.raises(InputError, match="unknown machine 'm9'"):
         place(sc, build_plan(sc, "lp0001"), ("m1", "m2"), {"a": "m9"})
+
+
+def test_shares_cover_the_plan_once() -> None:
+    from testbed.cluster.share import split
+
+    data = load_yaml("quickstart.yaml")
+    data["dcs"] = [{"name": f"dc-{i}", "node": str(i), "gpus": 8} for i in range(1, 15)]
+    sc = parse_scenario(data)
+    plan = build_plan(sc, "lp0b0b")
+    c = cluster(3)
+    p = place(sc, plan, c.machine_names)
+    tunnels = plan_tunnels(plan.prefix, p, c, roadms(plan))
+    shares = split(plan, p, tunnels)
+    assert [s.machine for s in shares.values()] == ["m1", "m2", "m3"]
+    assert [s.services for s in shares.values()] == [True, False, False]
+    assert sorted(h.node for s in shares.values() for h in s.hosts) == \
+        sorted(h.node for h in plan.hosts)
+    assert sum(len(s.links) for s in shares.values()) == len(plan.links)
+    assert sum(len(s.fibres) for s in shares.values()) == len(plan.fibres)
+    # A crossing fibre: two tunnel ends, one with its middle node, one with its far ROADM.
+    for t in tunnels:
+        a, b = shares[t.a.machine], shares[t.b.machine]
+        assert t.a.attach_to in {f.middle for f in a.fibres}
+        assert t.b.attach_to in {s.node for s in b.switches}
+        assert (t, t.a) in a.tunnel_ends and (t, t.b) in b.tunnel_ends
+    assert sum(len(s.tunnel_ends) for s in shares.values()) == 2 * len(p.crossing)
