@@ -22,8 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="cluster file (YAML): machines, ssh, venv, tunnel "
                        "(docs/cluster.md)")
     check.add_argument("--place", action="append", default=[], metavar="DC=MACHINE",
-                       help="put a DC (and any DC on its optical node) on a machine "
-                       "(repeatable)")
+                       help="put a DC (with its ROADM) on a machine (repeatable)")
     check.add_argument("--offline", action="store_true",
                        help="placement and tunnels only: do not contact the machines")
     check.add_argument("--prefix", metavar="RUN", default=None,
