@@ -422,3 +422,15 @@ def test_shares_cover_the_plan_once() -> None:
         assert t.b.attach_to in {s.node for s in b.switches}
         assert (t, t.a) in a.tunnel_ends and (t, t.b) in b.tunnel_ends
     assert sum(len(s.tunnel_ends) for s in shares.values()) == 2 * len(p.crossing)
+
+
+def test_docs_cluster_file_example_is_valid() -> None:
+    import re
+
+    import yaml
+
+    text = (Path(__file__).parent.parent / "docs" / "cluster.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    c = parse_cluster(yaml.safe_load(block.group(1)))
+    assert c.machine_names == ("m1", "m2") and c.machines[1].underlay_ip == "10.9.0.2"
