@@ -32,7 +32,8 @@ def one_run(out: Path) -> dict[str, object]:
         return {"rc": r.returncode, "error": r.stderr.strip()[-500:]}
     emu = json.loads((out / "emu" / "summary.json").read_text())["allreduce"]
     rounds = json.loads((out / "emu" / "allreduce.json").read_text())["rounds"]
-    return {"rc": 0, "rounds": [{"policy": x["policy"], "rel_error": x["rel_error"]}
+    return {"rc": 0, "rounds": [{k: x[k] for k in ("policy", "round", "job", "emu_s",
+                                                   "sim_s", "rel_error", "paths")}
                                 for x in rounds],
             "ratio_emu": emu["greedy"]["mean_emu_s"] / emu["ecmp"]["mean_emu_s"],
             "ratio_model": emu["greedy"]["mean_sim_s"] / emu["ecmp"]["mean_sim_s"]}

@@ -130,6 +130,21 @@ def test_retransmits_the_model_dropped_are_allowed() -> None:
     assert fid.verdict(Scale(), **d)["faithful"]
 
 
+def test_retransmits_the_fabric_queues_dropped_are_allowed() -> None:
+    """A shaped DC fabric link's FIFO drops whole GSO frames: each may hold several
+    segments, and each of those is a retransmission TCP owes."""
+    d = good_inputs()
+    d["tcp"] = {"h0": {"TcpOutSegs": 10_000, "TcpRetransSegs": 900}}
+    d["fabric"] = {"frames": 40, "segments_per_frame": 4}  # 160 segments: too few
+    v = fid.verdict(Scale(), **d)
+    assert not v["faithful"]
+    assert "160 dropped by the model (40 frames of up to 4 segments" in v["reasons"][0]
+    d["fabric"] = {"frames": 40, "segments_per_frame": 11}  # 440 segments, x 2
+    v = fid.verdict(Scale(), **d)
+    assert v["faithful"], v["reasons"]
+    assert v["fabric_drops"] == {"frames": 40, "segments_per_frame": 11}
+
+
 def test_unmeasured_parts_are_listed_not_failed() -> None:
     """No workers, no forwarders (netem links), no TCP: those invariants have no value."""
     v = fid.verdict(Scale(), [rtt_row("a~b", 20.0, [20.1] * 20)])

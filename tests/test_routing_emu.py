@@ -229,15 +229,16 @@ def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) 
             ctl.request("DELETE", f"/routing/jobs/{i}")
 
 
-# Behaviour, not fidelity (bench/bench_routing_emu.py measures how close the emulated
-# rounds come to the fluid max-min model, over many runs; docs/routing-testbed.md): on
-# the shared 2-core machine the emulated rounds ran 4-45 % longer than the model on the
-# same paths, one stalled round 2x. A wrong path or rate model is a 2x error (100 %) in
-# every round, so: median error within MEDIAN_TOLERANCE, none past STALL_TOLERANCE, and
-# what a uniform slow-down cannot hide is checked relatively: greedy's emulated round
-# time over ECMP's matches the model's ratio on the same paths within RATIO_TOLERANCE.
-MEDIAN_TOLERANCE = 0.8
-STALL_TOLERANCE = 1.5
+# Behaviour with a margin for a busy machine, not the fidelity figure (bench/
+# bench_routing_emu.py measures that over 50 rounds per policy; docs/routing-testbed.md):
+# on the shared 2-core machine, emulated rounds came within a median 3-5 % of the model
+# (greedy) and 5-15 % (ECMP, where TCP shares links), the worst of 100 rounds 55 %. A wrong
+# path or rate model is a 2x error (100 %) in every round, and a stalled round (a
+# retransmission time-out chain: 2.6x once in CI before the fabric's fix) is past
+# STALL_TOLERANCE; what a uniform slow-down cannot hide is checked relatively: greedy's
+# emulated round time over ECMP's matches the model's ratio within RATIO_TOLERANCE.
+MEDIAN_TOLERANCE = 0.5
+STALL_TOLERANCE = 1.0
 RATIO_TOLERANCE = 0.3
 
 
@@ -270,5 +271,6 @@ def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> N
         assert emu["greedy"]["mean_emu_s"] < emu["ecmp"]["mean_emu_s"]
     ratio_emu = emu["greedy"]["mean_emu_s"] / emu["ecmp"]["mean_emu_s"]
     ratio_sim = emu["greedy"]["mean_sim_s"] / emu["ecmp"]["mean_sim_s"]
-    assert abs(ratio_emu / ratio_sim - 1.0) <= RATIO_TOLERANCE, (ratio_emu, ratio_sim)
+    assert abs(ratio_emu / ratio_sim - 1.0) <= RATIO_TOLERANCE, (
+        ratio_emu, ratio_sim, [(r["policy"], r["job"], r["rel_error"]) for r in rounds])
     assert len(rounds) == 20 and all(r["emu_s"] > 0 for r in rounds)

@@ -78,7 +78,24 @@ def test_bad_fabric_or_jobs_rejected(change: dict[str, Any], field: str) -> None
 
 def test_htb_script_validates() -> None:
     text = htb_script("lpab12s5-eth1", 50.0)
-    assert "htb rate 50.000000mbit" in text and "bfifo limit" in text
+    # a switch port: its bucket passes one 64 kB GSO frame, its FIFO holds 50 ms
+    assert "htb rate 50.000000mbit" in text and "bfifo limit 312500" in text
+    assert "burst 70000 " in text and "gso_max_size" not in text
+    # a host's NIC: the exact bucket, a NIC's packet queue, frames of 2.5 ms at its rate
+    nic = htb_script("dc-a-h0-eth0", 50.0, nic=True)
+    assert "burst 15000 " in nic and "pfifo limit 1000" in nic
+    assert "gso_max_size 15625 " in nic
+    assert "gso_max_size 65536 " in htb_script("dc-a-h0-eth0", 10_000.0, nic=True)
+    assert "gso_max_size 9000 " in htb_script("dc-a-h0-eth0", 1.0, nic=True)
+    # with its DC's hosts, a switch port shares its rate among them: a class, a FIFO
+    # and a filter per source host, the rest (ARP, tagged frames) in the default class
+    fair = htb_script("lpab12s5-eth1", 50.0, sources=["10.0.0.1", "10.0.0.2"])
+    assert "htb default 2 " in fair and fair.count("bfifo limit 312500") == 3
+    assert "match ip src 10.0.0.1/32 flowid 1:3" in fair
+    assert "match ip src 10.0.0.2/32 flowid 1:4" in fair
+    assert fair.count("rate 16.666667mbit ceil 50.000000mbit") == 3
+    with pytest.raises(ValueError):
+        htb_script("lpab12s5-eth1", 50.0, sources=["10.0.0.1; reboot"])
     with pytest.raises(ValueError):
         htb_script("bad;name", 50.0)
     with pytest.raises(ValueError):

@@ -7,14 +7,22 @@ plan's leaf-spine DC into the directed capacitated graph that testbed.routing ro
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
+
 import networkx as nx
 
 from testbed.emu.plan import EmuPlan
 from testbed.names import check_ifname
 
-QUEUE_S = 0.02          # byte limit of each shaped link's FIFO: 20 ms at its rate ...
-MIN_QUEUE_BYTES = 65536  # ... but at least one 64 kB GSO frame (TSO stays on)
-UNLIMITED_GBPS = 1e6    # a link without a rate in the routing graph
+QUEUE_S = 0.05            # byte limit of a switch port's FIFO: 50 ms at its rate ...
+MIN_QUEUE_BYTES = 65536   # ... but at least one 64 kB GSO frame (TSO stays on)
+SWITCH_BURST_BYTES = 70_000  # a switch port's bucket: one 64 kB GSO frame as HTB charges it
+NIC_QUEUE_PACKETS = 1000  # a host NIC's queue: Linux's default txqueuelen
+GSO_FRAME_S = 0.0025      # a host's GSO frames: at most 2.5 ms of its NIC's rate ...
+MIN_GSO_BYTES = 9000      # ... but several segments (one-MSS frames cost the switch 44x)
+MAX_GSO_BYTES = 65536     # the kernel's own limit
+UNLIMITED_GBPS = 1e6      # a link without a rate in the routing graph
 
 
 def htb_burst_bytes(rate_mbps: float) -> int:
@@ -22,19 +30,63 @@ def htb_burst_bytes(rate_mbps: float) -> int:
     return max(15000, int(rate_mbps * 1e6 / 8 * 0.001))
 
 
-def htb_script(intf: str, rate_mbps: float) -> str:
-    """Shell commands that make `intf` send at rate_mbps (HTB + bounded byte FIFO)."""
+def nic_gso_bytes(rate_mbps: float) -> int:
+    """A shaped host NIC's gso_max_size: GSO_FRAME_S of its rate, within the bounds."""
+    return min(MAX_GSO_BYTES, max(MIN_GSO_BYTES, int(rate_mbps * 1e6 / 8 * GSO_FRAME_S)))
+
+
+def htb_script(intf: str, rate_mbps: float, nic: bool = False,
+               sources: Sequence[str] = ()) -> str:
+    """Shell commands that make `intf` send at rate_mbps (HTB + bounded FIFO).
+
+    Set so that real all-reduce rounds match the fluid max-min model (docs/routing-
+    testbed.md, "Why the fabric is shaped this way"; each point was measured there):
+    - a host's NIC (`nic`) sets its flows' rate with the exact bucket, queues up to
+      NIC_QUEUE_PACKETS so that TCP's small-queue limit, not drops, backs it off, and
+      sends GSO frames of at most GSO_FRAME_S of its rate (`nic_gso_bytes`), so that a
+      frame is not held back for long at each hop nor ACKs behind two big frames;
+    - a switch port's bucket holds one GSO frame (a real switch forwards each packet at
+      once; a 15 kB bucket delayed every frame at every same-rate hop by the jitter
+      the user-space switch adds), and its FIFO holds QUEUE_S at its rate (where two
+      flows share it, fewer tail drops, each of which may cost a retransmission
+      time-out at the end of an all-reduce step);
+    - with `sources` (the IPv4 addresses of the DC's hosts), a switch port shares its
+      rate max-min fairly among them, as the routing model assumes: one HTB class and
+      FIFO per source host (a guaranteed 1/n, borrowing up to the whole rate), and
+      one for the rest. On one FIFO, TCP split a link 30/70 for seconds; two rings that
+      shared two links each waited on the flow that got 30 % and left the other idle,
+      which made whole rounds 20-50 % slower than the model.
+    """
     check_ifname(intf)
     if not 0 < rate_mbps <= 100_000:
         raise ValueError(f"rate {rate_mbps} Mbit/s out of range")
+    addrs = [str(ipaddress.IPv4Address(a)) for a in sources]  # ValueError on a bad one
     burst = htb_burst_bytes(rate_mbps)
-    limit = max(MIN_QUEUE_BYTES, int(rate_mbps * 1e6 / 8 * QUEUE_S))
+    gso = ""
+    if nic:
+        fifo = f"pfifo limit {NIC_QUEUE_PACKETS}"
+        gso = f"ip link set dev {intf} gso_max_size {nic_gso_bytes(rate_mbps)} && "
+    else:
+        burst = max(burst, SWITCH_BURST_BYTES)
+        fifo = f"bfifo limit {max(MIN_QUEUE_BYTES, int(rate_mbps * 1e6 / 8 * QUEUE_S))}"
     rate = f"{rate_mbps:.6f}mbit"
-    return (f"tc qdisc replace dev {intf} root handle 1: htb default 1 r2q 100 && "
+    cmds = [f"tc qdisc replace dev {intf} root handle 1: htb default 1 r2q 100",
             f"tc class add dev {intf} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
-            f"burst {burst} cburst {burst} quantum 1514 && "
-            f"tc qdisc add dev {intf} parent 1:1 handle 10: bfifo limit {limit} "
-            f"|| echo tc-error")
+            f"burst {burst} cburst {burst} quantum 1514"]
+    if not addrs or nic:
+        cmds.append(f"tc qdisc add dev {intf} parent 1:1 handle 10: {fifo}")
+    else:
+        share = f"{rate_mbps / (len(addrs) + 1):.6f}mbit"
+        cmds[0] = f"tc qdisc replace dev {intf} root handle 1: htb default 2 r2q 100"
+        for k, addr in enumerate([None, *addrs]):
+            cls = 2 + k  # 1:2 the rest (ARP, tagged frames), 1:3... one per source
+            cmds += [f"tc class add dev {intf} parent 1:1 classid 1:{cls:x} htb rate {share} "
+                     f"ceil {rate} burst {burst} cburst {burst} quantum 1514",
+                     f"tc qdisc add dev {intf} parent 1:{cls:x} handle {cls + 16:x}: {fifo}"]
+            if addr is not None:
+                cmds.append(f"tc filter add dev {intf} parent 1: protocol ip prio 1 u32 "
+                            f"match ip src {addr}/32 flowid 1:{cls:x}")
+    return gso + " && ".join(cmds) + " || echo tc-error"
 
 
 def fabric_graph(plan: EmuPlan, dc: str) -> nx.DiGraph:

@@ -232,7 +232,10 @@ def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str, int]],
-                    scale: Scale) -> list[Invariant]:
+                    scale: Scale, fabric: Mapping[str, int] | None = None) -> list[Invariant]:
+    """The forwarders' timer slack and own drops, and TCP's retransmissions against what
+    the model dropped: the forwarders' queues and loss, and the shaped fabric links'
+    queues (`fabric`: frames dropped, at most segments_per_frame TCP segments each)."""
     tot = tot or {}
     slack = tot.get("timer_slack")
     q = quantile_s(slack, 0.99) if slack else None
@@ -250,12 +253,18 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
                          "drops, send errors)")
     out_segs = sum(int(h.get("TcpOutSegs", 0)) for h in tcp.values())
     retrans = sum(int(h.get("TcpRetransSegs", 0)) for h in tcp.values())
-    allowed = RETRANSMITS_PER_DROP * tot.get("modelled_drops", 0)
+    fabric = fabric or {}
+    fabric_frames = int(fabric.get("frames", 0))
+    dropped = tot.get("modelled_drops", 0) + fabric_frames * int(
+        fabric.get("segments_per_frame", 1))
+    allowed = RETRANSMITS_PER_DROP * dropped
     unexplained = max(0.0, retrans - allowed)
+    by_fabric = (f" ({fabric_frames} frames of up to {fabric.get('segments_per_frame')} "
+                 f"segments by the fabric's queues)" if fabric_frames else "")
     tcp_inv = Invariant("tcp_retransmits", unexplained / out_segs if out_segs else None,
                         MAX_UNEXPLAINED_RETRANSMIT_SHARE, "max", "share",
-                        f"{retrans} retransmitted, {tot.get('modelled_drops', 0)} dropped by "
-                        f"the model, of {out_segs} segments" if out_segs else
+                        f"{retrans} retransmitted, {dropped} dropped by the model{by_fabric}, "
+                        f"of {out_segs} segments" if out_segs else
                         "no TCP segments sent",
                         "TCP retransmits only what the rates and queues dropped (else "
                         "delay spikes fired time-outs)")
@@ -268,7 +277,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             forwarder_stats: Sequence[Mapping[str, Any]] = (),
             tcp: Mapping[str, Mapping[str, int]] | None = None,
             jobs: Sequence[Mapping[str, Any]] = (),
-            host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            host: Mapping[str, Any] | None = None,
+            fabric: Mapping[str, int] | None = None) -> dict[str, Any]:
     """summary.json `fidelity`: faithful or not, the reasons (failed invariants), every
     invariant as a record, and what was measured (per lightpath, per process).
 
@@ -277,7 +287,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     the run's forwarders (role "forwarder"), software switch ("switch") and workers
     ("worker"); forwarder_stats: each forwarder's stats() at the end; tcp: per host nstat
     counters (TcpOutSegs, TcpRetransSegs); jobs: summary.json worker_jobs; host: the
-    machine's load (testbed.metrics.hostload summary: steal_frac)."""
+    machine's load (testbed.metrics.hostload summary: steal_frac); fabric: the shaped DC
+    fabric links' queue drops (testbed.emu.fidelity_probe.fabric_drops)."""
     errors = lightpath_rtt_errors(rtt_rows, scale)
     tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
     invs = [*rtt_invariants(errors),
@@ -288,7 +299,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             share_invariant("worker_cpu_share", procs, "worker", MIN_WORKER_SHARE,
                             "the workers had a CPU when they wanted one"),
             _worst_job(jobs, 0), _worst_job(jobs, 1),
-            *link_invariants(tot, tcp or {}, scale),
+            *link_invariants(tot, tcp or {}, scale, fabric),
             steal_invariant(host)]
     failed = [i for i in invs if not i.ok]
     return {"faithful": not failed, "reasons": [i.reason() for i in failed],
@@ -296,7 +307,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             **scale.as_record(),
             "lightpaths": errors, "processes": list(procs),
             "forwarders": {k: v for k, v in (tot or {}).items() if v is not None},
-            "tcp": dict(tcp or {})}
+            "tcp": dict(tcp or {}), "fabric_drops": dict(fabric or {})}
 
 
 def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +22,7 @@ log = logging.getLogger(__name__)
 
 TCP_FIDELITY_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
                          "TcpExtTCPSpuriousRTOs")
+TCP_MSS_BYTES = 1448  # the hosts' TCP payload per segment (MTU 1500, timestamps)
 # The run state's process roles the sampler reads, as the verdict names them.
 STATE_ROLES = {"forwarder": "forwarder", "ovs-vswitchd": "switch"}
 
@@ -102,6 +105,26 @@ def forwarder_stats(net: Any) -> list[dict[str, Any]]:
     return out
 
 
+def fabric_drops(net: Any) -> dict[str, int]:
+    """Frames the shaped DC fabric links' queues dropped (testbed.emu.fabric: host NICs
+    and switch ports, `tc -s` on each) and the most TCP segments one of them can hold
+    (a GSO frame of a host NIC's gso_max_size)."""
+    from testbed.emu.fabric import MIN_GSO_BYTES, nic_gso_bytes
+
+    frames, biggest = 0, MIN_GSO_BYTES
+    for node, intf, rate_mbps, nic, _ in getattr(net, "shaped", ()):
+        try:
+            out = node.cmd(f"tc -s qdisc show dev {intf}")
+        except Exception as exc:  # a node already gone: its counters with it
+            log.debug("no qdisc counters from %s: %s", intf, exc)
+            continue
+        m = re.search(r"\(dropped (\d+),", out)  # the root qdisc's: its FIFO's included
+        frames += int(m.group(1)) if m else 0
+        if nic:
+            biggest = max(biggest, nic_gso_bytes(rate_mbps))
+    return {"frames": frames, "segments_per_frame": math.ceil(biggest / TCP_MSS_BYTES)}
+
+
 def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
             sampler: ProcSampler | None = None, host: Mapping[str, Any] | None = None
             ) -> dict[str, Any]:
@@ -121,7 +144,7 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
             p["name"] = fibre_of[p["name"]]
     return verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
                    host_tcp_counters(net), list(work.get("worker_jobs", [])),
-                   host if host is not None else work.get("host_load"))
+                   host if host is not None else work.get("host_load"), fabric_drops(net))
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any

@@ -153,7 +153,8 @@ class EmuNetwork:
         self.ports: PortMap = {}
         self.emulators: dict[str, linkemu.LinkEmulator] = {}
         self.controller_client: RestClient | None = None  # attach_controller_client
-        self.shaped: list[tuple[Any, str, float]] = []  # (node, interface, rate_mbps): HTB
+        # (node, interface, rate_mbps, is a host's NIC, its DC's host IPs): HTB
+        self.shaped: list[tuple[Any, str, float, bool, tuple[str, ...]]] = []
         self._back_fd: int | None = None
         self._saved_env: dict[str, str | None] = {}
         self.timings_s: dict[str, float] = {}
@@ -268,6 +269,13 @@ class EmuNetwork:
             self.nodes[f.middle] = node
             self._record_node(node, "middle-shell")
 
+        # a fabric switch's port shares its rate fairly among its DC's hosts (fabric.py)
+        dc_ips: dict[str, list[str]] = {}
+        for h in p.hosts:
+            dc_ips.setdefault(h.dc, []).append(h.ip.split("/")[0])
+        dc_sources = {s.node: tuple(dc_ips.get(s.label, ())) for s in p.switches
+                      if s.kind != "roadm"}
+
         def link(a: str, b: str, rate_mbps: float | None = None) -> None:
             na, nb = self.nodes[a], self.nodes[b]
             lk = Link(na, nb)
@@ -275,7 +283,9 @@ class EmuNetwork:
                 if isinstance(n, OVSSwitch):
                     self.ports[(n.name, other)] = n.ports[intf]
                 if rate_mbps is not None:
-                    self.shaped.append((n, str(intf), rate_mbps))
+                    is_switch = isinstance(n, OVSSwitch)
+                    self.shaped.append((n, str(intf), rate_mbps, not is_switch,
+                                        dc_sources.get(n.name, ()) if is_switch else ()))
 
         for lk in p.links:
             link(lk.a, lk.b, lk.rate_mbps)
@@ -356,8 +366,8 @@ class EmuNetwork:
 
     def _shape_links(self) -> None:
         """HTB at the plan's rate on both ends of every rate-limited DC fabric link."""
-        for node, intf, rate_mbps in self.shaped:
-            out = node.cmd(htb_script(intf, rate_mbps))
+        for node, intf, rate_mbps, nic, sources in self.shaped:
+            out = node.cmd(htb_script(intf, rate_mbps, nic=nic, sources=sources))
             if "tc-error" in out:
                 raise RuntimeFailure(f"tc htb on {intf}: {out.strip()[:200]}")
 

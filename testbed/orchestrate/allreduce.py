@@ -93,7 +93,8 @@ def observed_paths(net: Any, before: dict[tuple[str, str, str], int],
 class Ranks:
     """The worker processes of every job, their record files and the round signals."""
 
-    def __init__(self, net: Any, scenario: Scenario, work: Path, rounds: int) -> None:
+    def __init__(self, net: Any, scenario: Scenario, work: Path, rounds: int,
+                 port0: int = MASTER_PORT0) -> None:
         self.net, self.work, self.rounds = net, work, rounds
         self.sync = work / "sync"
         self.sync.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,7 @@ class Ranks:
                 node = net.nodes[net.plan.host(member).node]
                 argv = net.python_argv(
                     "workloads.allreduce", "--rank", str(rank), "--world",
-                    str(len(job.members)), "--master", f"{master}:{MASTER_PORT0 + j}",
+                    str(len(job.members)), "--master", f"{master}:{port0 + j}",
                     "--buffer-bytes", str(job.buffer_bytes), "--rounds", str(rounds),
                     "--sync", str(self.sync), "--out", str(rec),
                     "--iface", str(node.defaultIntf()))
@@ -193,65 +194,66 @@ def run_allreduce_jobs(scenario: Scenario, net: Any, ctl: Any, stage: Path,
             raise RuntimeFailure(f"controller refused all-reduce job {j}: {status} {body}")
     iters = [job.iterations for job in wl.jobs]  # type: ignore[attr-defined]
     per_policy = max(iters)
-    rounds = per_policy * len(wl.policies)  # type: ignore[attr-defined]
     work = stage / "allreduce"
     work.mkdir(parents=True, exist_ok=True)
-    ranks = Ranks(net, scenario, work, rounds)
-    n_ranks = len(ranks.records)
     rows: list[dict[str, Any]] = []
     routing: dict[str, Any] = {}
     bottleneck: dict[str, dict[int, float]] = {}  # policy -> job -> Gb/s on the paths taken
     divisor = net.plan.scale.bandwidth_divisor  # emulated/real rate (the run's Scale)
-    try:
-        ranks.wait(lambda ev: sum(e["event"] == "ready" for e in ev) == n_ranks,
-                   START_TIMEOUT_S, "start-up")
-        k = 0
-        for policy in wl.policies:  # type: ignore[attr-defined]
-            status, body = ctl.request("PUT", "/routing", {"policy": policy}, timeout_s=60)
-            if status != 200:
-                raise RuntimeFailure(f"controller: PUT /routing {policy}: {status} {body}")
-            routing[policy] = body
-            time.sleep(0.2)  # rules in (barrier) before the round starts
-            before = spine_bytes(net)
+    k = 0
+    for p_index, policy in enumerate(wl.policies):  # type: ignore[attr-defined]
+        status, body = ctl.request("PUT", "/routing", {"policy": policy}, timeout_s=60)
+        if status != 200:
+            raise RuntimeFailure(f"controller: PUT /routing {policy}: {status} {body}")
+        routing[policy] = body
+        # Each policy's jobs start afresh, as a job launched under that routing would:
+        # TCP connections that lived through the previous policy's shared links keep
+        # its congestion state (a halved window grows back slowly) into the next.
+        ranks = Ranks(net, scenario, work / policy, per_policy,
+                      port0=MASTER_PORT0 + p_index * len(wl.jobs))  # type: ignore[attr-defined]
+        n_ranks = len(ranks.records)
+        try:
+            ranks.wait(lambda ev, n=n_ranks: sum(e["event"] == "ready" for e in ev) == n,
+                       START_TIMEOUT_S, "start-up")
+            before = spine_bytes(net)  # rules are in: the ranks' start-up took longer
             gos = {}
-            for _ in range(per_policy):
-                gos[k] = ranks.go(k)
-                kk = k
-                ev = ranks.wait(lambda ev, kk=kk: sum(e["event"] == "round" and
-                                                      e["round"] == kk for e in ev) == n_ranks,
-                                600.0, f"round {kk}")
+            for i in range(per_policy):
+                gos[k] = ranks.go(i)
+                ev = ranks.wait(lambda ev, i=i, n=n_ranks: sum(
+                    e["event"] == "round" and e["round"] == i for e in ev) == n,
+                                600.0, f"round {i} of {policy}")
                 k += 1
-            time.sleep(STATS_SETTLE_S)
-            after = spine_bytes(net)
-            pairs = [(s, d) for _, s, d in keys]
-            seen = observed_paths(net, before, after, pairs)
-            paths = {key: seen[(key[1], key[2])] for key in keys}
-            if policy != "ecmp":  # the controller's paths must be the ones packets took
-                chosen = {(f["src"], f["dst"]): f["path"] for jv in body["jobs"]
-                          for f in jv["flows"]}
-                wrong = [p for p in pairs if chosen.get(p) != seen[p]]
-                if wrong:
-                    raise RuntimeFailure(f"{policy}: flow {wrong[0]} took {seen[wrong[0]]}, "
-                                         f"the controller chose {chosen.get(wrong[0])}")
-            sim = round_times(graph, paths, job_of, flow_bytes, scale=divisor)
-            rates = max_min_rates(graph, {flow_id(key): paths[key] for key in keys})
-            bottleneck[policy] = {j: min(r for i, r in rates.items()
-                                         if i.startswith(f"{j}/")) for j in flow_bytes}
-            for kk, t_go in gos.items():
-                for j in range(len(wl.jobs)):  # type: ignore[attr-defined]
-                    ends = [e["end"] for e in ev if e["event"] == "round"
-                            and e["round"] == kk and e["job"] == j]
-                    emu_s = max(ends) - t_go
-                    rows.append({"policy": policy, "round": kk, "job": j,
-                                 "emu_s": round(emu_s, 4), "sim_s": round(sim[j], 4),
-                                 "rel_error": round(emu_s / sim[j] - 1.0, 4),
-                                 "paths": {f"{s}->{d}": paths[(jj, s, d)]
-                                           for jj, s, d in keys if jj == j}})
-            log.info("%s: %d rounds done", policy, per_policy)
-    finally:
-        ranks.stop()
+        finally:
+            ranks.stop()
+        shutil.rmtree(ranks.sync, ignore_errors=True)
+        time.sleep(STATS_SETTLE_S)
+        after = spine_bytes(net)
+        pairs = [(s, d) for _, s, d in keys]
+        seen = observed_paths(net, before, after, pairs)
+        paths = {key: seen[(key[1], key[2])] for key in keys}
+        if policy != "ecmp":  # the controller's paths must be the ones packets took
+            chosen = {(f["src"], f["dst"]): f["path"] for jv in body["jobs"]
+                      for f in jv["flows"]}
+            wrong = [p for p in pairs if chosen.get(p) != seen[p]]
+            if wrong:
+                raise RuntimeFailure(f"{policy}: flow {wrong[0]} took {seen[wrong[0]]}, "
+                                     f"the controller chose {chosen.get(wrong[0])}")
+        sim = round_times(graph, paths, job_of, flow_bytes, scale=divisor)
+        rates = max_min_rates(graph, {flow_id(key): paths[key] for key in keys})
+        bottleneck[policy] = {j: min(r for i, r in rates.items()
+                                     if i.startswith(f"{j}/")) for j in flow_bytes}
+        for i, (kk, t_go) in enumerate(gos.items()):
+            for j in range(len(wl.jobs)):  # type: ignore[attr-defined]
+                ends = [e["end"] for e in ev if e["event"] == "round"
+                        and e["round"] == i and e["job"] == j]
+                emu_s = max(ends) - t_go
+                rows.append({"policy": policy, "round": kk, "job": j,
+                             "emu_s": round(emu_s, 4), "sim_s": round(sim[j], 4),
+                             "rel_error": round(emu_s / sim[j] - 1.0, 4),
+                             "paths": {f"{s}->{d}": paths[(jj, s, d)]
+                                       for jj, s, d in keys if jj == j}})
+        log.info("%s: %d rounds done", policy, per_policy)
     atomic_write_json(stage / "allreduce.json", {"rounds": rows, "routing": routing})
-    shutil.rmtree(ranks.sync, ignore_errors=True)
     out = summarize(rows)
     for policy, per_job in bottleneck.items():
         best = max(max(b.values()) for b in bottleneck.values())
