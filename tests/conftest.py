@@ -94,6 +94,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.stress)
 
 
+_THREADS_LEFT: list[tuple[str, list[str]]] = []  # (test, threads it left running)
+
+
 @pytest.fixture(autouse=True)
 def _signal_dispositions_intact() -> Any:
     """After each test, check that the kernel's SIGINT/SIGTERM disposition still matches
@@ -109,13 +112,22 @@ def _signal_dispositions_intact() -> Any:
 
     from tests.sigstate import SignalDispositionWarning, mismatches, resync
 
+    before = {t.ident for t in threading.enumerate()}
     yield
     if threading.current_thread() is not threading.main_thread():
         return
+    left = sorted(t.name for t in threading.enumerate() if t.ident not in before)
+    if left:  # suspects, should a later test see a disposition change
+        _THREADS_LEFT.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0],
+                              left))
+        del _THREADS_LEFT[:-5]
     bad = mismatches()
     if bad:
         resync()
         what = "signal disposition changed under Python: " + "; ".join(bad)
+        alive = sorted(t.name for t in threading.enumerate())
+        what += f" (threads alive: {alive}; the last tests that left threads: "
+        what += "; ".join(f"{t} {names}" for t, names in _THREADS_LEFT) + ")"
         if os.environ.get("LIGHTPIPE_TEST_STRICT_SIGNALS") == "1":
             pytest.fail(what, pytrace=False)
         warnings.warn(what, SignalDispositionWarning, stacklevel=1)
