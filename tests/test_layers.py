@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("testbed.sim", "testbed.traceimport"),
     ("testbed.gym",),
     ("testbed.emu", "testbed.metrics", "testbed.monitor", "controllers", "workloads"),
-    ("testbed.orchestrate",),
+    ("testbed.orchestrate", "testbed.cluster"),
     ("testbed.backends",),
     ("testbed.experiments", "testbed.report"),
     ("testbed.cli",),

@@ -11,6 +11,7 @@ from types import ModuleType
 from testbed import __version__
 from testbed.cli import (
     clean_cmd,
+    cluster_cmd,
     controller_cmd,
     demo_cmd,
     emu_cmd,
@@ -32,7 +33,6 @@ from testbed.cli import (
     trace_cmd,
     validate_cmd,
 )
-from testbed.cluster import cli as cluster_cmd
 from testbed.errors import InputError, LightPipeError
 from testbed.termsafe import SafeFormatter, safe_line
 
