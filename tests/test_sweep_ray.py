@@ -46,14 +46,15 @@ def ray_gcs() -> Iterator[str]:
     ray = pytest.importorskip("ray")
     saved = dict(os.environ)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-        os.environ.clear()  # ray.init sets RAY_AUTH_MODE=token for this process
-        os.environ.update(saved)
+    with sweep_ray.signal_handlers_kept():  # Ray's shutdown resets SIGTERM in the kernel
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
+        try:
+            yield ray.get_runtime_context().gcs_address
+        finally:
+            ray.shutdown()
+            os.environ.clear()  # ray.init sets RAY_AUTH_MODE=token for this process
+            os.environ.update(saved)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -126,10 +127,14 @@ def _http_server() -> tuple[socket.socket, int]:
     """A listener that answers any connection as an HTTP/1.1 server would (not gRPC)."""
     srv = socket.create_server(("127.0.0.1", 0))
 
+    srv.settimeout(0.2)  # closing a socket does not wake a blocked accept(): poll
+
     def serve() -> None:
-        while True:
+        while srv.fileno() != -1:
             try:
                 conn, _ = srv.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             with conn:

@@ -13,8 +13,10 @@ import functools
 import hashlib
 import logging
 import os
+import signal
 import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -125,6 +127,27 @@ def _env_defaults(values: dict[str, str]) -> Iterator[None]:
             os.environ.pop(k, None)
 
 
+KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put this process's SIGINT/SIGTERM handlers back after Ray has had them: ray.init
+    installs its own SIGTERM handler and ray.shutdown resets the signal to the default
+    in the kernel while Python still names Ray's handler, so a later SIGTERM killed the
+    process without its clean-up (seen as a disposition mismatch in the test suite)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (Ray's init runs there too)
+        return
+    saved = {sig: signal.getsignal(sig) for sig in KEPT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: set from C before Python; nothing to restore
+                signal.signal(sig, handler)
+
+
 @contextmanager
 def session(address: str, num_cpus: int) -> Iterator[RayRunner]:
     """Join the cluster at `address` (or start a local instance with `num_cpus` CPUs), yield a
@@ -137,6 +160,13 @@ def session(address: str, num_cpus: int) -> Iterator[RayRunner]:
         raise RuntimeFailure("ray is already initialised in this process; use RayRunner()")
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
                               "include_dashboard": False}
+    with signal_handlers_kept():
+        yield from _joined(ray, address, num_cpus, common)
+
+
+def _joined(ray: Any, address: str, num_cpus: int, common: dict[str, Any]
+            ) -> Iterator[RayRunner]:
+    """session()'s body: join or start, yield the runner, always disconnect."""
     if address == "local":
         # No usage report from an instance LightPipe starts (RAY_USAGE_STATS_ENABLED=1 wins).
         with _env_defaults({"RAY_USAGE_STATS_ENABLED": "0"}):
