@@ -166,8 +166,8 @@ class Ranks:
 
 def run_allreduce_jobs(scenario: Scenario, net: Any, ctl: Any, stage: Path,
                        quiet: bool = False) -> dict[str, Any]:
-    """Every policy in turn on the same running jobs; per round and job the emulated time
-    and the simulated one on the observed paths. Returns the summary keys."""
+    """Every policy in turn, each with the jobs' ranks started afresh; per round and job the
+    emulated time and the simulated one on the observed paths. Returns the summary keys."""
     from controllers.flowroute import routing_graph
     from controllers.rules import LayoutIndex
     from testbed.routing.maxmin import max_min_rates
