@@ -55,7 +55,7 @@ EXPECTED_EMPTY=("routing: panel Per-job bottleneck rate" "routing: panel Flows m
 # (only the user-space forwarder exports lightpipe_fibre_* and lightpipe_lightpath_*).
 EXPECTED_EMPTY_NETEM=("optical: variable fibre" "optical: panel Per-fibre throughput"
                       "optical: panel Per-lightpath throughput" "optical: panel Queue depth"
-                      "optical: panel Drops")
+                      "optical: panel Drops" "optical: panel Link emulator timer slack")
 
 log() { echo "user-path: $*" >&2; }
 die() { echo "user-path: $*" >&2; exit 1; }
