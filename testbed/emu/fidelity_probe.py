@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 
 TCP_FIDELITY_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
                          "TcpExtTCPSpuriousRTOs")
-TCP_MSS_BYTES = 1448  # the hosts' TCP payload per segment (MTU 1500, timestamps)
 # The run state's process roles the sampler reads, as the verdict names them.
 STATE_ROLES = {"forwarder": "forwarder", "ovs-vswitchd": "switch"}
 
@@ -110,6 +109,7 @@ def fabric_drops(net: Any) -> dict[str, int]:
     and switch ports, `tc -s` on each) and the most TCP segments one of them can hold
     (a GSO frame of a host NIC's gso_max_size)."""
     from testbed.emu.fabric import MIN_GSO_BYTES, nic_gso_bytes
+    from testbed.emu.tcp_tuning import MSS_BYTES
 
     frames, biggest = 0, MIN_GSO_BYTES
     for node, intf, rate_mbps, nic, _ in getattr(net, "shaped", ()):
@@ -122,7 +122,7 @@ def fabric_drops(net: Any) -> dict[str, int]:
         frames += int(m.group(1)) if m else 0
         if nic:
             biggest = max(biggest, nic_gso_bytes(rate_mbps))
-    return {"frames": frames, "segments_per_frame": math.ceil(biggest / TCP_MSS_BYTES)}
+    return {"frames": frames, "segments_per_frame": math.ceil(biggest / MSS_BYTES)}
 
 
 def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
