@@ -434,3 +434,169 @@ def test_docs_cluster_file_example_is_valid() -> None:
     assert block is not None
     c = parse_cluster(yaml.safe_load(block.group(1)))
     assert c.machine_names == ("m1", "m2") and c.machines[1].underlay_ip == "10.9.0.2"
+
+
+# -- lightpipe clean --cluster -------------------------------------------------------------
+
+def _vxlan(name: str, vni_id: int, local: str = "192.0.2.1", port: int = 4789,
+           kind: str = "vxlan") -> dict[str, Any]:
+    """One device as `ip -j -d link show` reports it."""
+    return {"ifname": name, "linkinfo": {"info_kind": kind, "info_data": {
+        "id": vni_id, "local": local, "port": port}}}
+
+
+def test_run_devices_need_name_kind_vni_address_and_port() -> None:
+    from testbed.cluster.tunnel import run_devices
+
+    ours = vni("lp00c0", 3)
+    links = [
+        _vxlan("lp00c0x7", ours),                      # the run's: everything matches
+        _vxlan("lp00c0x8", vni("lp00c0", 1)),          # the run's too (another fibre)
+        _vxlan("lp00c0x9", vni("lp00c1", 3)),          # another run's VNI
+        _vxlan("lp00c0x10", ours, kind="veth"),        # not a vxlan
+        _vxlan("lp00c0x11", ours, local="192.0.2.2"),  # another machine's address
+        _vxlan("lp00c0x12", ours, port=4790),          # another UDP port
+        _vxlan("lp00c0x13", vni("lp00c0", 3) & ~0xFF),  # ordinal 0: never planned
+        _vxlan("lp00c0f1", ours),                      # a middle node's name, not a tunnel
+        _vxlan("lp00c0x07", ours),                     # not how device_name writes it
+        _vxlan("xlp00c0x1", ours),
+        _vxlan("lp00c1x1", vni("lp00c1", 1)),          # another run, not asked for
+        {"ifname": "lp00c0x14", "linkinfo": {"info_kind": "vxlan",
+                                             "info_data": {"id": str(ours)}}},
+        {"ifname": "eth0"},
+    ]
+    found = run_devices(links, ["lp00c0"], "192.0.2.1", 4789)
+    assert [(d.name, d.prefix, d.vni) for d in found] == [
+        ("lp00c0x7", "lp00c0", ours), ("lp00c0x8", "lp00c0", vni("lp00c0", 1))]
+    assert [d.name for d in run_devices(links, ["lp00c0", "lp00c1"], "192.0.2.1", 4789)] \
+        == ["lp00c0x7", "lp00c0x8", "lp00c1x1"]
+    assert run_devices(links, [], "192.0.2.1", 4789) == []
+    v6 = [{"ifname": "lp00c0x1", "linkinfo": {"info_kind": "vxlan", "info_data": {
+        "id": ours, "local6": "2001:db8::1", "port": 4789}}}]
+    assert [d.name for d in run_devices(v6, ["lp00c0"], "2001:db8:0::1", 4789)] == \
+        ["lp00c0x1"]
+
+
+def test_clean_args_validated() -> None:
+    from testbed.cluster.cleanup import clean_args
+
+    c = cluster(2, venv="/opt/lp/.venv")
+    assert clean_args(c, c.machines[1], ["lp00c0"], True, False) == \
+        ["/opt/lp/.venv", "1", "0", "192.0.2.2", "4789", "lp00c0"]
+    for bad in ("lp00c0; reboot", "-rf", "LP00C0", "lp00c"):
+        with pytest.raises(InputError, match=r"^RUN: not a LightPipe run prefix"):
+            clean_args(c, c.machines[0], [bad], False, False)
+
+
+def test_roottunnels_arguments_and_chosen_runs() -> None:
+    from testbed.cluster.roottunnels import Usage, chosen_runs, main, parse_args
+
+    args = parse_args(["--local-ip", "192.0.2.1", "--udp-port", "4789", "lp00c0"])
+    assert (args.local_ip, args.udp_port, args.prefix) == ("192.0.2.1", 4789, ["lp00c0"])
+    for argv, what in ((["--local-ip", "x;y", "--udp-port", "1"], "--local-ip"),
+                       (["--local-ip", "192.0.2.1", "--udp-port", "0"], "--udp-port"),
+                       (["--local-ip", "192.0.2.1", "--udp-port", "1", "lpzz"], "RUN"),
+                       (["--local-ip", "192.0.2.1", "--udp-port", "1", "--all"], "unknown")):
+        with pytest.raises(Usage, match=what):
+            parse_args(argv)
+    assert main(["--local-ip", "nope", "--udp-port", "1"]) == 2
+    live = {"lp0001": True, "lp0002": False}
+    # Named runs: all of them, except one live here (without --force).
+    assert chosen_runs(["lp0001", "lp0003", "lp0003"], live, False)[0] == ["lp0003"]
+    assert "lp0001" in chosen_runs(["lp0001"], live, False)[1][0]
+    assert chosen_runs(["lp0001"], live, True) == (["lp0001"], [])
+    # No names: the dead runs of this machine (all of them with --force).
+    assert chosen_runs([], live, False) == (["lp0002"], [])
+    assert chosen_runs([], live, True)[0] == ["lp0001", "lp0002"]
+
+
+def _clean_result(text: str) -> Any:
+    from testbed.cluster.cleanup import MachineClean, parse_clean_output
+
+    out = MachineClean("m1", "192.0.2.1", reachable=True)
+    parse_clean_output(text, out)
+    return out
+
+
+def test_clean_output_parsed_into_one_line_per_machine() -> None:
+    ok = _clean_result(
+        "tunnel: removed lp00c0x7 (vxlan vni 49155, run lp00c0)\n"
+        "@lightpipe-clean tunnels 0\n"
+        "clean: killed pid 10 (forwarder)\nclean: removed run lp00c0 (3 processes)\n"
+        "@lightpipe-clean clean 0\n")
+    assert ok.ok and ok.status == {"tunnels": 0, "clean": 0}
+    assert ok.lines[0].startswith("tunnel: removed") and len(ok.lines) == 3
+    assert ok.line() == "m1 (192.0.2.1): ok, removed 1 tunnel device(s) and 1 run(s)"
+    assert ok.line(dry_run=True) == "m1 (192.0.2.1): ok (dry run: nothing removed)"
+    assert _clean_result("@lightpipe-clean venv-missing\n").problem.startswith(
+        "no LightPipe venv")
+    assert _clean_result("@lightpipe-clean no-root\n").problem == \
+        "neither root nor password-less sudo"
+    failed = _clean_result("@lightpipe-clean tunnels 0\nlightpipe: error: state dir: "
+                           "/run/lightpipe: others can write it\n@lightpipe-clean clean 2\n")
+    assert failed.problem == ("lightpipe clean failed with exit code 2 (lightpipe: error: "
+                              "state dir: /run/lightpipe: others can write it)")
+    cut = _clean_result("@lightpipe-clean tunnels 0\nclean: removed run lp00c0 (0 processes)\n")
+    assert cut.problem == "lightpipe clean did not finish (the session ended early)"
+    # A tool's line that looks like a status line is kept as a line, not obeyed.
+    odd = _clean_result("@lightpipe-clean tunnels x\n@lightpipe-clean tunnels 0\n"
+                        "@lightpipe-clean clean 0\n")
+    assert odd.ok and odd.lines == ["@lightpipe-clean tunnels x"]
+
+
+def _run_clean_script(args: list[str], cwd: Path, env: dict[str, str]) -> Any:
+    """CLEAN_SCRIPT run here by sh, as ssh runs it on a machine."""
+    from testbed.cluster.cleanup import CLEAN_SCRIPT
+
+    res = subprocess.run(["/bin/sh", "-s", "--", *args], input=CLEAN_SCRIPT, cwd=cwd,
+                         capture_output=True, text=True, timeout=120, check=True, env=env)
+    return _clean_result(res.stdout)
+
+
+def test_clean_script_without_venv(tmp_path: Path) -> None:
+    res = _run_clean_script([str(tmp_path / "novenv"), "0", "0", "192.0.2.1", "4789"],
+                            tmp_path, dict(os.environ))
+    assert res.flags == ["venv-missing"] and res.status == {} and not res.ok
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the script runs its tools as root")
+def test_clean_script_dry_run_here(tmp_path: Path) -> None:
+    import secrets
+    import sys
+
+    venv = str(Path(sys.executable).parent.parent)
+    if not Path(venv, "bin", "lightpipe").exists():
+        pytest.skip("needs the venv's lightpipe entry point")
+    prefix = f"lp{secrets.token_hex(2)}"
+    env = {**os.environ, "LIGHTPIPE_STATE_DIR": str(tmp_path / "state")}
+    res = _run_clean_script([venv, "1", "0", "192.0.2.1", "4789", prefix], tmp_path, env)
+    assert res.ok, (res.problem, res.lines)
+    assert res.status == {"tunnels": 0, "clean": 0}
+    assert f"tunnel: no tunnel device left in the root namespace ({prefix})" in res.lines
+    assert "clean: nothing to clean" in res.lines
+
+
+def test_cli_clean_cluster_usage_errors(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("machines:\n  - {name: m1, address: 192.0.2.1}\n")
+    res = cli("clean", "--cluster", str(f), "lp0001;x")
+    assert res.code == 2 and res.err.count("\n") == 1 and "RUN: not a LightPipe" in res.err
+    res = cli("clean", "--cluster", str(f), "--dir", str(tmp_path))
+    assert res.code == 2 and "--dir: not with --cluster" in res.err
+    res = cli("clean", "--cluster", str(tmp_path / "none.yaml"))
+    assert res.code == 2 and "--cluster: " in res.err and "no such file" in res.err
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_clean_cluster_unreachable_is_one_line(cli: Any, tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there: a real "connection refused"
+    f = tmp_path / "c.yaml"
+    f.write_text(f"ssh: {{port: {port}, connect_timeout_s: 3}}\nmachines:\n"
+                 "  - {name: near, address: 127.0.0.1}\n"
+                 "  - {name: nearer, address: 127.0.0.2}\n")
+    res = cli("clean", "--cluster", str(f), "lp0001")
+    assert res.code == 1
+    assert res.err.startswith("lightpipe: error: machine near (127.0.0.1): unreachable (")
+    assert "(and 1 more machine(s), listed above)" in res.err and res.err.count("\n") == 1
+    assert "clean near (127.0.0.1): unreachable (" in res.out
+    assert "clean nearer (127.0.0.2): unreachable (" in res.out

@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "directories in DIR and its subdirectories, 3 levels down "
                         "(repeatable; without --dir: the current directory, and the "
                         "emulation runs)")
+    parser.add_argument("--cluster", metavar="FILE", default=None,
+                        help="clean every machine of a cluster file over SSH: its own "
+                        "`lightpipe clean` (the file's venv) and the runs' VXLAN tunnel "
+                        "devices left in its root namespace (docs/cluster.md)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     for p in args.prefix:
         if not PREFIX_RE.fullmatch(p):
             raise InputError("RUN", f"not a LightPipe run prefix: {p!r} (lp + 4 hex digits)")
+    if args.cluster is not None:
+        from testbed.cli.cluster_cmd import run_clean
+
+        return run_clean(args)
     emu = not args.dir  # --dir: only the output leftovers there
     stale = [] if args.prefix else stale_outputs(args.dir or ["."], given=bool(args.dir))
     plans = [plan_run(d) for d in (list_runs() if emu else [])

@@ -1,5 +1,6 @@
 """`lightpipe cluster check --cluster FILE [SPEC]`: placement, crossing fibres, tunnels,
-and whether every machine is reachable and has what LightPipe needs."""
+and whether every machine is reachable and has what LightPipe needs; and the report of
+`lightpipe clean --cluster FILE` (run_clean)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,30 @@ def _lines(doc: dict[str, Any], checks: list[Any]) -> list[str]:
     for c in checks:
         out.append(f"check {c.line()}")
     return out
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    """`lightpipe clean --cluster FILE [RUN...] [--dry-run] [--force]`: every machine's
+    lines prefixed by its name, then one line per machine; exit 1 naming the first
+    machine that was not cleaned (the others were)."""
+    from testbed.cli.common import emit
+    from testbed.cluster.cleanup import clean_cluster
+    from testbed.cluster.spec import load_cluster
+    from testbed.errors import InputError, RuntimeFailure
+
+    if args.dir:
+        raise InputError("--dir", "not with --cluster (output directories are cleaned on "
+                         "the machine that wrote them)")
+    cluster = load_cluster(args.cluster)
+    results = clean_cluster(cluster, args.prefix, args.dry_run, args.force)
+    for r in results:
+        for line in r.lines:
+            emit(f"{r.machine}: {line}")
+    for r in results:
+        emit(f"clean {r.line(args.dry_run)}")
+    bad = [r for r in results if not r.ok]
+    if bad:
+        more = f" (and {len(bad) - 1} more machine(s), listed above)" if len(bad) > 1 else ""
+        raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): "
+                             f"{bad[0].problem}{more}")
+    return 0

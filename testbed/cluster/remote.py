@@ -146,6 +146,21 @@ class MachineCheck:
 def check_machine(cluster: ClusterSpec, machine: MachineSpec,
                   timeout_s: float | None = None) -> MachineCheck:
     """Reach the machine and look for what LightPipe needs there (no root needed here)."""
+    check_ssh_inputs(cluster, machine)
+    ssh = Ssh(cluster, machine)
+    limit = timeout_s if timeout_s is not None else cluster.ssh.connect_timeout_s + 20
+    res = ssh.run_script(CHECK_SCRIPT, [cluster.venv_of(machine), machine.underlay_ip], limit)
+    out = MachineCheck(machine.name, machine.address)
+    if res.returncode != 0 and not res.stdout.strip():
+        out.error = ssh_error(res.returncode, res.stderr)
+        return out
+    out.reachable = True
+    parse_check_output(res.stdout, out)
+    return out
+
+
+def check_ssh_inputs(cluster: ClusterSpec, machine: MachineSpec) -> None:
+    """InputError naming the field when ssh would refuse the key or known_hosts file."""
     key = cluster.key_of(machine)
     i = cluster.machines.index(machine)
     field_name = f"machines[{i}].key" if machine.key else "ssh.key"
@@ -161,16 +176,6 @@ def check_machine(cluster: ClusterSpec, machine: MachineSpec,
     if known is not None and cluster.ssh.host_key_checking == "strict" and not known.is_file():
         raise InputError("ssh.known_hosts", f"{known}: no such file (strict host key "
                          "checking needs the machines' keys in it)")
-    ssh = Ssh(cluster, machine)
-    limit = timeout_s if timeout_s is not None else cluster.ssh.connect_timeout_s + 20
-    res = ssh.run_script(CHECK_SCRIPT, [cluster.venv_of(machine), machine.underlay_ip], limit)
-    out = MachineCheck(machine.name, machine.address)
-    if res.returncode != 0 and not res.stdout.strip():
-        out.error = ssh_error(res.returncode, res.stderr)
-        return out
-    out.reachable = True
-    parse_check_output(res.stdout, out)
-    return out
 
 
 def parse_check_output(text: str, out: MachineCheck) -> None:

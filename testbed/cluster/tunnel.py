@@ -22,6 +22,8 @@ kernel fragments the outer packet (`df unset`) and the far kernel reassembles it
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,8 @@ VXLAN_BYTES = 8
 UDP_BYTES = 8
 IP_HEADER_BYTES = {4: 20, 6: 40}
 MAX_CROSSING = 255           # the VNI's low 8 bits
+# A run's tunnel device: the run prefix, 'x', the fibre's index (1..9999, as device_name).
+DEVICE_RE = re.compile(r"^(lp[0-9a-f]{4})x([1-9][0-9]{0,3})$")
 
 
 def inner_frame_bytes() -> int:
@@ -160,3 +164,46 @@ def owned_devices(links: Iterable[dict[str, Any]], tunnels: Sequence[TunnelPlan]
                 and data.get("id") == want[name]):
             out.append(name)
     return out
+
+
+@dataclass(frozen=True)
+class RunDevice:
+    """A tunnel device found in a machine's root namespace, and the run it is proved of."""
+
+    name: str
+    prefix: str
+    vni: int
+
+
+def run_devices(links: Iterable[dict[str, Any]], prefixes: Iterable[str], local_ip: str,
+                udp_port: int) -> list[RunDevice]:
+    """The devices in `links` (parsed `ip -j -d link show`, one machine's root namespace)
+    that runs `prefixes` made there as tunnel ends, proved without their plan: the name is
+    `<prefix>x<fibre>`, the kind vxlan, the VNI's upper 16 bits are the prefix's and its
+    low 8 a crossing ordinal (1..255), the local address is this machine's tunnel address
+    and the UDP port the cluster's. A device failing any of these is not touched."""
+    runs = set(prefixes)
+    local = str(ipaddress.ip_address(local_ip))
+    out = []
+    for link in links:
+        m = DEVICE_RE.fullmatch(str(link.get("ifname", "")))
+        if m is None or m.group(1) not in runs:
+            continue
+        info = link.get("linkinfo") or {}
+        data = info.get("info_data") or {}
+        vni_found = data.get("id")
+        dev_local = data.get("local", data.get("local6"))
+        if (info.get("info_kind") != "vxlan" or not isinstance(vni_found, int)
+                or vni_found >> 8 != int(m.group(1)[2:], 16)
+                or not 1 <= vni_found & 0xFF <= MAX_CROSSING
+                or data.get("port") != udp_port or not _same_ip(dev_local, local)):
+            continue
+        out.append(RunDevice(m.group(0), m.group(1), vni_found))
+    return out
+
+
+def _same_ip(found: Any, want: str) -> bool:
+    try:
+        return str(ipaddress.ip_address(str(found))) == want
+    except ValueError:
+        return False
