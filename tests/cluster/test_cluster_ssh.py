@@ -94,7 +94,9 @@ class Server:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """start(address, port=None, hostkey=None) -> a Dropbear server trusting tmp/id.pub."""
+    """start(address, port=None, hostkey=None, netns=None, env=None) -> a Dropbear server
+    trusting tmp/id.pub; with netns it runs in that network namespace (a stand-in machine
+    with its own root namespace), with env its sessions get those variables too."""
     os.chmod(tmp_path, 0o700)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
                     str(tmp_path / "id")], check=True)
@@ -105,19 +107,23 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     (upper / ".ssh" / "authorized_keys").chmod(0o600)
     started: list[Server] = []
 
-    def start(address: str, port: int | None = None, hostkey: Path | None = None) -> Server:
+    def start(address: str, port: int | None = None, hostkey: Path | None = None,
+              netns: str | None = None, env: dict[str, str] | None = None) -> Server:
         assert DROPBEAR is not None and DROPBEARKEY is not None
-        port = port or _free_port(address)
+        port = port or (_free_port(address) if netns is None else 2222)
         if hostkey is None:
             hostkey = tmp_path / f"hostkey-{address}-{port}-{len(started)}"
             subprocess.run([DROPBEARKEY, "-t", "ed25519", "-f", str(hostkey)], env=_env(),
                            capture_output=True, check=True)
         script = (f"mount -t overlay lp-harness -o lowerdir=/root,upperdir={upper},"
                   f"workdir={work} /root && exec {DROPBEAR} -F -E -s -m "
-                  f"-r {hostkey} -p {address}:{port} -P {tmp_path}/pid-{port}")
-        proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                 script], env=_env(), stdout=subprocess.DEVNULL,
-                                stderr=open(tmp_path / f"log-{port}", "ab"))
+                  f"{'-e ' if env else ''}-r {hostkey} -p {address}:{port} "
+                  f"-P {tmp_path}/pid-{address}-{port}")
+        inside = ["ip", "netns", "exec", netns] if netns else []
+        proc = subprocess.Popen([*inside, "unshare", "--mount", "--propagation", "private",
+                                 "sh", "-c", script], env={**_env(), **(env or {})},
+                                stdout=subprocess.DEVNULL,
+                                stderr=open(tmp_path / f"log-{address}-{port}", "ab"))
         server = Server(address, port, hostkey, proc)
         started.append(server)
         deadline = time.monotonic() + 10
@@ -127,7 +133,8 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
                 return server
             except OSError:
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise AssertionError((tmp_path / f"log-{port}").read_text()) from None
+                    raise AssertionError((tmp_path / f"log-{address}-{port}").read_text()
+                                         ) from None
                 time.sleep(0.05)
 
     try:
