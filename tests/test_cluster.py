@@ -536,6 +536,11 @@ def test_clean_output_parsed_into_one_line_per_machine() -> None:
                            "/run/lightpipe: others can write it\n@lightpipe-clean clean 2\n")
     assert failed.problem == ("lightpipe clean failed with exit code 2 (lightpipe: error: "
                               "state dir: /run/lightpipe: others can write it)")
+    old = _clean_result("/lp/.venv/bin/python: No module named testbed.cluster.roottunnels\n"
+                        "@lightpipe-clean tunnels 1\nclean: nothing to clean\n"
+                        "@lightpipe-clean clean 0\n")
+    assert old.problem == ("the tunnel sweep failed with exit code 1 (/lp/.venv/bin/python: "
+                           "No module named testbed.cluster.roottunnels)")
     cut = _clean_result("@lightpipe-clean tunnels 0\nclean: removed run lp00c0 (0 processes)\n")
     assert cut.problem == "lightpipe clean did not finish (the session ended early)"
     # A tool's line that looks like a status line is kept as a line, not obeyed.

@@ -56,6 +56,7 @@ class MachineClean:
     lines: list[str] = field(default_factory=list)   # the tools' own lines, in order
     status: dict[str, int] = field(default_factory=dict)  # tunnels / clean -> exit code
     flags: list[str] = field(default_factory=list)   # venv-missing, no-root
+    step_lines: dict[str, list[str]] = field(default_factory=dict)  # step -> its lines
 
     @property
     def removed_tunnels(self) -> int:
@@ -83,8 +84,10 @@ class MachineClean:
         return ""
 
     def _last_error(self, step: str) -> str:
+        """The step's last error line, else its last line (Python's own, say)."""
+        mine = self.step_lines.get(step, [])
         tag = "roottunnels: error: " if step == "tunnels" else "lightpipe: error: "
-        errs = [ln for ln in self.lines if ln.startswith(tag)]
+        errs = [ln for ln in mine if ln.startswith(tag)] or mine[-1:]
         return f" ({errs[-1]})" if errs else ""
 
     @property
@@ -119,7 +122,9 @@ def clean_args(cluster: ClusterSpec, machine: MachineSpec, prefixes: Sequence[st
 
 
 def parse_clean_output(text: str, out: MachineClean) -> None:
-    """Fill `out` from CLEAN_SCRIPT's output: status lines, and the tools' lines."""
+    """Fill `out` from CLEAN_SCRIPT's output: status lines, and the tools' lines (each
+    also under the step it came from: before `tunnels N`, the tunnel sweep's)."""
+    step = "tunnels"
     for raw in text.splitlines():
         line = raw.rstrip()
         if line.startswith(STATUS + " "):
@@ -127,12 +132,14 @@ def parse_clean_output(text: str, out: MachineClean) -> None:
             if len(words) == 2 and words[0] in ("tunnels", "clean") \
                     and words[1].isdigit():
                 out.status[words[0]] = int(words[1])
+                step = "clean"
                 continue
             if len(words) == 1 and words[0] in ("venv-missing", "no-root"):
                 out.flags.append(words[0])
                 continue
         if line.strip():  # a tool's line (an unknown status line is kept as one)
             out.lines.append(line)
+            out.step_lines.setdefault(step, []).append(line)
 
 
 def clean_machine(cluster: ClusterSpec, machine: MachineSpec, prefixes: Sequence[str],
