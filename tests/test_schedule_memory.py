@@ -127,6 +127,24 @@ def test_optimum_never_beaten_at_the_same_byte_budget(lat: float, mm: MemoryMode
     assert mine.iteration_time_ms <= opt.info["unsplit_opt_ms"] + 1e-6
 
 
+@pytest.mark.parametrize("mm", MODELS_SMALL)
+def test_optimum_out_of_time_falls_back_to_the_best_heuristic(mm: MemoryModel) -> None:
+    """A solve that finds nothing in its time (a loaded machine; here a 1 us limit) still
+    returns a schedule within the budget, no slower than the best heuristic that fits:
+    the unsplit solve gets a hint even where the best fitting heuristic is split (it
+    failed the whole command with "CP-SAT found no schedule (UNKNOWN)")."""
+    from testbed.schedule.budget import best_fitting
+
+    prob = _cut(3, 6, 15.0)
+    budget = one_f_one_b_peaks(prob, mm)
+    hint = best_fitting(prob, mm, budget)
+    assert hint.schedule.split_backward  # the case that had no unsplit hint
+    opt = optimal(prob, mm, budget, time_limit_s=1e-6)
+    mine = measure(prob, mm, opt, budget)
+    assert mine.fits and mine.iteration_time_ms <= hint.iteration_time_ms + 1e-9
+    assert opt.info["unsplit_opt_ms"] is not None
+
+
 def test_registry_opt_with_split_backward_never_loses_to_zb_h1() -> None:
     prob = _cut(4, 8, 20.0).with_memory_cap([4, 3, 2, 1])
     opt = build_schedule("crosspipe-opt", prob, split_backward=True, time_limit_s=10.0)

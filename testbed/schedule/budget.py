@@ -101,6 +101,11 @@ def optimal(problem: PipelineProblem, memory: MemoryModel,
     unsplit_hint = hint.schedule if not hint.schedule.split_backward else None
     if unsplit_hint is not None and not _fits_caps(capped, unsplit_hint):
         unsplit_hint = None
+    if unsplit_hint is None:
+        # Never a solve without a hint: on a loaded machine CP-SAT may find nothing within
+        # time_limit_s (UNKNOWN), and a solve without a hint then failed the whole command.
+        unsplit_hint = _fastest_fitting_unsplit(capped,
+                                                _candidates(problem, memory, budget_bytes))
     unsplit = solve(capped, split_backward=False, time_limit_s=time_limit_s, workers=workers,
                     hint=unsplit_hint, name="unsplit-opt")
     solve_s = float(unsplit.info.get("solve_s", 0.0))
@@ -132,3 +137,19 @@ def _fits_caps(problem: PipelineProblem, schedule: Schedule) -> bool:
     except InputError:
         return False
     return True
+
+
+def _fastest_fitting_unsplit(capped: PipelineProblem, candidates: Sequence[Schedule]
+                             ) -> Schedule | None:
+    """The fastest schedule without split backward that keeps the micro-batch caps."""
+    best: tuple[float, Schedule] | None = None
+    for sched in candidates:
+        if sched.split_backward:
+            continue
+        try:
+            t = time_schedule(capped, sched, record=False).iteration_time_ms
+        except InputError:  # over a cap
+            continue
+        if best is None or t < best[0] - 1e-12:
+            best = (t, sched)
+    return None if best is None else best[1]
