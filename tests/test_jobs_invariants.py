@@ -107,3 +107,20 @@ def test_invariants(policy: str, admission: str, seed: int) -> None:
                 assert s.iterations_done == pytest.approx(s.job.req.iterations, rel=1e-6)
         if admission == "queue":
             assert s.reason in ("", "never_fits", "interrupted")
+
+
+def test_cba_ilp_out_of_time_is_refused_as_such() -> None:
+    """A job whose MILP runs out of time is refused as `ilp_time_limit`, never counted as
+    blocked for want of spectrum (a loaded machine changed the blocking figures)."""
+    scen = _scenario("cba-ilp", "block", 1, 6)
+    scen = scen.model_copy(update={"policy": scen.policy.model_copy(
+        update={"ilp_time_limit_s": 1e-9})})
+    wl = scen.workload
+    reqs = generate_jobs(wl)
+    cluster = Cluster.from_scenario(scen)
+    planner = Planner(cluster, scen.policy, Timer(), random.Random(1), wl.max_stages_per_dc)
+    done = JobSimulator(cluster, planner, "block", scen.events, on_change=_check).run(
+        resolve_jobs(wl, reqs), [r.arrival_s for r in reqs])
+    reasons = [s.reason for s in done]
+    assert all(s.blocked for s in done) and "ilp_time_limit" in reasons, reasons
+    assert "no_spectrum" not in reasons, reasons

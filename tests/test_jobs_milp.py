@@ -66,3 +66,15 @@ def test_milp_infeasible_when_no_gpus() -> None:
                               compute_ms=[[1.0], [1.0]], activation_mb=1, microbatches=2,
                               fabric_latency_ms=0, fabric_gbps=100, options=[{}])
     assert milp.solve(inst) is None and milp.brute_force(inst) is None
+
+
+def test_milp_out_of_time_is_not_infeasible() -> None:
+    """A spent time budget is OutOfTime, never None (None says the job cannot be placed:
+    a loaded machine made blocked jobs out of slow solves); with time the same instance
+    is placed."""
+    rng = random.Random(3)
+    inst = _instance(rng, p=4, nd=3)
+    assert milp.brute_force(inst) is not None
+    with pytest.raises(milp.OutOfTime):
+        milp.solve(inst, time_limit_s=1e-9)
+    assert milp.solve(inst) is not None

@@ -75,6 +75,10 @@ class JointSolution:
     solve_s: float = 0.0
 
 
+class OutOfTime(Exception):
+    """The time limit passed before any placement was found or proven impossible."""
+
+
 def tx_ms(activation_mb: float, gbps: float) -> float:
     return 8.0 * activation_mb / gbps
 
@@ -159,7 +163,9 @@ class _Rows:
 
 def solve(inst: JointInstance, time_limit_s: float = 10.0,
           mip_rel_gap: float = 1e-6) -> JointSolution | None:
-    """Solve the MILP exactly with HiGHS; None when infeasible (the job is blocked).
+    """Solve the MILP exactly with HiGHS; None when infeasible (the job is blocked);
+    OutOfTime when `time_limit_s` passed before the first placement was found (not a
+    proof that none exists: a loaded machine must not turn into blocked jobs silently).
 
     The bottleneck term (m - 1) * C is handled by parametric decomposition: C can only
     take one of the finitely many compute or transfer times, so for each candidate level
@@ -257,16 +263,22 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
     lv = np.array(level)
 
     def run(cap: float) -> tuple[float, np.ndarray, str, float] | None:
-        """min linear cost with every choice of level > cap forbidden (lazy conflicts)."""
+        """min linear cost with every choice of level > cap forbidden (lazy conflicts);
+        None when infeasible; OutOfTime when the time ran out first."""
         h.changeColsBounds(n, cols, np.zeros(n), (lv <= cap + 1e-12).astype(float))
         while True:
             left = time_limit_s - (time.perf_counter() - t0)
-            h.setOptionValue("time_limit", max(0.01, float(left)))
+            if left <= 0:
+                raise OutOfTime
+            h.setOptionValue("time_limit", float(left))
             h.run()
             status = h.getModelStatus()
             info = h.getInfo()
-            if status == highspy.HighsModelStatus.kInfeasible or \
-                    info.primal_solution_status == 0:
+            if status == highspy.HighsModelStatus.kInfeasible:
+                return None
+            if info.primal_solution_status == 0:  # no feasible point: proven or not
+                if status == highspy.HighsModelStatus.kTimeLimit:
+                    raise OutOfTime
                 return None
             sol = np.asarray(h.getSolution().col_value)
             chosen = [option_of[v] for v in option_of if sol[v] > 0.5]
@@ -285,7 +297,7 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
                     h.modelStatusToString(status).lower().replace(" ", "_")
                 return float(info.objective_function_value), sol, state, gap
             if not optimal:
-                return None  # out of time with a conflicting incumbent
+                raise OutOfTime  # with a conflicting incumbent
             for cell in sorted(bad):
                 ids = [v for _, v in cover[cell]]
                 h.addRow(-inf, 1.0, len(ids), np.array(ids, dtype=np.int32), np.ones(len(ids)))
@@ -310,7 +322,11 @@ def solve(inst: JointInstance, time_limit_s: float = 10.0,
         if time.perf_counter() - t0 > time_limit_s:
             states.append("time_limit")
             break
-        got = base if c == levels[-1] else run(c)
+        try:
+            got = base if c == levels[-1] else run(c)
+        except OutOfTime:
+            states.append("time_limit")
+            break
         solves += 1
         if got is None:
             continue

@@ -14,6 +14,7 @@ from testbed.traces import JobRequest
 NO_GPUS = "no_gpus"
 NO_SPECTRUM = "no_spectrum"
 NO_BANDWIDTH = "no_bandwidth"  # bace-pipe: no path carries the transfer without stalling
+ILP_TIME_LIMIT = "ilp_time_limit"  # cba-ilp: out of time before any placement was found
 
 
 @dataclass

@@ -42,6 +42,7 @@ A new policy: a function here, one `PlacementKind` line in PLACEMENTS, its name 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -52,11 +53,21 @@ from testbed.errors import InputError
 from testbed.jobs import milp
 from testbed.jobs.cluster import DC, Allocation, Cluster, LinkChoice
 from testbed.jobs.model import StageTimes, mean_price_usd_per_kwh
-from testbed.jobs.outcome import NO_BANDWIDTH, NO_GPUS, NO_SPECTRUM, Job, Placed, Refused
+from testbed.jobs.outcome import (
+    ILP_TIME_LIMIT,
+    NO_BANDWIDTH,
+    NO_GPUS,
+    NO_SPECTRUM,
+    Job,
+    Placed,
+    Refused,
+)
 from testbed.jobs.timing import PipeTiming
 from testbed.optical import Lightpath, PathInfo
 from testbed.optical.spectrum import fitting_starts
 from testbed.spec.models import PolicySpec
+
+log = logging.getLogger(__name__)
 
 JOINT_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "geopipe")
 CBA_LAYOUTS = 3
@@ -399,7 +410,12 @@ def ilp_instance(planner: PlannerView, job: Job) -> tuple[milp.JointInstance, di
 def cba_ilp(planner: PlannerView, job: Job, now_s: float) -> Placed | Refused:
     """The exact MILP of testbed.jobs.milp over DCs, paths, slot counts and blocks."""
     inst, path_of = ilp_instance(planner, job)
-    sol = milp.solve(inst, time_limit_s=planner.policy.ilp_time_limit_s)
+    try:
+        sol = milp.solve(inst, time_limit_s=planner.policy.ilp_time_limit_s)
+    except milp.OutOfTime:  # refused, but not for want of spectrum: said so in jobs.csv
+        log.warning("job %s: cba-ilp found no placement within ilp_time_limit_s = %g s",
+                    job.req.job_id, planner.policy.ilp_time_limit_s)
+        return Refused(ILP_TIME_LIMIT)
     if sol is None:
         return Refused(NO_SPECTRUM)
     planner.ilp_stats.append({"status": sol.status, "gap": sol.gap, "solve_s": sol.solve_s})
