@@ -241,13 +241,21 @@ def test_tunnel_commands_and_ownership() -> None:
     plan = build_plan(sc, "lp00c0")
     c = cluster(2)
     t = plan_tunnels(plan.prefix, place(sc, plan, c.machine_names), c, roadms(plan))[0]
-    cmds = create_commands(t, t.a, "lp00c0f1")
-    assert cmds[0][:8] == ["ip", "link", "add", t.a.device, "type", "vxlan", "id", str(t.vni)]
-    assert ["local", t.a.local_ip, "remote", t.a.remote_ip] == cmds[0][8:12]
-    assert "unset" in cmds[0] and cmds[-1][-1] == "up"
+    # Born in the target namespace (never in the root one), then set up there.
+    add, up = create_commands(t, t.b, "lp00c0")
+    assert add[:8] == ["ip", "link", "add", t.b.device, "mtu", "1500", "netns", "lp00c0"]
+    assert add[8:12] == ["type", "vxlan", "id", str(t.vni)]
+    assert ["local", t.b.local_ip, "remote", t.b.remote_ip] == add[12:16]
+    assert add[-3:] == ["df", "unset", "nolearning"]
+    assert up == ["ip", "-n", "lp00c0", "link", "set", "dev", t.b.device, "up"]
+    # A middle node's namespace, by its shell's PID.
+    add, up = create_commands(t, t.a, 4242)
+    assert add[6:8] == ["netns", "4242"]
+    assert up == ["mnexec", "-a", "4242", "ip", "link", "set", "dev", t.a.device, "up"]
     assert delete_command(t.a.device) == ["ip", "link", "del", t.a.device]
-    with pytest.raises(ValueError):
-        create_commands(t, t.a, "ns; reboot")
+    for bad in ("ns; reboot", 1, 0, -5, 1 << 22, True):
+        with pytest.raises(ValueError):
+            create_commands(t, t.a, bad)  # type: ignore[arg-type]
     # What `ip -j -d link show` reports: only the planned name + kind + VNI is the run's.
     links = [
         {"ifname": t.a.device, "linkinfo": {"info_kind": "vxlan", "info_data": {"id": t.vni}}},

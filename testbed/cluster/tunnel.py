@@ -121,19 +121,20 @@ def plan_tunnels(prefix: str, placement: Placement, cluster: ClusterSpec,
     return tuple(out)
 
 
-def create_commands(t: TunnelPlan, end: TunnelEnd, netns: str) -> list[list[str]]:
-    """argv lists that make `end` on its machine and move it into `netns` (the middle's
-    namespace, or the run's switch namespace), up; run as root on that machine."""
+def create_commands(t: TunnelPlan, end: TunnelEnd, netns: str | int) -> list[list[str]]:
+    """argv lists that make `end` on its machine, run as root in its root namespace: the
+    device is born inside `netns` (the run's switch namespace by name, or a middle node's
+    namespace by its shell's PID) while its UDP socket stays in the root namespace, on the
+    underlay; then it is set up. It never exists in the root namespace, so it goes with the
+    run's namespace, which the run holds and `lightpipe clean` removes (docs/cluster.md)."""
     names.check_ifname(end.device)
-    _check_netns(netns)
-    return [
-        ["ip", "link", "add", end.device, "type", "vxlan", "id", str(t.vni),
-         "local", end.local_ip, "remote", end.remote_ip, "dstport", str(t.udp_port),
-         "df", "unset", "nolearning"],
-        ["ip", "link", "set", end.device, "mtu", str(t.device_mtu)],
-        ["ip", "link", "set", end.device, "netns", netns],
-        ["ip", "-n", netns, "link", "set", end.device, "up"],
-    ]
+    target = _check_netns(netns)
+    add = ["ip", "link", "add", end.device, "mtu", str(t.device_mtu), "netns", target,
+           "type", "vxlan", "id", str(t.vni), "local", end.local_ip, "remote", end.remote_ip,
+           "dstport", str(t.udp_port), "df", "unset", "nolearning"]
+    up = ["ip", "link", "set", "dev", end.device, "up"]
+    inside = ["ip", "-n", target] if isinstance(netns, str) else ["mnexec", "-a", target]
+    return [add, [*inside, *up[1:]] if isinstance(netns, str) else [*inside, *up]]
 
 
 def delete_command(device: str, netns: str | None = None) -> list[str]:
@@ -145,8 +146,13 @@ def delete_command(device: str, netns: str | None = None) -> list[str]:
     return ["ip", "-n", netns, "link", "del", device]
 
 
-def _check_netns(netns: str) -> None:
-    names.check_ifname(netns)  # namespace names follow the same safe alphabet
+def _check_netns(netns: str | int) -> str:
+    """A namespace name (the same safe alphabet as devices) or a process id, as a word."""
+    if isinstance(netns, int) and not isinstance(netns, bool):
+        if not 1 < netns < 1 << 22:  # the kernel's PID_MAX_LIMIT
+            raise ValueError(f"not a process id: {netns}")
+        return str(netns)
+    return names.check_ifname(netns)
 
 
 def owned_devices(links: Iterable[dict[str, Any]], tunnels: Sequence[TunnelPlan],

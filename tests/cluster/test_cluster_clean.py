@@ -143,11 +143,13 @@ def _tunnel(cluster: ClusterSpec, prefix: str) -> TunnelPlan:
 
 
 def _leave_end(m: StandIn, t: TunnelPlan, machine: str) -> str:
-    """Make the tunnel end as a run does, and stop before moving it into its namespace
-    (a run killed between `ip link add` and `ip link set ... netns`)."""
+    """Leave the tunnel end in the machine's root namespace: a run's own `ip link add`
+    without its `netns` (ends are born in the run's namespaces now; phase 1 made them in
+    the root namespace and moved them, and a run killed between the two left this)."""
     end = t.a if t.a.machine == machine else t.b
     add = create_commands(t, end, f"{TAG}zz")[0]
-    m.ip(*add[1:])
+    at = add.index("netns")
+    m.ip(*add[1:at], *add[at + 2:])
     return end.device
 
 

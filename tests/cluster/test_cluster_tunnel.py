@@ -144,11 +144,45 @@ def pair() -> Iterator[Pair]:
         yield Pair(tag, outer, inner, veth, tunnels)
     finally:
         for ns in reversed(made):
-            subprocess.run(["ip", "netns", "del", ns], check=False)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
         left_ns = [n for n in os.listdir("/run/netns") if n.startswith(tag)]
         left_links = [ln for ln in sh("ip", "-o", "link", "show").splitlines()
                       if f": {tag}" in ln]
         assert not left_ns and not left_links, (left_ns, left_links)
+
+
+def _udp_ports(ns: str) -> set[int]:
+    out = sh("ip", "netns", "exec", ns, "ss", "-Hlnu")
+    return {int(ln.split()[3].rsplit(":", 1)[1]) for ln in out.splitlines() if ln.strip()}
+
+
+@need_root
+def test_ends_born_in_their_namespace_and_go_with_it(pair: Pair) -> None:
+    """create_commands makes each end inside its namespace with the UDP socket left in
+    the machine's root namespace: no tunnel device is ever in the root namespace (not even
+    between its two commands), and removing the run's namespace removes the ends and
+    closes the socket."""
+    t = pair.tunnels[0]
+    end = t.a if t.a.machine == "ma" else t.b
+    sh(*delete_command(end.device, pair.inner["ma"]))
+    add, up = create_commands(t, end, pair.inner["ma"])
+    sh("ip", "netns", "exec", pair.outer["ma"], *add)
+    assert end.device not in sh("ip", "-n", pair.outer["ma"], "-o", "link", "show")
+    assert end.device in sh("ip", "-n", pair.inner["ma"], "-o", "link", "show")
+    sh("ip", "netns", "exec", pair.outer["ma"], *up)
+    for m in ("ma", "mb"):
+        root = json.loads(sh("ip", "-n", pair.outer[m], "-j", "-d", "link", "show"))
+        assert [ln["ifname"] for ln in root if (ln.get("linkinfo") or {})
+                .get("info_kind") == "vxlan"] == []
+        inner = json.loads(sh("ip", "-n", pair.inner[m], "-j", "-d", "link", "show"))
+        mine = owned_devices(inner, pair.tunnels, m)
+        assert sorted(mine) == sorted(pair.end_device(t, m) for t in pair.tunnels)
+        assert all(ln.get("link_netnsid") is not None for ln in inner if ln["ifname"] in mine)
+        assert 4789 in _udp_ports(pair.outer[m]) and 4789 not in _udp_ports(pair.inner[m])
+    sh("ip", "netns", "del", pair.inner["ma"])
+    root = json.loads(sh("ip", "-n", pair.outer["ma"], "-j", "-d", "link", "show"))
+    assert not [ln for ln in root if (ln.get("linkinfo") or {}).get("info_kind") == "vxlan"]
+    assert 4789 not in _udp_ports(pair.outer["ma"])
 
 
 @need_root
