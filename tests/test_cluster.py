@@ -613,3 +613,52 @@ def test_clean_cluster_unreachable_is_one_line(cli: Any, tmp_path: Path) -> None
     assert "(and 1 more machine(s), listed above)" in res.err and res.err.count("\n") == 1
     assert "clean near (127.0.0.1): unreachable (" in res.out
     assert "clean nearer (127.0.0.2): unreachable (" in res.out
+
+
+# -- one machine's share of the network ---------------------------------------------------
+
+def _port_map(plan: Any) -> dict[tuple[str, str], int]:
+    """Ports as the builder numbers them: per switch, in link order (fabric, then fibres)."""
+    ports: dict[tuple[str, str], int] = {}
+    switches = {s.node for s in plan.switches}
+
+    def add(a: str, b: str) -> None:
+        for x, y in ((a, b), (b, a)):
+            if x in switches:
+                ports[(x, y)] = 1 + sum(1 for k in ports if k[0] == x)
+
+    for lk in plan.links:
+        add(lk.a, lk.b)
+    for f in plan.fibres:
+        add(f.roadm_u, f.middle)
+        add(f.middle, f.roadm_v)
+    return ports
+
+
+def test_share_rules_are_the_one_machine_rules_of_its_switches() -> None:
+    from testbed.cluster.share import split
+    from testbed.cluster.sharenet import LocalPorts, ShareForwarding
+    from testbed.emu.forwarding import StaticForwarding
+
+    sc = parse_scenario(load_yaml("quickstart.yaml"))
+    plan = build_plan(sc, "lp0c0c")
+    c = cluster(2)
+    p = place(sc, plan, c.machine_names)
+    shares = split(plan, p, plan_tunnels(plan.prefix, p, c, roadms(plan)))
+    ports = _port_map(plan)
+    whole = StaticForwarding().flows(plan, ports)
+    seen = set()
+    for share in shares.values():
+        local = {s.node for s in share.switches}
+        # Only this machine's ports are known there (a far ROADM's tunnel port keeps the
+        # key (ROADM, middle node) it has on one machine).
+        mine = {k: v for k, v in ports.items() if k[0] in local}
+        rules = ShareForwarding(StaticForwarding(), local).flows(plan, mine)
+        assert set(rules) == local
+        assert rules == {sw: whole[sw] for sw in local}
+        seen |= local
+    assert seen == {s.node for s in plan.switches}
+    lp = LocalPorts({("s1", "h1"): 3}, {"s1"})
+    assert lp[("s2", "x")] == 0 and ("s2", "x") in lp and ("s1", "x") not in lp
+    with pytest.raises(KeyError):
+        lp[("s1", "x")]
