@@ -177,3 +177,49 @@ def test_two_shares_joined_by_tunnels(two: dict[str, Any]) -> None:
         gone = [pid for pid in up[m]["procs"] if proc_start_ticks(pid) is not None]
         assert gone == [], f"{m}: recorded processes still alive: {gone}"
         assert not Path(up[m]["state_dir"]).exists()
+
+
+def _udp_ports(ns: str) -> set[int]:
+    out = sh("ip", "netns", "exec", ns, "ss", "-Hlnu")
+    return {int(ln.split()[3].rsplit(":", 1)[1]) for ln in out.splitlines() if ln.strip()}
+
+
+@need
+def test_share_killed_then_local_clean_removes_it_and_its_tunnel_ends(
+        two: dict[str, Any]) -> None:
+    """kill -9 of one machine's builder, then that machine's own `lightpipe clean`: its
+    processes, namespaces and state go, and with them its tunnel ends (the UDP socket in
+    its root namespace closes); the other machine's share is untouched until it stops."""
+    procs = {m: _start(two, m) for m in ("ma", "mb")}
+    try:
+        up = {m: _line(p, two, m) for m, p in procs.items()}
+        prefix = json.loads(two["cfg"].read_text())["prefix"]
+        assert 4789 in _udp_ports(two["ns"]["ma"])
+        procs["ma"].kill()  # SIGKILL: no teardown at all
+        procs["ma"].wait(timeout=30)
+        assert 4789 in _udp_ports(two["ns"]["ma"])  # the ends outlive the builder
+        # That machine's own clean, as a user there runs it: its root network namespace,
+        # its /run/netns (the builder's mount namespace, kept by the run's processes that
+        # outlive it: OVS, the fibre emulators).
+        left = [p for p in up["ma"]["procs"] if proc_start_ticks(p) is not None]
+        assert left, "no process of the killed run is left to clean"
+        res = subprocess.run(
+            ["nsenter", f"--mount=/proc/{left[0]}/ns/mnt",
+             f"--net=/run/netns/{two['ns']['ma']}", f"{Path(sys.executable).parent}/lightpipe",
+             "clean", prefix], capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "LIGHTPIPE_STATE_DIR": str(two["tmp"] / "state-ma")})
+        print(f"\nclean after kill -9:\n{res.stdout}{res.stderr}")
+        assert res.returncode == 0 and f"clean: removed run {prefix}" in res.stdout
+        assert [p for p in up["ma"]["procs"] if proc_start_ticks(p) is not None] == []
+        assert not Path(up["ma"]["state_dir"]).exists()
+        assert 4789 not in _udp_ports(two["ns"]["ma"])  # every tunnel end on ma is gone
+        assert procs["mb"].poll() is None and 4789 in _udp_ports(two["ns"]["mb"])
+    finally:
+        for p in procs.values():
+            if p.poll() is None and p.stdin is not None:
+                p.stdin.write("stop\n")
+                p.stdin.flush()
+        for p in procs.values():
+            p.wait(timeout=120)
+    assert procs["mb"].returncode == 0
+    assert 4789 not in _udp_ports(two["ns"]["mb"])
