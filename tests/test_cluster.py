@@ -1,5 +1,6 @@
 """Emulation across machines, the parts that need no root: the cluster file, placement of
-DCs on machines, the VXLAN tunnel plan, the SSH command line and the machine check."""
+DCs on machines, the VXLAN tunnel plan, the SSH command line, the machine check, `clean
+--cluster` (arguments, the tunnel proof, the per-machine report) and a share's rules."""
 
 from __future__ import annotations
 
