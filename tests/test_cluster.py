@@ -663,3 +663,198 @@ def test_share_rules_are_the_one_machine_rules_of_its_switches() -> None:
     assert lp[("s2", "x")] == 0 and ("s2", "x") in lp and ("s1", "x") not in lp
     with pytest.raises(KeyError):
         lp[("s1", "x")]
+
+
+# -- cluster up / down: the share document, the probes, the remote steps -----------------
+
+def _quickstart_on_two(prefix: str = "lp0a0b") -> tuple[Any, ClusterSpec, Any, Any, Any]:
+    from testbed.cluster.sharedoc import plan_cluster
+
+    sc = parse_scenario(load_yaml("quickstart.yaml"))
+    c = cluster(2)
+    plan, placement, shares = plan_cluster(sc, c, prefix)
+    return sc, c, plan, placement, shares
+
+
+def test_share_doc_round_trip_rebuilds_each_share() -> None:
+    import json
+
+    from testbed.cluster.sharedoc import plan_digest, read_share_doc, share_doc
+
+    sc, c, plan, placement, shares = _quickstart_on_two()
+    for m in ("m1", "m2"):
+        raw = share_doc(sc, c, plan, placement, m, "userspace", "user")
+        order = read_share_doc(raw)
+        assert order.plan == plan and order.share == shares[m]
+        assert (order.link_mode, order.datapath) == ("userspace", "user")
+        assert json.loads(raw)["plan_digest"] == plan_digest(plan)
+    # Any change to what the plan is made from changes the digest.
+    other = build_plan(sc, "lp0a0c")
+    assert plan_digest(other) != plan_digest(plan)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"version": 2}, "share.version"),
+    ({"prefix": "lp0a0b; rm -rf /"}, "share.prefix"),
+    ({"machine": "m9"}, "share.machine"),
+    ({"link_mode": "tc"}, "share.link_mode"),
+    ({"datapath": 1}, "share.datapath"),
+    ({"dcs": {"dc-a": "m1"}}, "share.dcs"),
+    ({"dcs": {"dc-a": "m9", "dc-b": "m1", "dc-c": "m2", "dc-d": "m2"}}, "share.dcs"),
+    ({"plan_digest": "0" * 16}, "share.plan_digest"),
+    ({"scenario": []}, "share.scenario"),
+])
+def test_share_doc_refused_naming_the_field(change: dict[str, Any], field: str) -> None:
+    import json
+
+    from testbed.cluster.sharedoc import read_share_doc, share_doc
+
+    sc, c, plan, placement, _ = _quickstart_on_two()
+    doc = json.loads(share_doc(sc, c, plan, placement, "m1"))
+    with pytest.raises(InputError) as exc:
+        read_share_doc(json.dumps({**doc, **change}).encode())
+    assert exc.value.path == field, str(exc.value)
+
+
+def test_share_doc_bounded_and_json_only() -> None:
+    from testbed.cluster.sharedoc import DOC_MAX_BYTES, read_share_doc
+
+    for raw, words in ((b"x" * (DOC_MAX_BYTES + 1), "over"), (b"{not json", "not JSON"),
+                       (b"[1]", "JSON object")):
+        with pytest.raises(InputError) as exc:
+            read_share_doc(raw)
+        assert exc.value.path == "share" and words in str(exc.value)
+
+
+def test_pair_probes_one_per_dc_pair_with_the_plans_delay() -> None:
+    from testbed.cluster.sharedoc import pair_probes, probes_doc, read_probes
+
+    _, _, plan, placement, _ = _quickstart_on_two()
+    probes = pair_probes(plan, placement)
+    assert len(probes) == 6 == len(plan.lightpaths)
+    for p, lp in zip(probes, plan.lightpaths, strict=True):
+        assert p.pair == f"{lp.dc_a}~{lp.dc_b}" and p.configured_ms == lp.delay_ms
+        assert p.src_machine == placement.dc_machine[lp.dc_a]
+        assert p.dst_machine == placement.dc_machine[lp.dc_b]
+        assert len(p.fibres) == len(lp.path) - 1
+        src = next(h for h in plan.hosts if h.node == p.src_node)
+        assert src.dc == lp.dc_a
+        assert p.dst_ip in {h.ip.split("/")[0] for h in plan.hosts if h.dc == lp.dc_b}
+    assert sum(p.src_machine != p.dst_machine for p in probes) == 4  # 2 DCs on each
+    assert read_probes(probes_doc(probes)) == probes
+
+
+@pytest.mark.parametrize("bad", [
+    b"{}", b"[1]", b'[{"pair": "x"}]',
+    b'[{"pair": "a~b", "src_machine": "m1", "dst_machine": "m2", "src_node": "h",'
+    b' "dst_ip": "10.0.0.1; reboot", "fibres": [], "configured_ms": 1}]',
+    b'[{"pair": "a~b", "src_machine": "m1", "dst_machine": "m2", "src_node": "h",'
+    b' "dst_ip": "10.0.0.1", "fibres": "1-2", "configured_ms": 1}]',
+    b'[{"pair": "a~b", "src_machine": "m1", "dst_machine": "m2", "src_node": "h",'
+    b' "dst_ip": "10.0.0.1", "fibres": [], "configured_ms": -1}]',
+])
+def test_probes_validated(bad: bytes) -> None:
+    from testbed.cluster.sharedoc import read_probes
+
+    with pytest.raises(InputError) as exc:
+        read_probes(bad)
+    assert exc.value.path.startswith("probes")
+
+
+def test_share_args_validated_and_quoted() -> None:
+    from testbed.cluster.drive import SHARE_SCRIPT, share_args
+    from testbed.cluster.remote import Ssh
+
+    c = cluster(2)
+    m1 = c.machines[0]
+    assert share_args(c, m1, "start") == ["sh", "-c", SHARE_SCRIPT, "sh", c.venv_of(m1),
+                                          "start"]
+    assert share_args(c, m1, "down", "lp0a0b")[-2:] == ["down", "lp0a0b"]
+    for action, prefix, field in (("start; id", None, "ACTION"), ("down", None, "RUN"),
+                                  ("ping", "lp0a0b;id", "RUN")):
+        with pytest.raises(InputError) as exc:
+            share_args(c, m1, action, prefix)
+        assert exc.value.path == field
+    # The script travels as one quoted word: the remote login shell gives it to sh whole.
+    import shlex
+
+    remote = Ssh(c, m1).argv(share_args(c, m1, "ping", "lp0a0b"))[-1]
+    assert shlex.split(remote) == share_args(c, m1, "ping", "lp0a0b")
+
+
+def test_parse_share_output_and_problems() -> None:
+    from testbed.cluster.drive import ShareResult, parse_share_output
+
+    def parsed(text: str) -> ShareResult:
+        r = ShareResult("m1", "192.0.2.1", reachable=True)
+        parse_share_output(text, r)
+        return r
+
+    ok = parsed('INFO built\n@lightpipe-share ready {"hosts": {}, "up_s": 1.5}\n'
+                "@lightpipe-share step start 0\n")
+    assert ok.ok and ok.ready == {"hosts": {}, "up_s": 1.5} and ok.lines == ["INFO built"]
+    rows = parsed('@lightpipe-share rtt {"pair": "a~b", "pings": 10}\n'
+                  "@lightpipe-share step ping 0\n")
+    assert rows.ok and rows.rows == [{"pair": "a~b", "pings": 10}]
+    assert parsed("@lightpipe-share venv-missing\n").problem.startswith("no LightPipe venv")
+    assert parsed("@lightpipe-share no-root\n").problem == \
+        "neither root nor password-less sudo"
+    assert parsed("@lightpipe-share bad share.prefix: not a run prefix\n"
+                  "@lightpipe-share step start 2\n").problem == \
+        "bad input there: share.prefix: not a run prefix"
+    assert parsed("@lightpipe-share failed share builder exited with 1: boom\n"
+                  "@lightpipe-share step start 1\n").problem == \
+        "share builder exited with 1: boom"
+    assert parsed("@lightpipe-share ready {broken\n").problem == "unreadable ready line"
+    assert parsed("Traceback\n").problem.startswith("the step did not finish")
+    down = parsed("clean: nothing to clean\n@lightpipe-share stopped lp0a0b none\n"
+                  "@lightpipe-share step stop 0\n@lightpipe-share step clean 3\n")
+    assert down.problem == "clean failed with exit code 3 (clean: nothing to clean)"
+    gone = ShareResult("m2", "192.0.2.2", error="unreachable (ssh: refused)")
+    assert gone.problem == "unreachable (ssh: refused)"
+
+
+def test_hold_refuses_bad_input_without_root() -> None:
+    import sys
+
+    for argv, stdin, words in ((["start"], b"{not json", "@lightpipe-share bad share: "),
+                               (["stop", "lp;id"], b"", "@lightpipe-share bad RUN: "),
+                               (["ping", "lp0a0b"], b"[1]", "@lightpipe-share bad probes"),
+                               (["serve", "x"], b"", "@lightpipe-share bad usage")):
+        res = subprocess.run([sys.executable, "-m", "testbed.cluster.hold", *argv],
+                             input=stdin, capture_output=True, timeout=60, check=False)
+        assert res.returncode == 2 and res.stdout.decode().startswith(words), res
+
+
+def test_cli_up_down_usage_errors_exit_2(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("machines:\n  - {name: m1, address: 192.0.2.1}\n")
+    spec = str(Path(__file__).parent.parent / "scenarios" / "quickstart.yaml")
+    out = str(tmp_path / "out")
+    for argv, words in ((["cluster", "up", spec, "--cluster", str(f)], "required: --out"),
+                        (["cluster", "up", spec, "--cluster", str(f), "--out", out,
+                          "--prefix", "lpzz"], "--prefix: not a run prefix"),
+                        (["cluster", "up", spec, "--cluster", str(f), "--out", out,
+                          "--place", "dc-a=m9"], "--place"),
+                        (["cluster", "up", spec, "--cluster", str(f), "--out", out,
+                          "--ready-timeout", "0"], "--ready-timeout"),
+                        (["cluster", "down", "--cluster", str(f), "lp;id"], "RUN: not a run"),
+                        (["cluster", "down", "lp0a0b"], "required: --cluster")):
+        res = cli(*argv)
+        assert res.code == 2 and words in res.err and res.err.count("\n") == 1, res.err
+    assert not Path(out).exists()
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_cli_up_unreachable_machine_is_one_line(cli: Any, tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there: a real "connection refused"
+    f = tmp_path / "c.yaml"
+    f.write_text(f"ssh: {{port: {port}, connect_timeout_s: 3}}\nmachines:\n"
+                 "  - {name: near, address: 127.0.0.1}\n")
+    spec = str(Path(__file__).parent.parent / "scenarios" / "quickstart.yaml")
+    res = cli("cluster", "up", spec, "--cluster", str(f), "--out", str(tmp_path / "o"))
+    assert res.code == 1, (res.out, res.err)
+    assert "up near (127.0.0.1): unreachable (" in res.out
+    assert res.err.startswith("lightpipe: error: machine near (127.0.0.1): unreachable (")
+    assert res.err.count("\n") == 1
+    assert not (tmp_path / "o" / "cluster_run.json").exists()

@@ -1,13 +1,15 @@
-"""`lightpipe cluster check --cluster FILE [SPEC]`: placement, crossing fibres, tunnels,
-and whether every machine is reachable and has what LightPipe needs; and the report of
-`lightpipe clean --cluster FILE` (run_clean)."""
+"""`lightpipe cluster check|up|down --cluster FILE`: placement, crossing fibres, tunnels
+and every machine checked; a scenario's network brought up across the machines, checked
+pair by pair and held, and taken down; and the report of `lightpipe clean --cluster FILE`
+(run_clean)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-HELP = "emulation across machines: check a cluster file (placement, tunnels, SSH, tools)"
+HELP = ("emulation across machines: check a cluster file (placement, tunnels, SSH, tools), "
+        "bring a scenario's network up across the machines and take it down")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +31,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--prefix", metavar="RUN", default=None,
                        help="run prefix for the tunnel names (lpXXXX; default: a new one)")
     check.add_argument("--json", action="store_true", help="print one JSON document")
+    up = sub.add_parser("up", help="bring SPEC's network up across the machines (each "
+                        "machine's share over SSH), ping every DC pair, and hold it until "
+                        "`cluster down`")
+    up.add_argument("spec", metavar="SPEC", help="scenario file (YAML)")
+    up.add_argument("--cluster", metavar="FILE", required=True, help="cluster file (YAML)")
+    up.add_argument("--out", metavar="DIR", required=True,
+                    help="where cluster_run.json and cluster_rtt.json are written")
+    up.add_argument("--place", action="append", default=[], metavar="DC=MACHINE",
+                    help="put a DC (with its ROADM) on a machine (repeatable)")
+    up.add_argument("--prefix", metavar="RUN", default=None,
+                    help="run prefix (lpXXXX; default: a new one)")
+    up.add_argument("--link-mode", choices=("auto", "userspace", "netem"), default="auto",
+                    help="fibre emulators on every machine (as `emu --link-mode`)")
+    up.add_argument("--datapath", choices=("auto", "user", "kernel"), default="auto",
+                    help="Open vSwitch datapath on every machine")
+    up.add_argument("--ready-timeout", type=float, default=600.0, metavar="S",
+                    help="how long a machine may take to bring its share up (s)")
+    down = sub.add_parser("down", help="take a run's shares down on every machine (stop, "
+                          "then that machine's own `lightpipe clean RUN`)")
+    down.add_argument("prefix", metavar="RUN", help="the run prefix `cluster up` printed")
+    down.add_argument("--cluster", metavar="FILE", required=True, help="cluster file (YAML)")
     parser.set_defaults(cluster_action=None)
 
 
@@ -37,8 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from testbed.cluster.spec import load_cluster
     from testbed.errors import InputError, RuntimeFailure
 
+    if args.cluster_action == "up":
+        return run_up(args)
+    if args.cluster_action == "down":
+        return run_down(args)
     if args.cluster_action != "check":
-        raise InputError("ACTION", "expected `check`")
+        raise InputError("ACTION", "expected check, up or down")
     cluster = load_cluster(args.cluster)
     doc: dict[str, Any] = {"cluster": cluster.name,
                            "machines": list(cluster.machine_names)}
@@ -141,6 +168,150 @@ def run_clean(args: argparse.Namespace) -> int:
             emit(f"{r.machine}: {line}")
     for r in results:
         emit(f"clean {r.line(args.dry_run)}")
+    bad = [r for r in results if not r.ok]
+    if bad:
+        more = f" (and {len(bad) - 1} more machine(s), listed above)" if len(bad) > 1 else ""
+        raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): "
+                             f"{bad[0].problem}{more}")
+    return 0
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """`lightpipe cluster up`: plan once, start every machine's share, ping every DC pair,
+    write DIR/cluster_run.json and DIR/cluster_rtt.json; hold (the shares run on)."""
+    import time
+    from pathlib import Path
+
+    from testbed.atomicio import atomic_write_json
+    from testbed.cli.common import check_out, emit
+    from testbed.cluster.drive import down_shares, up_shares
+    from testbed.cluster.place import parse_overrides
+    from testbed.cluster.remote import check_ssh_inputs
+    from testbed.cluster.sharedoc import pair_probes, plan_cluster, share_doc
+    from testbed.cluster.spec import load_cluster
+    from testbed.emu.state import PREFIX_RE
+    from testbed.errors import InputError, RuntimeFailure
+    from testbed.safefs import make_dirs
+    from testbed.spec import load_scenario
+
+    if args.prefix is not None and not PREFIX_RE.fullmatch(args.prefix):
+        raise InputError("--prefix", f"not a run prefix: {args.prefix!r} (lp + 4 hex digits)")
+    if not 1 <= args.ready_timeout <= 3600:
+        raise InputError("--ready-timeout", "between 1 and 3600 s")
+    cluster = load_cluster(args.cluster)
+    scenario = load_scenario(args.spec)
+    overrides = parse_overrides(args.place, [d.name for d in scenario.dcs],
+                                cluster.machine_names)
+    plan, placement, shares = plan_cluster(scenario, cluster, args.prefix, overrides)
+    docs = {m: share_doc(scenario, cluster, plan, placement, m, args.link_mode,
+                         args.datapath)
+            for m, sh in shares.items() if sh.node_names()}
+    for m in cluster.machines:
+        check_ssh_inputs(cluster, m)
+    check_out(args.out)
+    out = make_dirs(Path(args.out))
+    emit(f"cluster up: {scenario.name} as run {plan.prefix} on {len(docs)} machine(s)")
+    t0 = time.monotonic()
+    started, downs = up_shares(cluster, plan.prefix, docs, args.ready_timeout)
+    up_s = time.monotonic() - t0
+    for r in started:
+        if r.ok and r.ready is not None:
+            dcs = sorted({h["dc"] for h in r.ready["hosts"].values()})
+            emit(f"up {r.head()}: ok, share up in {r.ready['up_s']:.2f} s ({len(dcs)} DC(s) "
+                 f"{', '.join(dcs)}; {len(r.ready['hosts'])} hosts; "
+                 f"{len(r.ready['tunnels'])} tunnel end(s))")
+        else:
+            emit(f"up {r.head()}: {r.problem}")
+    bad_up = [r for r in started if not r.ok]
+    if bad_up:
+        _report_down(downs)
+        bad = bad_up[0]
+        raise RuntimeFailure(f"machine {bad.machine} ({bad.address}): {bad.problem}")
+    record = {"prefix": plan.prefix, "scenario": scenario.name, "cluster": cluster.name,
+              "cluster_file": str(Path(args.cluster).resolve()),
+              "services": placement.services, "dcs": dict(placement.dc_machine),
+              "crossing_fibres": len(placement.crossing), "up_s": round(up_s, 3),
+              "machines": {r.machine: {"address": r.address, **(r.ready or {})}
+                           for r in started}}
+    atomic_write_json(out / "cluster_run.json", record)
+    emit(f"cluster up: all {len(started)} machine(s) up in {up_s:.2f} s; "
+         f"{out}/cluster_run.json written")
+    failure = _check_pairs(cluster, plan.prefix, pair_probes(plan, placement), out)
+    if failure:
+        emit(f"cluster up: taking run {plan.prefix} down")
+        downs = down_shares(cluster, plan.prefix, [m for m in cluster.machines
+                                                   if m.name in docs])
+        _report_down(downs)
+        raise RuntimeFailure(failure)
+    emit(f"cluster up: holding run {plan.prefix}; `lightpipe cluster down --cluster "
+         f"{args.cluster} {plan.prefix}` takes it down")
+    return 0
+
+
+def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any) -> str:
+    """Ping every DC pair; write DIR/cluster_rtt.json; the first failure's line or ''."""
+    import time
+
+    from testbed.atomicio import atomic_write_json
+    from testbed.cli.common import emit
+    from testbed.cluster.drive import ping_pairs
+    from testbed.emu.delaycal import RTT_TOL_MS
+
+    t0 = time.monotonic()
+    results = ping_pairs(cluster, prefix, probes)
+    rows = [row | {"crosses": row["src_machine"] != row["dst_machine"]}
+            for r in results for row in r.rows]
+    order = {p.pair: i for i, p in enumerate(probes)}
+    rows.sort(key=lambda row: order.get(str(row.get("pair")), len(order)))
+    answered = [row for row in rows if row.get("pings")]
+    doc = {"prefix": prefix, "tolerance_ms": RTT_TOL_MS, "pairs_planned": len(probes),
+           "pairs_answered": len(answered), "took_s": round(time.monotonic() - t0, 3),
+           "note": "RTT against the plan's 2 x one-way delay; no delay calibration across "
+                   "machines (the network between them adds)", "pairs": rows}
+    atomic_write_json(out / "cluster_rtt.json", doc)
+    for row in rows:
+        med = row.get("median_ms")
+        emit(f"  {row['pair']:<20} {row['src_machine']} -> {row['dst_machine']}: "
+             + (f"rtt median {med:.3f} ms vs plan {row['expected_rtt_ms']:.3f} ms "
+                f"({row['pings']}/{row['pings_sent']} replies"
+                f"{', within band' if row.get('within_band') else ''})"
+                if med is not None else "no reply"))
+    emit(f"cluster check: {len(answered)}/{len(probes)} DC pairs answered; "
+         f"{out}/cluster_rtt.json written")
+    bad = [r for r in results if not r.ok]
+    if bad:
+        return f"machine {bad[0].machine} ({bad[0].address}): check: {bad[0].problem}"
+    if len(answered) != len(probes):
+        missing = sorted({p.pair for p in probes} - {str(r["pair"]) for r in answered})
+        return f"DC pair(s) without a reply: {', '.join(missing)}"
+    return ""
+
+
+def _report_down(results: list[Any]) -> None:
+    from testbed.cli.common import emit
+
+    for r in results:
+        for line in r.lines:
+            emit(f"{r.machine}: {line}")
+    for r in results:
+        stopped = dict(r.said).get("stopped")
+        emit(f"down {r.head()}: " + (r.problem if not r.ok else
+                                     f"ok (share {stopped})" if stopped else "ok"))
+
+
+def run_down(args: argparse.Namespace) -> int:
+    """`lightpipe cluster down --cluster FILE RUN`: on every machine, stop the run's share
+    and clean it by its prefix; exit 1 naming the first machine where that failed."""
+    from testbed.cluster.drive import down_shares
+    from testbed.cluster.spec import load_cluster
+    from testbed.emu.state import PREFIX_RE
+    from testbed.errors import InputError, RuntimeFailure
+
+    if not PREFIX_RE.fullmatch(args.prefix):
+        raise InputError("RUN", f"not a run prefix: {args.prefix!r} (lp + 4 hex digits)")
+    cluster = load_cluster(args.cluster)
+    results = down_shares(cluster, args.prefix)
+    _report_down(results)
     bad = [r for r in results if not r.ok]
     if bad:
         more = f" (and {len(bad) - 1} more machine(s), listed above)" if len(bad) > 1 else ""

@@ -94,9 +94,11 @@ class Server:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """start(address, port=None, hostkey=None, netns=None, env=None) -> a Dropbear server
-    trusting tmp/id.pub; with netns it runs in that network namespace (a stand-in machine
-    with its own root namespace), with env its sessions get those variables too."""
+    """start(address, port=None, hostkey=None, netns=None, env=None, private_netns=False)
+    -> a Dropbear server trusting tmp/id.pub; with netns it runs in that network namespace
+    (a stand-in machine with its own root namespace), with env its sessions get those
+    variables too, with private_netns its /run/netns is a tmpfs of its own (a run's named
+    namespace, the same name on every machine, is that machine's own)."""
     os.chmod(tmp_path, 0o700)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
                     str(tmp_path / "id")], check=True)
@@ -108,14 +110,16 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
     def start(address: str, port: int | None = None, hostkey: Path | None = None,
-              netns: str | None = None, env: dict[str, str] | None = None) -> Server:
+              netns: str | None = None, env: dict[str, str] | None = None,
+              private_netns: bool = False) -> Server:
         assert DROPBEAR is not None and DROPBEARKEY is not None
         port = port or (_free_port(address) if netns is None else 2222)
         if hostkey is None:
             hostkey = tmp_path / f"hostkey-{address}-{port}-{len(started)}"
             subprocess.run([DROPBEARKEY, "-t", "ed25519", "-f", str(hostkey)], env=_env(),
                            capture_output=True, check=True)
-        script = (f"mount -t overlay lp-harness -o lowerdir=/root,upperdir={upper},"
+        script = (("mount -t tmpfs lp-harness /run/netns && " if private_netns else "")
+                  + f"mount -t overlay lp-harness -o lowerdir=/root,upperdir={upper},"
                   f"workdir={work} /root && exec {DROPBEAR} -F -E -s -m "
                   f"{'-e ' if env else ''}-r {hostkey} -p {address}:{port} "
                   f"-P {tmp_path}/pid-{address}-{port}")

@@ -1,0 +1,273 @@
+"""A machine's share held on that machine, run over SSH by `lightpipe cluster up/down`.
+
+    python -m testbed.cluster.hold start < SHARE.json    build the share, hold it, return
+    python -m testbed.cluster.hold stop RUN              tear the held share down
+    python -m testbed.cluster.hold ping RUN < PROBES.json   ping DC pairs from its hosts
+
+`start` validates the document (testbed.cluster.sharedoc), starts `serve` in a session
+of its own (so it outlives the SSH session) and waits for its readiness line, written
+after the share is up (ShareNetwork: the run's state, namespaces and processes recorded
+under this machine's state root, so its own `lightpipe clean` removes them even after
+kill -9); the document and the readiness record are written atomically into the run's
+state directory. Each command's result is one status line `@lightpipe-share WORD ...`.
+Exit 0 done, 1 failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from testbed.atomicio import atomic_write_json
+from testbed.errors import InputError
+
+MARK = "@lightpipe-share"
+READY_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 120.0
+PING_COUNT = 10
+PING_INTERVAL_S = 0.05
+TAIL_LINES = 20
+
+log = logging.getLogger(__name__)
+
+
+def status(word: str, rest: str = "") -> None:
+    print(f"{MARK} {word}{' ' + rest if rest else ''}", flush=True)
+
+
+def _read_stdin(limit: int) -> bytes:
+    return sys.stdin.buffer.read(limit + 1)
+
+
+def cmd_start(ready_timeout_s: float = READY_TIMEOUT_S) -> int:
+    """Validate, start `serve` detached, wait for its readiness line or its end."""
+    from testbed.cluster.sharedoc import DOC_MAX_BYTES, read_share_doc
+    from testbed.emu.state import state_root
+
+    raw = _read_stdin(DOC_MAX_BYTES)
+    try:
+        order = read_share_doc(raw)
+    except InputError as exc:
+        status("bad", str(exc))
+        return 2
+    if (state_root() / order.plan.prefix).exists():
+        status("failed", f"run {order.plan.prefix} already has state on this machine")
+        return 1
+    child = subprocess.Popen([sys.executable, "-m", "testbed.cluster.hold", "serve"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(raw)
+    child.stdin.close()
+    tail: list[str] = []
+    deadline = time.monotonic() + ready_timeout_s
+    fd = child.stdout.fileno()
+    buf = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            child.send_signal(signal.SIGTERM)  # it tears down what it built
+            try:
+                child.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            status("failed", f"share not up within {ready_timeout_s:g} s")
+            return 1
+        r, _, _ = select.select([fd], [], [], left)
+        if not r:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for raw_line in lines:
+            line = raw_line.decode(errors="replace").rstrip()
+            if line.startswith(f"{MARK} ready "):
+                print(line, flush=True)
+                return 0
+            if line.strip():
+                tail = [*tail, line][-TAIL_LINES:]
+    code = child.wait()
+    for line in tail:
+        print(line)
+    errs = [ln for ln in tail if "error" in ln.lower() or "failure" in ln.lower()] or tail
+    status("failed", f"share builder exited with {code}"
+           + (f": {errs[-1][-300:]}" if errs else ""))
+    return 1
+
+
+def cmd_serve() -> int:
+    """Build the share, write its records, print the readiness line, hold until SIGTERM."""
+    from testbed.cluster.sharedoc import DOC_MAX_BYTES, read_share_doc
+    from testbed.cluster.sharenet import ShareNetwork
+    from testbed.emu.network import sigterm_as_interrupt
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s: %(message)s")
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    order = read_share_doc(_read_stdin(DOC_MAX_BYTES))
+    net = ShareNetwork(order.plan, order.share, link_mode=order.link_mode,
+                       datapath=order.datapath)
+    with sigterm_as_interrupt():
+        try:
+            with net:
+                state_dir = net.state_dir
+                atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
+                hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
+                                  "pid": int(net.nodes[h.node].pid)}
+                         for h in order.share.hosts}
+                ready = {"machine": order.share.machine, "prefix": order.plan.prefix,
+                         "pid": os.getpid(), "state_dir": str(state_dir),
+                         "up_s": round(net.timings_s.get("up", 0.0), 3),
+                         "link_mode": net.link_mode, "hosts": hosts,
+                         "tunnels": [e.device for _, e in order.share.tunnel_ends]}
+                atomic_write_json(state_dir / "ready.json", ready, mode=0o600)
+                logfd = os.open(state_dir / "hold.log",
+                                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                status("ready", json.dumps(ready, sort_keys=True))
+                # From now on nobody reads our pipe: the log goes to the state directory.
+                os.dup2(logfd, 1)
+                os.dup2(logfd, 2)
+                os.close(logfd)
+                while True:
+                    signal.pause()
+        except KeyboardInterrupt:
+            log.info("share %s: stopping", order.plan.prefix)
+    return 0
+
+
+def _is_share_owner(pid: int) -> bool:
+    try:
+        return b"testbed.cluster.hold" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _zombie(pid: int) -> bool:
+    """An ended process its new parent has not reaped yet (after kill -9, say)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait for `pid` to end (its pidfd becomes readable); True when it did."""
+    try:
+        pfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        r, _, _ = select.select([pfd], [], [], timeout_s)
+        return bool(r)
+    finally:
+        os.close(pfd)
+
+
+def cmd_stop(prefix: str, timeout_s: float = STOP_TIMEOUT_S) -> int:
+    """SIGTERM the run's share holder (proved by PID + start time and its command line),
+    wait for its teardown; SIGKILL after timeout_s (its own clean removes the rest)."""
+    from testbed.emu.state import PREFIX_RE, RunState, run_is_live, signal_if, state_root
+
+    if not PREFIX_RE.fullmatch(prefix):
+        status("bad", f"RUN: not a run prefix: {prefix[:20]!r}")
+        return 2
+    d = state_root() / prefix
+    if not d.is_dir():
+        status("stopped", f"{prefix}: not on this machine")
+        return 0
+    try:
+        st = RunState.load(d)
+    except (OSError, ValueError, TypeError) as exc:
+        status("failed", f"run {prefix}: unreadable state ({exc})")
+        return 1
+    if not run_is_live(st) or _zombie(st.owner_pid):
+        status("stopped", f"{prefix}: its holder had already ended")
+        return 0
+    if not _is_share_owner(st.owner_pid):
+        status("failed", f"run {prefix} is not a cluster share (pid {st.owner_pid}); "
+               "left alone")
+        return 1
+    t0 = time.monotonic()
+
+    def ours(_pid: int) -> bool:
+        return run_is_live(st)
+
+    signal_if(st.owner_pid, signal.SIGTERM, ours)
+    if not _wait_gone(st.owner_pid, timeout_s):
+        signal_if(st.owner_pid, signal.SIGKILL, ours)
+        _wait_gone(st.owner_pid, 10.0)
+        status("stopped", f"{prefix}: killed, no teardown within {timeout_s:g} s")
+        return 0
+    status("stopped", f"{prefix} in {time.monotonic() - t0:.2f} s")
+    return 0
+
+
+def cmd_ping(prefix: str) -> int:
+    """Ping each probe's pair from its source host (in this machine's held share)."""
+    from testbed.cluster.sharedoc import PROBES_MAX_BYTES, read_probes
+    from testbed.emu.calibrate import PathProbe, ping_path
+    from testbed.emu.delaycal import RTT_TOL_MS, path_row, rtt_ok
+    from testbed.emu.state import PREFIX_RE, RunState, alive, state_root
+
+    if not PREFIX_RE.fullmatch(prefix):
+        status("bad", f"RUN: not a run prefix: {prefix[:20]!r}")
+        return 2
+    try:
+        probes = read_probes(_read_stdin(PROBES_MAX_BYTES))
+    except InputError as exc:
+        status("bad", str(exc))
+        return 2
+    d = state_root() / prefix
+    if not d.is_dir():
+        status("failed", f"run {prefix} is not up on this machine")
+        return 1
+    st = RunState.load(d)
+    shells = {p.name: p for p in st.procs if p.role == "host-shell" and alive(p)}
+    bad = 0
+    for pr in probes:
+        rec = shells.get(pr.src_node)
+        if rec is None:
+            status("failed", f"host {pr.src_node[:64]} of run {prefix} is not here")
+            return 1
+        probe = PathProbe(pr.pair, f"/proc/{rec.pid}/ns/net", pr.dst_ip, pr.fibres,
+                          pr.configured_ms)
+        got = ping_path(probe, PING_COUNT, PING_INTERVAL_S)
+        row: dict[str, object] = {"pair": pr.pair, "src_machine": pr.src_machine,
+                                  "dst_machine": pr.dst_machine, "pings_sent": PING_COUNT}
+        if got.rtts_ms:
+            row |= path_row(got)
+            row["within_band"] = rtt_ok(got.median_ms, pr.configured_ms, RTT_TOL_MS)
+        else:
+            row |= {"expected_rtt_ms": round(2 * pr.configured_ms, 4), "pings": 0,
+                    "median_ms": None, "within_band": False}
+            bad += 1
+        status("rtt", json.dumps(row, sort_keys=True))
+    return 1 if bad else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["start"]:
+        return cmd_start()
+    if args == ["serve"]:
+        return cmd_serve()
+    if len(args) == 2 and args[0] == "stop":
+        return cmd_stop(args[1])
+    if len(args) == 2 and args[0] == "ping":
+        return cmd_ping(args[1])
+    status("bad", "usage: start | stop RUN | ping RUN")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
