@@ -810,6 +810,7 @@ def test_parse_share_output_and_problems() -> None:
     down = parsed("clean: nothing to clean\n@lightpipe-share stopped lp0a0b none\n"
                   "@lightpipe-share step stop 0\n@lightpipe-share step clean 3\n")
     assert down.problem == "clean failed with exit code 3 (clean: nothing to clean)"
+    assert parsed("@lightpipe-share step start 0\n").ready is None  # up_shares: failed
     gone = ShareResult("m2", "192.0.2.2", error="unreachable (ssh: refused)")
     assert gone.problem == "unreachable (ssh: refused)"
 

@@ -189,6 +189,9 @@ def up_shares(cluster: ClusterSpec, prefix: str, docs: dict[str, bytes],
         share_args(cluster, m, "start")
     started = on_every(cluster, machines, lambda m: run_step(
         cluster, m, "start", stdin=docs[m.name], timeout_s=ready_timeout_s + 60))
+    for r in started:
+        if r.ok and r.ready is None:
+            r.said.append(("failed", "no readiness line"))
     if all(r.ok for r in started):
         return started, []
     back = [m for m, r in zip(machines, started, strict=True) if r.reachable]
