@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import struct
 import subprocess
 from pathlib import Path
@@ -25,7 +26,7 @@ from testbed.emu.links import NetemLink, netem_limit_packets
 from testbed.emu.plan import build_plan
 from testbed.emu.probes import parse_iperf3
 from testbed.emu.reaper import clean_run
-from testbed.emu.state import PREFIX_RE, proc_start_ticks
+from testbed.emu.state import PREFIX_RE, RunState, proc_start_ticks, run_is_live
 from testbed.errors import InputError
 from testbed.names import IFNAME_RE
 from testbed.optical.modulation import DEFAULT_MODULATIONS, choose_modulation
@@ -188,6 +189,21 @@ def test_state_helpers(tmp_path: Path) -> None:
     child = subprocess.Popen(["true"])
     child.wait()
     assert proc_start_ticks(child.pid) is None
+    # killed but not yet reaped (a zombie): gone too, so its run is not live
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        born = proc_start_ticks(child.pid)
+        assert born is not None
+        st = RunState("lpzzz0", str(tmp_path / "lpzzz0"), child.pid, born)
+        assert run_is_live(st)
+        os.kill(child.pid, signal.SIGKILL)
+        wait_until(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1]
+                   .split()[0] == "Z" or None, "the child a zombie", timeout_s=30,
+                   interval_s=0.02)
+        assert proc_start_ticks(child.pid) is None and not run_is_live(st)
+    finally:
+        child.kill()
+        child.wait()
     assert PREFIX_RE.fullmatch("lp0a1f") and not PREFIX_RE.fullmatch("lpprobe1234")
     # A state dir whose state cannot be read: removed without touching anything else.
     d = tmp_path / "lpzzzz"

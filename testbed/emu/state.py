@@ -119,13 +119,17 @@ class RunState:
 
 
 def proc_start_ticks(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot, or None if it is gone."""
+    """Start time of a process in clock ticks since boot, or None if it is gone: exited,
+    a zombie its parent has not reaped yet included (killed with -9 from a Python parent,
+    it stays one until waited for, and its run is dead all the same)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces; fields after ')' are fixed.
     rest = stat.rsplit(")", 1)[1].split()
+    if rest[0] in ("Z", "X"):
+        return None
     return int(rest[19])
 
 
