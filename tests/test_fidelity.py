@@ -145,6 +145,70 @@ def test_retransmits_the_fabric_queues_dropped_are_allowed() -> None:
     assert v["fabric_drops"] == {"frames": 40, "segments_per_frame": 11}
 
 
+def test_the_switch_sockets_drops_are_the_emulators_not_tcps() -> None:
+    """Frames the user-space switch's receive sockets dropped (a burst beyond the socket's
+    buffer: counted by no interface) fail emulator_drops, named; the retransmissions
+    they cause are then explained, so tcp_retransmits does not blame TCP for them."""
+    d = good_inputs()
+    d["tcp"] = {"h0": {"TcpOutSegs": 10_000, "TcpRetransSegs": 900}}
+    d["switch"] = {"frames": 20, "sockets": 6, "segments_per_frame": 46}
+    v = fid.verdict(Scale(), **d)
+    inv = by_name(v)
+    assert not v["faithful"] and not inv["emulator_drops"]["ok"]
+    assert "20 at the user-space switch's receive sockets" in inv["emulator_drops"]["detail"]
+    assert inv["tcp_retransmits"]["ok"], inv["tcp_retransmits"]  # 900 <= 2 x 20 x 46
+    assert v["switch_socket_drops"]["frames"] == 20
+    assert fid.verdict(Scale(), **good_inputs())["faithful"]  # none dropped: no change
+
+
+def test_a_threads_run_time_stays_counted_after_it_exits() -> None:
+    """schedstat is per thread and leaves /proc with it: the sums keep an exited thread's
+    last figures, so a process's run time never falls between readings (a worker's did,
+    to a negative run_s, when a gloo thread ended inside its window)."""
+    from testbed.emu.procstat import ProcTimes, carried
+
+    before = {1: (1.0, 0.1), 2: (2.0, 0.2)}
+    now = ProcTimes(7, 3.0, 1.5, 0.1, 10.0, {1: (1.5, 0.1), 3: (0.5, 0.0)})
+    got, seen = carried(before, now)
+    assert (got.run_s, got.wait_s) == pytest.approx((4.0, 0.3)) and set(seen) == {1, 2, 3}
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, threading, time\n"
+                              "def spin():\n    t = time.thread_time() + 0.3\n"
+                              "    while time.thread_time() < t: pass\n"
+                              "    print(1, flush=True); sys.stdin.readline()\n"
+                              "th = threading.Thread(target=spin); th.start()\n"
+                              "th.join(); print(2, flush=True); time.sleep(60)"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        s = ProcSampler()
+        s.watch(child.pid, "worker", "w")
+        assert child.stdout.readline()  # the thread has spun 0.3 s of CPU
+        s.sample()  # and is seen alive with it
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline()  # it ended
+        s.sample()
+        (rec,) = s.records()
+        assert rec["run_s"] >= 0.25, rec  # its 0.3 s of CPU stay counted
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_packet_socket_drops_are_read_for_the_switch_only() -> None:
+    from testbed.emu.fidelity_probe import parse_packet_socket_drops
+
+    text = ('p_raw UNCONN 0 0 *:lp42e7s4-eth3 * users:(("ovs-vswitchd",pid=17114,fd=39))\n'
+            '\t skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d510)\n'
+            'p_raw UNCONN 0 0 *:lp42e7s3-eth1 * users:(("ovs-vswitchd",pid=17114,fd=40))\n'
+            '\t skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d27)\n'
+            'p_raw UNCONN 0 0 *:eth0 * users:(("other",pid=999,fd=3))\n'
+            '\t skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d7000)\n')
+    assert parse_packet_socket_drops(text, 17114) == (2, 537)
+    assert parse_packet_socket_drops(text, 1) == (0, 0)
+
+
 def test_unmeasured_parts_are_listed_not_failed() -> None:
     """No workers, no forwarders (netem links), no TCP: those invariants have no value."""
     v = fid.verdict(Scale(), [rtt_row("a~b", 20.0, [20.1] * 20)])

@@ -232,10 +232,13 @@ def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str, int]],
-                    scale: Scale, fabric: Mapping[str, int] | None = None) -> list[Invariant]:
-    """The forwarders' timer slack and own drops, and TCP's retransmissions against what
-    the model dropped: the forwarders' queues and loss, and the shaped fabric links'
-    queues (`fabric`: frames dropped, at most segments_per_frame TCP segments each)."""
+                    scale: Scale, fabric: Mapping[str, int] | None = None,
+                    switch: Mapping[str, int] | None = None) -> list[Invariant]:
+    """The forwarders' timer slack and the emulator's own drops (the forwarders' and the
+    user-space switch's receive sockets: `switch`, frames of at most segments_per_frame
+    segments each), and TCP's retransmissions against what was dropped: by the model
+    (the forwarders' queues and loss, the shaped fabric links' queues: `fabric`) and by
+    the emulator (counted against it above, so not a second time here)."""
     tot = tot or {}
     slack = tot.get("timer_slack")
     q = quantile_s(slack, 0.99) if slack else None
@@ -244,23 +247,31 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
                           f"p99 of {sum(slack['counts'])} timed wake-ups" if slack else
                           "no forwarder measured",
                           "frames leave when due: the forwarders woke on time (scenario time)")
-    lost = tot.get("socket_drops", 0) + tot.get("send_errors", 0)
-    frames = tot.get("rx_packets", 0)
+    switch = switch or {}
+    switch_frames = int(switch.get("frames", 0))
+    lost = tot.get("socket_drops", 0) + tot.get("send_errors", 0) + switch_frames
+    frames = tot.get("rx_packets", 0) + switch_frames
+    at_switch = (f" ({switch_frames} at the user-space switch's receive sockets)"
+                 if switch_frames else "")
     drop_inv = Invariant("emulator_drops", lost / frames if frames else None,
                          MAX_EMULATOR_DROP_SHARE, "max", "share",
-                         f"{lost} of {frames} frames" if frames else "no forwarder traffic",
+                         f"{lost} of {frames} frames{at_switch}" if frames else
+                         "no forwarder traffic",
                          "no frame lost outside the modelled queues and loss (kernel socket "
-                         "drops, send errors)")
+                         "drops at the forwarders and the user-space switch, send errors)")
     out_segs = sum(int(h.get("TcpOutSegs", 0)) for h in tcp.values())
     retrans = sum(int(h.get("TcpRetransSegs", 0)) for h in tcp.values())
     fabric = fabric or {}
     fabric_frames = int(fabric.get("frames", 0))
     dropped = tot.get("modelled_drops", 0) + fabric_frames * int(
-        fabric.get("segments_per_frame", 1))
+        fabric.get("segments_per_frame", 1)) + switch_frames * int(
+        switch.get("segments_per_frame", 1))
     allowed = RETRANSMITS_PER_DROP * dropped
     unexplained = max(0.0, retrans - allowed)
     by_fabric = (f" ({fabric_frames} frames of up to {fabric.get('segments_per_frame')} "
                  f"segments by the fabric's queues)" if fabric_frames else "")
+    by_fabric += (f" ({switch_frames} frames of up to {switch.get('segments_per_frame')} "
+                  f"segments by the switch's sockets)" if switch_frames else "")
     tcp_inv = Invariant("tcp_retransmits", unexplained / out_segs if out_segs else None,
                         MAX_UNEXPLAINED_RETRANSMIT_SHARE, "max", "share",
                         f"{retrans} retransmitted, {dropped} dropped by the model{by_fabric}, "
@@ -278,7 +289,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             tcp: Mapping[str, Mapping[str, int]] | None = None,
             jobs: Sequence[Mapping[str, Any]] = (),
             host: Mapping[str, Any] | None = None,
-            fabric: Mapping[str, int] | None = None) -> dict[str, Any]:
+            fabric: Mapping[str, int] | None = None,
+            switch: Mapping[str, int] | None = None) -> dict[str, Any]:
     """summary.json `fidelity`: faithful or not, the reasons (failed invariants), every
     invariant as a record, and what was measured (per lightpath, per process).
 
@@ -288,7 +300,9 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     ("worker"); forwarder_stats: each forwarder's stats() at the end; tcp: per host nstat
     counters (TcpOutSegs, TcpRetransSegs); jobs: summary.json worker_jobs; host: the
     machine's load (testbed.metrics.hostload summary: steal_frac); fabric: the shaped DC
-    fabric links' queue drops (testbed.emu.fidelity_probe.fabric_drops)."""
+    fabric links' queue drops (testbed.emu.fidelity_probe.fabric_drops); switch: the
+    user-space switch's receive socket drops (testbed.emu.fidelity_probe.
+    switch_socket_drops)."""
     errors = lightpath_rtt_errors(rtt_rows, scale)
     tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
     invs = [*rtt_invariants(errors),
@@ -299,7 +313,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             share_invariant("worker_cpu_share", procs, "worker", MIN_WORKER_SHARE,
                             "the workers had a CPU when they wanted one"),
             _worst_job(jobs, 0), _worst_job(jobs, 1),
-            *link_invariants(tot, tcp or {}, scale, fabric),
+            *link_invariants(tot, tcp or {}, scale, fabric, switch),
             steal_invariant(host)]
     failed = [i for i in invs if not i.ok]
     return {"faithful": not failed, "reasons": [i.reason() for i in failed],
@@ -307,7 +321,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             **scale.as_record(),
             "lightpaths": errors, "processes": list(procs),
             "forwarders": {k: v for k, v in (tot or {}).items() if v is not None},
-            "tcp": dict(tcp or {}), "fabric_drops": dict(fabric or {})}
+            "tcp": dict(tcp or {}), "fabric_drops": dict(fabric or {}),
+            "switch_socket_drops": dict(switch or {})}
 
 
 def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:

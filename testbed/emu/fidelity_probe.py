@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import re
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +21,13 @@ from testbed.emu.procstat import ProcSampler
 
 log = logging.getLogger(__name__)
 
+# Out and retransmitted segments, and what tells a retransmission's cause: RTOs (and the
+# spurious ones), tail loss probes, fast retransmits, D-SACKs received (the peer already
+# had the segment: spurious) and segments queued out of order at the receiver (a gap).
 TCP_FIDELITY_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
-                         "TcpExtTCPSpuriousRTOs")
+                         "TcpExtTCPSpuriousRTOs", "TcpExtTCPLossProbes",
+                         "TcpExtTCPFastRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPOFOQueue")
+GSO_MAX_BYTES = 65536  # Linux's default gso_max_size: the largest frame a host hands on
 # The run state's process roles the sampler reads, as the verdict names them.
 STATE_ROLES = {"forwarder": "forwarder", "ovs-vswitchd": "switch"}
 
@@ -125,6 +131,42 @@ def fabric_drops(net: Any) -> dict[str, int]:
     return {"frames": frames, "segments_per_frame": math.ceil(biggest / MSS_BYTES)}
 
 
+# ss -0 -m -p: a packet socket's owner and its skmem counters (d: the socket's drops)
+_SS_PACKET = re.compile(r'users:\(\("[^"]*",pid=(\d+),fd=\d+\)\)\s+skmem:\([^)]*\bd(\d+)\)')
+
+
+def parse_packet_socket_drops(text: str, pid: int) -> tuple[int, int]:
+    """(sockets, frames dropped) of the packet sockets process `pid` holds, from
+    `ss -0 -m -n -p` output."""
+    got = [int(d) for p, d in _SS_PACKET.findall(text) if int(p) == pid]
+    return len(got), sum(got)
+
+
+def switch_socket_drops(net: Any) -> dict[str, int]:
+    """Frames the user-space switch lost at its receive sockets (userspace datapath: one
+    AF_PACKET socket per port, read by ovs-vswitchd's main thread; a burst beyond the
+    socket's buffer, rmem_default, is dropped by the kernel and counted nowhere else:
+    not in the interfaces' counters, not in OVS's), and the most TCP segments one of
+    them can hold (a 64 kB GSO frame). Empty where there is no such switch."""
+    from testbed.emu.tcp_tuning import MSS_BYTES
+
+    ovs = getattr(net, "ovs", None)
+    pid = (getattr(ovs, "pids", None) or {}).get("ovs-vswitchd")
+    if pid is None or getattr(net, "datapath", "user") != "user":
+        return {}
+    try:
+        res = subprocess.run(["ip", "netns", "exec", net.plan.prefix, "ss", "-0", "-m", "-n",
+                              "-p"], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("no packet socket counters from the switch: %s", exc)
+        return {}
+    sockets, frames = parse_packet_socket_drops(res.stdout, int(pid))
+    if not sockets:
+        return {}
+    return {"frames": frames, "sockets": sockets,
+            "segments_per_frame": math.ceil(GSO_MAX_BYTES / MSS_BYTES)}
+
+
 def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
             sampler: ProcSampler | None = None, host: Mapping[str, Any] | None = None
             ) -> dict[str, Any]:
@@ -144,7 +186,8 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
             p["name"] = fibre_of[p["name"]]
     return verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
                    host_tcp_counters(net), list(work.get("worker_jobs", [])),
-                   host if host is not None else work.get("host_load"), fabric_drops(net))
+                   host if host is not None else work.get("host_load"), fabric_drops(net),
+                   switch_socket_drops(net))
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ class ProcTimes:
     run_s: float
     wait_s: float
     at_s: float  # time.monotonic() of the reading
+    # per thread (TID): (run s, wait s); a thread's figures leave /proc with it
+    threads: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)
 
 
 def parse_stat(text: str) -> tuple[int, float, str]:
@@ -66,17 +68,27 @@ def read_times(pid: int, start_ticks: int | None = None) -> ProcTimes | None:
         ticks, cpu_s, state = parse_stat(Path(f"/proc/{pid}/stat").read_text())
         if (start_ticks is not None and ticks != start_ticks) or state in ("Z", "X"):
             return None
-        run_s = wait_s = 0.0
+        threads: dict[int, tuple[float, float]] = {}
         for task in os.scandir(f"/proc/{pid}/task"):
             try:
-                r, w = parse_schedstat(Path(task.path, "schedstat").read_text())
+                threads[int(task.name)] = parse_schedstat(
+                    Path(task.path, "schedstat").read_text())
             except (OSError, ValueError):
                 continue  # a thread that just exited
-            run_s += r
-            wait_s += w
     except (OSError, ValueError, IndexError):
         return None
-    return ProcTimes(ticks, cpu_s, run_s, wait_s, time.monotonic())
+    return ProcTimes(ticks, cpu_s, sum(r for r, _ in threads.values()),
+                     sum(w for _, w in threads.values()), time.monotonic(), threads)
+
+
+def carried(before: dict[int, tuple[float, float]], now: ProcTimes
+            ) -> tuple[ProcTimes, dict[int, tuple[float, float]]]:
+    """`now` with the run and wait of threads that exited since `before` (their last
+    figures) kept in its sums, so that they never go down between readings (a thread's
+    schedstat goes with it: a worker's run time fell by a gloo thread's when it exited)."""
+    seen = {**before, **now.threads}
+    return replace(now, run_s=sum(r for r, _ in seen.values()),
+                   wait_s=sum(w for _, w in seen.values())), seen
 
 
 def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
@@ -112,7 +124,8 @@ class ProcSampler:
             return
         with self._lock:
             self._procs[pid] = {"pid": pid, "role": role, "name": name, "meta": meta,
-                                "first": first, "readings": [first]}
+                                "first": first, "readings": [first],
+                                "threads": dict(first.threads)}
 
     def start(self) -> ProcSampler:
         self._thread = threading.Thread(target=self._loop, name="procstat", daemon=True)
@@ -129,6 +142,7 @@ class ProcSampler:
             if now is None:
                 p["gone"] = True
                 continue
+            now, p["threads"] = carried(p["threads"], now)
             got = p["readings"]
             got.append(now)
             if len(got) > MAX_READINGS:
