@@ -85,10 +85,12 @@ def carried(before: dict[int, tuple[float, float]], now: ProcTimes
             ) -> tuple[ProcTimes, dict[int, tuple[float, float]]]:
     """`now` with the run and wait of threads that exited since `before` (their last
     figures) kept in its sums, so that they never go down between readings (a thread's
-    schedstat goes with it: a worker's run time fell by a gloo thread's when it exited)."""
+    schedstat goes with it: a worker's run time fell by a gloo thread's when it exited),
+    and every thread's figures so far. The reading keeps only the sums (a process keeps
+    up to MAX_READINGS of them)."""
     seen = {**before, **now.threads}
     return replace(now, run_s=sum(r for r, _ in seen.values()),
-                   wait_s=sum(w for _, w in seen.values())), seen
+                   wait_s=sum(w for _, w in seen.values()), threads={}), seen
 
 
 def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
@@ -123,9 +125,10 @@ class ProcSampler:
             log.debug("process %d (%s %s) is gone: not watched", pid, role, name)
             return
         with self._lock:
+            threads = first.threads
+            first = replace(first, threads={})
             self._procs[pid] = {"pid": pid, "role": role, "name": name, "meta": meta,
-                                "first": first, "readings": [first],
-                                "threads": dict(first.threads)}
+                                "first": first, "readings": [first], "threads": threads}
 
     def start(self) -> ProcSampler:
         self._thread = threading.Thread(target=self._loop, name="procstat", daemon=True)
