@@ -100,8 +100,10 @@ _THREADS_LEFT: list[tuple[str, list[str]]] = []  # (test, threads it left runnin
 @pytest.fixture(autouse=True)
 def _signal_dispositions_intact() -> Any:
     """After each test, check that the kernel's SIGINT/SIGTERM disposition still matches
-    Python's handler (a C library may reset it: tests/sigstate.py), and put Python's
-    handler back if not, so that the rest of the session is not poisoned: the class of bug
+    Python's handler (a C library may reset it: tests/sigstate.py) and that the main
+    thread does not block them (a signal then goes to another thread, and a held run's
+    signal.pause() waited for it for ever), and put Python's handler back if not, so
+    that the rest of the session is not poisoned: the class of bug
     where a later Ctrl-C or SIGTERM kills a process without its clean-up. The change may
     come from a thread an earlier test left running, so the test named is where it was
     seen, not always its cause: a warning in `make test`, a failure under `make
@@ -110,7 +112,7 @@ def _signal_dispositions_intact() -> Any:
     import threading
     import warnings
 
-    from tests.sigstate import SignalDispositionWarning, mismatches, resync
+    from tests.sigstate import SignalDispositionWarning, blocked, mismatches, resync, unblock
 
     before = {t.ident for t in threading.enumerate()}
     yield
@@ -121,9 +123,10 @@ def _signal_dispositions_intact() -> Any:
         _THREADS_LEFT.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0],
                               left))
         del _THREADS_LEFT[:-5]
-    bad = mismatches()
+    bad = mismatches() + blocked()
     if bad:
         resync()
+        unblock()
         what = "signal disposition changed under Python: " + "; ".join(bad)
         alive = sorted(t.name for t in threading.enumerate())
         what += f" (threads alive: {alive}; the last tests that left threads: "

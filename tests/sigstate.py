@@ -57,6 +57,17 @@ def mismatches(sigs: Iterable[signal.Signals] = WATCHED) -> list[str]:
     return out
 
 
+def blocked(sigs: Iterable[signal.Signals] = WATCHED) -> list[str]:
+    """One line per signal the calling thread blocks: the kernel then gives it to another
+    thread, and a wait in this one (signal.pause()) never sees it."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    return [f"{sig.name}: blocked in the main thread" for sig in sigs if sig in mask]
+
+
+def unblock(sigs: Iterable[signal.Signals] = WATCHED) -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(sigs))
+
+
 def resync(sigs: Iterable[signal.Signals] = WATCHED) -> None:
     """Install Python's own handler again in the kernel (main thread only)."""
     for sig in sigs:

@@ -22,7 +22,7 @@ SOURCES = ("testbed", "controllers", "workloads")
 # Lowest first; a layer is a tuple of module-name prefixes (docs/architecture.md draws it).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("testbed.errors", "testbed.termsafe", "testbed.safefs", "testbed.atomicio", "testbed.outdir",
-     "testbed.boundedio", "testbed.names", "testbed.progress",
+     "testbed.boundedio", "testbed.names", "testbed.progress", "testbed.sigwait",
      "testbed.catalog", "testbed.envprobe", "testbed.topologies", "testbed.analysis"),
     ("testbed.spec",),
     ("testbed.optical", "testbed.schedule", "testbed.traces", "testbed.records",

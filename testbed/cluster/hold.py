@@ -28,6 +28,7 @@ from pathlib import Path
 
 from testbed.atomicio import atomic_write_json
 from testbed.errors import InputError
+from testbed.sigwait import until_signalled
 
 MARK = "@lightpipe-share"
 READY_TIMEOUT_S = 600.0
@@ -138,8 +139,7 @@ def cmd_serve() -> int:
                 os.dup2(logfd, 1)
                 os.dup2(logfd, 2)
                 os.close(logfd)
-                while True:
-                    signal.pause()
+                until_signalled()
         except KeyboardInterrupt:
             log.info("share %s: stopping", order.plan.prefix)
     return 0

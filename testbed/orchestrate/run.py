@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +62,7 @@ from testbed.orchestrate.probes import PROBE_FIELDS, PROBE_SECONDS, measure_ligh
 from testbed.orchestrate.timescale import apply_time_factor
 from testbed.progress import say
 from testbed.rundir import RunDir, run_dir
+from testbed.sigwait import until_signalled
 from testbed.spec import Scenario
 from testbed.spec.models import EventSpec
 
@@ -352,8 +352,7 @@ def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_
                 opts.ready.set()
             if opts.on_hold is not None:
                 opts.on_hold(info)
-            while True:
-                signal.pause()
+            until_signalled()
     finally:
         info.pop("fault_socket", None)  # gone with the channel
         summary = faults.stop()  # a killed controller or Prometheus is restarted first

@@ -1,0 +1,37 @@
+"""A held run's wait ends on SIGINT even when the kernel gives the signal to another
+thread (testbed.sigwait; signal.pause() hung a CI run for 900 s)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from testbed.sigwait import until_signalled
+
+
+@pytest.mark.timeout(60)
+def test_a_sigint_taken_by_another_thread_ends_the_wait() -> None:
+    sent = threading.Event()
+
+    def send() -> None:  # started before the main thread blocks SIGINT: it may take it
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+        sent.set()
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as a library left it
+    try:
+        th = threading.Thread(target=send, daemon=True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        th.start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            until_signalled(poll_s=0.1)
+        assert sent.is_set() and time.monotonic() - t0 < 30
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
