@@ -15,12 +15,13 @@ from testbed.sigwait import until_signalled
 
 @pytest.mark.timeout(60)
 def test_a_sigint_taken_by_another_thread_ends_the_wait() -> None:
-    sent = threading.Event()
+    sent, waiting = threading.Event(), threading.Event()
 
     def send() -> None:  # started before the main thread blocks SIGINT: it may take it
-        time.sleep(0.3)
-        os.kill(os.getpid(), signal.SIGINT)
-        sent.set()
+        if waiting.wait(30):  # only once the main thread is inside pytest.raises
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGINT)
+            sent.set()
 
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as a library left it
     try:
@@ -30,6 +31,7 @@ def test_a_sigint_taken_by_another_thread_ends_the_wait() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         t0 = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
+            waiting.set()
             until_signalled(poll_s=0.1)
         assert sent.is_set() and time.monotonic() - t0 < 30
         assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
