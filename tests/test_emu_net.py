@@ -244,10 +244,16 @@ def test_sigint_right_after_network_json_ends_the_hold_cleanly(tmp_path: Path) -
         seen.append((out / "network.json").exists())
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Python's Ctrl-C handler, whatever this process inherited: a pytest started in the
+    # background by a shell without job control (`cmd &`) inherits SIGINT ignored, and
+    # the held run then waited for ever (CI runs of 2026-11-27, 900 s each).
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         summary = EmuBackend().run(sc, out, quiet=True, hold=True, on_hold=stop_at_once)
     except KeyboardInterrupt:
         pytest.fail("SIGINT after network.json was published ended the run as interrupted")
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert seen == [True]
     assert summary["held"] is True
     prefix = json.loads((out / "network.json").read_text())["prefix"]
