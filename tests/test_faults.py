@@ -367,6 +367,55 @@ def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Pat
     assert all("static forwarding" in r["skipped"] for r in rows)
 
 
+class _Training:
+    """What FaultInjector asks of a launcher before its clock starts (a stand-in for
+    Launcher.training_started, whose worker records tests/test_launch* cover)."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def training_started(self) -> bool:
+        return self.started
+
+
+def test_events_clock_starts_with_training() -> None:
+    """pp_jobs events are timed from the start of training, not from the launch: a cut
+    at 0.1 s does not fire while the workers start up, then fires 0.1 s after training
+    starts; the offset is recorded."""
+    from testbed.orchestrate.faults import FaultInjector
+
+    now = [0.0]
+    sc = parse_scenario(_with_events("monitor-demo.yaml", [
+        {"at_s": 0.1, "kind": "fiber_cut", "link": ["A", "B"]}]))
+    inj = FaultInjector(sc.events, scale=1.0, clock=lambda: now[0]).start(on_training=True)
+    training = _Training()
+    inj.attach_launcher(training)
+    now[0] = 30.0  # a slow start-up: far past the event's time, but no training yet
+    time.sleep(0.3)
+    assert inj.steps == [] and inj.now_s() == 0.0
+    training.started = True
+    wait_until(lambda: inj.clock_offset_s is not None, "the clock to start",
+               interval_s=0.01)
+    assert inj.clock_offset_s == 30.0
+    time.sleep(0.3)
+    assert inj.steps == []  # due 0.1 s after training started: not yet
+    now[0] = 30.2
+    wait_until(lambda: len(inj.steps) == 1, "the cut", interval_s=0.01)
+    out = inj.stop()
+    assert out["events_clock"] == "training" and out["events_clock_offset_s"] == 30.0
+    assert out["faults"][0]["run_s"] == 0.2
+    # training that never starts: nothing fires, and the rows say why
+    never = FaultInjector(sc.events, scale=1.0).start(on_training=True)
+    never.attach_launcher(_Training())
+    time.sleep(0.3)
+    out = never.stop()
+    assert out["events_clock_offset_s"] is None and out["events_applied"] == 0
+    assert out["faults"][0]["note"] == "not reached: the jobs' training never started"
+    # a held network's clock starts with start()
+    held = FaultInjector([], scale=1.0).start()
+    assert held.stop()["events_clock_offset_s"] == 0.0
+
+
 # ---- emulation (root) -------------------------------------------------------------------
 def _skip_reason() -> str | None:
     if os.geteuid() != 0:
@@ -398,7 +447,9 @@ def _emulate(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path]:
                           "--backend", "emu", "--out", str(out), "-q"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads((out / "summary.json").read_text()), out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["events_clock"] == "training" and summary["events_clock_offset_s"] > 0
+    return summary, out
 
 
 def _finished_iterations(out: Path, job: str) -> set[int]:
@@ -435,7 +486,7 @@ def test_emulation_survives_prometheus_kill(tmp_path: Path) -> None:
     assert row["down_wall_s"] >= 3.0  # down_s 0.3 x time_factor 10
     _assert_records_keep_every_finished_iteration(summary, out)
     n = job["iterations_measured"]
-    assert n == 60  # worker_iterations: all of them, the kill lost none
+    assert n == 200  # worker_iterations: all of them, the kill lost none
     assert any((out / "prometheus" / "data").iterdir())
 
 
@@ -474,7 +525,7 @@ def test_emulation_restores_a_flapping_fibre(tmp_path: Path) -> None:
     assert all(s["via"] == "port_status" for s in summary["events"])
     assert len(row["cut_to_restored_s"]) == 2
     assert row["cuts"][0]["lost"] == [] and len(row["cuts"][0]["restored"]) >= 1
-    assert job["iterations_measured"] == 80
+    assert job["iterations_measured"] == 220
     _assert_records_keep_every_finished_iteration(summary, out)
 
 
@@ -485,7 +536,7 @@ def test_emulation_survives_a_killed_controller(tmp_path: Path) -> None:
     summary, out = _emulate("fault-controller", tmp_path)
     (job,) = summary["worker_jobs"]
     assert job["ok"], job["failure"]
-    assert job["iterations_measured"] == 60  # the data plane forwarded through the outage
+    assert job["iterations_measured"] == 200  # the data plane forwarded through the outage
     (row,) = summary["faults"]
     assert row["kind"] == "controller_kill" and row["applied"], row
     assert row["pid_restarted"] != row["pid_killed"]
@@ -504,7 +555,7 @@ def test_emulation_restores_lightpaths_after_a_wavelength_loss(tmp_path: Path) -
     summary, out = _emulate("fault-wavelength", tmp_path)
     (job,) = summary["worker_jobs"]
     assert job["ok"], job["failure"]
-    assert job["iterations_measured"] == 80
+    assert job["iterations_measured"] == 200
     loss, repair = summary["faults"]
     assert loss["kind"] == "wavelength_loss" and loss["applied"], loss
     assert (loss["target"], loss["first_slot"], loss["slots"], loss["via"]) == (

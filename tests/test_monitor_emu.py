@@ -79,6 +79,9 @@ def test_every_dashboard_query_has_data_after_a_run(tmp_path: Path) -> None:
         summary = json.loads((out / "summary.json").read_text())
         assert all(j["ok"] for j in summary["worker_jobs"]) and len(summary["worker_jobs"]) == 2
         assert [e["kind"] for e in summary["events"]] == ["fiber_cut", "fiber_repair"]
+        # timed from the start of training (worker start-up does not count), so the cut
+        # lands while the jobs iterate and after Prometheus has scraped the lightpaths
+        assert summary["events_clock"] == "training" and summary["events_clock_offset_s"] > 0
         prom = summary["prometheus"]
         assert prom["url"] == url and prom["monitor_url"] == url
         assert f"prometheus: run {prom['run']}, data in {prom['tsdb']} and at {url}" in res.stdout

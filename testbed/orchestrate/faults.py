@@ -1,7 +1,11 @@
 """Plays a scenario's events on an emulation run's clock and records each fault's outcome.
 
 `FaultInjector` runs in a background thread while the pp_jobs workers run; an event at
-`at_s` fires `at_s x scale` seconds after start() (scale: the emulation's time factor):
+`at_s` fires `at_s x scale` seconds after its clock starts (scale: the emulation's time
+factor). For pp_jobs workers (`start(on_training=True)`) the clock starts when training
+does: once every worker has joined its job's process group (Launcher.training_started),
+as the simulation's clock starts with the jobs; worker start-up (tens of seconds on a busy
+machine) does not count. A held network's clock starts with start():
 
     fiber_cut / fiber_repair   the fibre's link down / up in the data plane (link_switch);
                                the controller sees the port change and restores
@@ -142,6 +146,9 @@ class FaultInjector:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-injector", daemon=True)
         self._t0 = 0.0
+        self._on_training = False
+        self._gated = False  # the clock waits for training to start
+        self.clock_offset_s: float | None = None  # start() to the clock's zero
         self._worker_rows: list[tuple[dict[str, Any], Any]] = []
         self._chain: _Chain | None = None  # whose actions are being planned (apply_now)
         for ev in sorted(events, key=lambda e: e.at_s):
@@ -179,17 +186,35 @@ class FaultInjector:
             row["note"] = "not replayed in the emulation"
 
     # ---- life cycle ----------------------------------------------------------------------
-    def start(self) -> FaultInjector:
+    def start(self, on_training: bool = False) -> FaultInjector:
+        """Start the thread; the clock starts now, or with `on_training` once the
+        attached launcher's training has started (see the module docstring)."""
         self._t0 = self.clock()
+        self._on_training = self._gated = on_training
+        if not on_training:
+            self.clock_offset_s = 0.0
         self._thread.start()
         return self
+
+    def _open_gate(self) -> bool:
+        """Start the clock if training has started; False while it has not."""
+        if self.launcher is None or not self.launcher.training_started():
+            return False
+        now = self.clock()
+        self.clock_offset_s = round(now - self._t0, 3)
+        self._t0 = now
+        self._gated = False
+        log.info("events: clock started with training, %.1f s after the workers were "
+                 "launched", self.clock_offset_s)
+        return True
 
     def attach_launcher(self, launcher: Any) -> None:
         """The worker launcher of the run (worker_kill finds PIDs through it)."""
         self.launcher = launcher
 
     def now_s(self) -> float:
-        return self.clock() - self._t0
+        """Seconds on the events' clock (0 while it waits for training to start)."""
+        return 0.0 if self._gated else self.clock() - self._t0
 
     def apply_now(self, ev: EventSpec, timeout_s: float) -> dict[str, Any]:
         """Apply one event now on a started injector (a held run's `lightpipe fault`):
@@ -212,6 +237,9 @@ class FaultInjector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self._gated and not self._open_gate():
+                self._stop.wait(RETRY_S)
+                continue
             with self._lock:
                 due = self._heap[0][0] if self._heap else None
             if due is None:
@@ -262,9 +290,11 @@ class FaultInjector:
             t.join(timeout=120)
         for row, w in self._worker_rows:
             self._worker_outcome(row, w)
+        why = ("not reached: the jobs' training never started" if self._gated
+               else "not reached: the workload ended before it was due")
         for row in self.rows:
             if not row["applied"] and "note" not in row and "wall_time" not in row:
-                row["note"] = "not reached: the workload ended before it was due"
+                row["note"] = why
         applied = [s for s in self.steps if "skipped" not in s]
         checked = [r for s in self.steps for r in s.get("rtt_after_reroute", [])]
         return {"events": self.steps,
@@ -276,7 +306,9 @@ class FaultInjector:
                 "event_errors": self.errors,
                 "cut_to_restored_s": [s["cut_to_restored_s"] for s in self.steps
                                       if "cut_to_restored_s" in s],
-                "events_time_scale": self.scale, "faults": self.rows}
+                "events_time_scale": self.scale,
+                "events_clock": "training" if self._on_training else "start",
+                "events_clock_offset_s": self.clock_offset_s, "faults": self.rows}
 
     # ---- fibres --------------------------------------------------------------------------
     def _stamp(self, row: dict[str, Any]) -> None:

@@ -60,6 +60,7 @@ class Worker:
     exit_code: int | None = None
     fault: str | None = None  # set when killed on purpose (kill_stage): the failure reason
     killed_s: float | None = None  # monotonic time of that kill
+    ready: bool = False  # its `start` record seen (training_started)
 
 
 @dataclass
@@ -179,6 +180,20 @@ class Launcher:
             else:
                 running = True
         return running
+
+    def training_started(self) -> bool:
+        """True once every worker has joined its job's process group (its `start`
+        record: training begins), or once any job has ended (it will not begin)."""
+        for run in self.jobs.values():  # (another thread supervises: no poll() here)
+            if run.done or run.failure is not None or any(
+                    w.proc.returncode is not None for w in run.workers):
+                return True
+            for w in run.workers:
+                if not w.ready:
+                    w.ready = any(r.get("type") == "start"
+                                  for r in read_records(w.record_path))
+        return bool(self.jobs) and all(w.ready for run in self.jobs.values()
+                                       for w in run.workers)
 
     def _describe(self, w: Worker) -> str:
         code = w.exit_code or 0

@@ -362,10 +362,12 @@ def hold_network(scenario: Scenario, net: EmuNetwork, info: dict[str, Any], out_
 
 
 def fault_injector(ctl: ControllerProcess | None, net: EmuNetwork, mon: RunMonitor | None,
-                   ctl_dir: Path | None, events: Sequence[EventSpec] = ()) -> Any:
+                   ctl_dir: Path | None, events: Sequence[EventSpec] = (),
+                   on_training: bool = False) -> Any:
     """A started FaultInjector for this network: fibre cuts and flaps as real port-downs
     the controller restores, the run's Prometheus, SDN controller (restarted from ctl_dir)
-    and workers killed (testbed.orchestrate.faults); `events` on the emulated clock."""
+    and workers killed (testbed.orchestrate.faults); `events` on the emulated clock, which
+    starts now or, `on_training`, when the workers' training starts."""
     from testbed.emu.events import link_switch
     from testbed.orchestrate.faults import FaultInjector
 
@@ -386,16 +388,16 @@ def fault_injector(ctl: ControllerProcess | None, net: EmuNetwork, mon: RunMonit
     return FaultInjector(events, scale=net.plan.scale.time_factor, client=client,
                          set_link=link_switch(net) if ctl is not None else None,
                          monitor=mon, controller=restarter,
-                         after_reroute=after_reroute).start()
+                         after_reroute=after_reroute).start(on_training)
 
 
 def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario: Scenario,
                        mon: RunMonitor | None = None, ctl_dir: Path | None = None) -> Any:
     """pp_jobs: the spec's events on the emulated clock (at_s x the time scale), played
-    by fault_injector; None without events."""
+    by fault_injector from the start of training; None without events."""
     if not scenario.events:
         return None
-    return fault_injector(ctl, net, mon, ctl_dir, scenario.events)
+    return fault_injector(ctl, net, mon, ctl_dir, scenario.events, on_training=True)
 
 
 def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
