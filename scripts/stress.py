@@ -88,8 +88,19 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    f"--junitxml={junit}", *selection]
-            env = {**os.environ, "LIGHTPIPE_TEST_STRICT_SIGNALS": "1"}  # conftest
+            windows = args.out / f"round{r}.windows"
+            windows.unlink(missing_ok=True)
+            before = args.out / f"round{r}.netns"
+            netns = Path("/run/netns")
+            before.write_text("".join(f"{n}\n" for n in
+                                      sorted(os.listdir(netns) if netns.is_dir() else [])))
+            env = {**os.environ, "LIGHTPIPE_TEST_STRICT_SIGNALS": "1",  # conftest
+                   "LIGHTPIPE_TEST_WINDOWS": str(windows)}
             rc = subprocess.run(cmd, cwd=ROOT, check=False, env=env).returncode
+            leak = subprocess.run([sys.executable, "-m", "tests.leaks", str(before),
+                                   str(windows)], cwd=ROOT, check=False, text=True,
+                                  capture_output=True,
+                                  env={**os.environ, "LIGHTPIPE_TEST_STRICT_LEAKS": "1"})
             total, found = failures_of(junit, r)
             if rc not in (0, 1):  # how pytest ended: a test that killed it is in its log
                 how = (f"killed by {signal.Signals(-rc).name}" if rc < 0
@@ -97,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                 found = [f for f in found if f.test != "(whole round)"]
                 found.append(Failure(r, "(whole round)", f"pytest {how}"
                                      + ("" if junit.is_file() else ", no JUnit XML")))
+            if leak.returncode != 0:  # namespaces the round left behind (tests/leaks.py)
+                found.append(Failure(r, "(namespaces left)",
+                                     (leak.stdout + leak.stderr).strip()[-2000:]))
             all_failures += found
             line = (f"round {r}/{args.rounds}: {total} tests, {len(found)} failed, "
                     f"{time.monotonic() - t0:.0f} s (busy cores: {args.busy})")

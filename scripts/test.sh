@@ -12,6 +12,12 @@ cd "$(dirname "$0")/.." || exit 2
 PY="${VENV:-.venv}/bin/python"
 JOBS="${TEST_JOBS:-2}"
 t0=$(date +%s)
+# Named namespaces before the lanes, and each test's window: tests/leaks.py names what
+# the session left behind and the tests running when it was made.
+leakdir=$(mktemp -d)
+trap 'rm -rf "$leakdir"' EXIT
+ls -1 /run/netns 2>/dev/null > "$leakdir/before"
+export LIGHTPIPE_TEST_WINDOWS="$leakdir/windows"
 lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exit status
   local name="$1"
   shift
@@ -32,5 +38,6 @@ rc=0
 wait "$serial" || rc=1
 wait "$rootlane" || rc=1
 wait "$parallel" || rc=1
+"$PY" -m tests.leaks "$leakdir/before" "$leakdir/windows" || rc=1
 echo "test: all lanes done in $(( $(date +%s) - t0 )) s: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
 exit "$rc"

@@ -98,6 +98,23 @@ _THREADS_LEFT: list[tuple[str, list[str]]] = []  # (test, threads it left runnin
 
 
 @pytest.fixture(autouse=True)
+def _test_window(request: pytest.FixtureRequest) -> Any:
+    """Under `make test`, each test's start and end go to LIGHTPIPE_TEST_WINDOWS, so
+    that a namespace left behind can be traced to the tests running when it was made
+    (tests/leaks.py, run by scripts/test.sh after the lanes)."""
+    import os
+    import time
+
+    path = os.environ.get("LIGHTPIPE_TEST_WINDOWS")
+    t0 = time.time()
+    yield
+    if path:
+        from tests.leaks import record_window
+
+        record_window(path, request.node.nodeid, t0, time.time())
+
+
+@pytest.fixture(autouse=True)
 def _signal_dispositions_intact() -> Any:
     """After each test, check that the kernel's SIGINT/SIGTERM disposition still matches
     Python's handler (a C library may reset it: tests/sigstate.py) and that the main
