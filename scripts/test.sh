@@ -4,7 +4,8 @@
 #   root      root tests that build networks but time nothing, one at a time beside them;
 #   parallel  the rest, on TEST_JOBS pytest-xdist workers at nice 10, so that on a 2-core
 #             machine the emulations get the CPU first.
-# Each line is prefixed with its lane; every lane's exit status counts. Extra arguments
+# Each line is prefixed with its lane, and each lane ends with its slowest tests (where the
+# time goes); every lane's exit status counts. Extra arguments
 # go to every pytest run.
 #   bash scripts/test.sh [PYTEST ARGS...]      (VENV=.venv TEST_JOBS=2)
 set -uo pipefail
@@ -27,12 +28,12 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exi
   echo "[$name] exit $rc after $(( $(date +%s) - t0 )) s"
   return "$rc"
 }
-lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider "$@" &
+lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider --durations=12 "$@" &
 serial=$!
-lane root "$PY" -m pytest tests -m rootlane -p no:cacheprovider "$@" &
+lane root "$PY" -m pytest tests -m rootlane -p no:cacheprovider --durations=8 "$@" &
 rootlane=$!
 lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial and not rootlane" -n "$JOBS" \
-  -p no:cacheprovider "$@" &
+  -p no:cacheprovider --durations=12 "$@" &
 parallel=$!
 rc=0
 wait "$serial" || rc=1

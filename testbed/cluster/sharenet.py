@@ -70,56 +70,17 @@ class ShareNetwork(EmuNetwork):
 
     # -- building --------------------------------------------------------------------------
     def _build_nodes(self) -> None:
-        from functools import partial
-
-        from mininet.link import Link
-        from mininet.node import Host, Node, OVSSwitch
-
-        sh, p = self.share, self.plan
-        OVSSwitch.setup()  # as EmuNetwork: against the run's private OVS
-        OVSSwitch.isSetup = True
-        dp = "user" if self.datapath == "user" else "kernel"
-        switch_cls = partial(OVSSwitch, datapath=dp, protocols="OpenFlow13",
-                             failMode="secure", inNamespace=False, listenPort=None, batch=True)
-        for s in sh.switches:
-            node = switch_cls(s.node, dpid=s.dpid)
-            self.nodes[s.node] = node
-            self._record_node(node, "switch-shell")
-        for h in sh.hosts:
-            node = Host(h.node, inNamespace=True)
-            self.nodes[h.node] = node
-            self._record_node(node, "host-shell")
+        sh = self.share
+        here = {s.node for s in sh.switches}
+        pairs: list[tuple[str, str]] = []
         for f in sh.fibres:
-            node = Node(f.middle, inNamespace=True)
-            self.nodes[f.middle] = node
-            self._record_node(node, "middle-shell")
-
-        dc_ips: dict[str, list[str]] = {}
-        for h in p.hosts:
-            dc_ips.setdefault(h.dc, []).append(h.ip.split("/")[0])
-        dc_sources = {s.node: tuple(dc_ips.get(s.label, ())) for s in sh.switches
-                      if s.kind != "roadm"}
-
-        def link(a: str, b: str, rate_mbps: float | None = None) -> None:
-            na, nb = self.nodes[a], self.nodes[b]
-            lk = Link(na, nb)
-            for n, intf, other in ((na, lk.intf1, b), (nb, lk.intf2, a)):
-                if isinstance(n, OVSSwitch):
-                    self.ports[(n.name, other)] = n.ports[intf]
-                if rate_mbps is not None:
-                    is_switch = isinstance(n, OVSSwitch)
-                    self.shaped.append((n, str(intf), rate_mbps, not is_switch,
-                                        dc_sources.get(n.name, ()) if is_switch else ()))
-
-        for lk in sh.links:
-            link(lk.a, lk.b, lk.rate_mbps)
-        for f in sh.fibres:
-            if f.roadm_u not in self.nodes:
+            if f.roadm_u not in here:
                 raise RuntimeFailure(f"fibre {f.u}-{f.v}: its emulator {f.middle} is on "
                                      f"{sh.machine} but its first ROADM is not")
-            link(f.roadm_u, f.middle)
-            if f.roadm_v in self.nodes:
-                link(f.middle, f.roadm_v)
+            pairs.append((f.roadm_u, f.middle))
+            if f.roadm_v in here:
+                pairs.append((f.middle, f.roadm_v))
+        self._build_parts(sh.switches, sh.hosts, sh.fibres, sh.links, pairs)
         for t, end in sh.tunnel_ends:
             if end.attach == "middle":
                 add, up = create_commands(t, end, int(self.nodes[end.attach_to].pid))

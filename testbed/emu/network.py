@@ -243,6 +243,17 @@ class EmuNetwork:
             self.state.hold_netns(node.name, f"/proc/{node.pid}/ns/net")
 
     def _build_nodes(self) -> None:
+        p = self.plan
+        pairs = [pair for f in p.fibres for pair in ((f.roadm_u, f.middle),
+                                                     (f.middle, f.roadm_v))]
+        self._build_parts(p.switches, p.hosts, p.fibres, p.links, pairs)
+
+    def _build_parts(self, switches: Sequence[Any], hosts: Sequence[Any],
+                     fibres: Sequence[Any], links: Sequence[Any],
+                     fibre_pairs: Sequence[tuple[str, str]]) -> None:
+        """Make these switches, hosts and fibre emulators' nodes, then the links (shaped
+        where they have a rate) and the fibres' veths (fibre_pairs, in order): the whole
+        plan, or one machine's share of it (testbed.cluster.sharenet)."""
         from functools import partial
 
         from mininet.link import Link
@@ -256,15 +267,15 @@ class EmuNetwork:
         dp = "user" if self.datapath == "user" else "kernel"
         switch_cls = partial(OVSSwitch, datapath=dp, protocols="OpenFlow13",
                              failMode="secure", inNamespace=False, listenPort=None, batch=True)
-        for s in p.switches:
+        for s in switches:
             node = switch_cls(s.node, dpid=s.dpid)
             self.nodes[s.node] = node
             self._record_node(node, "switch-shell")
-        for h in p.hosts:
+        for h in hosts:
             node = Host(h.node, inNamespace=True)
             self.nodes[h.node] = node
             self._record_node(node, "host-shell")
-        for f in p.fibres:
+        for f in fibres:
             node = Node(f.middle, inNamespace=True)
             self.nodes[f.middle] = node
             self._record_node(node, "middle-shell")
@@ -273,7 +284,7 @@ class EmuNetwork:
         dc_ips: dict[str, list[str]] = {}
         for h in p.hosts:
             dc_ips.setdefault(h.dc, []).append(h.ip.split("/")[0])
-        dc_sources = {s.node: tuple(dc_ips.get(s.label, ())) for s in p.switches
+        dc_sources = {s.node: tuple(dc_ips.get(s.label, ())) for s in switches
                       if s.kind != "roadm"}
 
         def link(a: str, b: str, rate_mbps: float | None = None) -> None:
@@ -287,11 +298,10 @@ class EmuNetwork:
                     self.shaped.append((n, str(intf), rate_mbps, not is_switch,
                                         dc_sources.get(n.name, ()) if is_switch else ()))
 
-        for lk in p.links:
+        for lk in links:
             link(lk.a, lk.b, lk.rate_mbps)
-        for f in p.fibres:
-            link(f.roadm_u, f.middle)
-            link(f.middle, f.roadm_v)
+        for a, b in fibre_pairs:
+            link(a, b)
 
     def _start_switches(self) -> None:
         p = self.plan
