@@ -148,7 +148,7 @@ class FaultInjector:
         self._t0 = 0.0
         self._on_training = False
         self._gated = False  # the clock waits for training to start
-        self.clock_offset_s: float | None = None  # start() to the clock's zero
+        self.clock_offset_s: float | None = None  # start() to the clock's zero (s)
         self._worker_rows: list[tuple[dict[str, Any], Any]] = []
         self._chain: _Chain | None = None  # whose actions are being planned (apply_now)
         for ev in sorted(events, key=lambda e: e.at_s):
@@ -204,8 +204,8 @@ class FaultInjector:
         self.clock_offset_s = round(now - self._t0, 3)
         self._t0 = now
         self._gated = False
-        log.info("events: clock started with training, %.1f s after the workers were "
-                 "launched", self.clock_offset_s)
+        log.info("events: clock started with training, %.1f s into the workload "
+                 "(placement, worker launch and start-up)", self.clock_offset_s)
         return True
 
     def attach_launcher(self, launcher: Any) -> None:
