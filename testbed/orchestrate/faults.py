@@ -4,8 +4,8 @@
 `at_s` fires `at_s x scale` seconds after its clock starts (scale: the emulation's time
 factor). For pp_jobs workers (`start(on_training=True)`) the clock starts when training
 does: once every worker has joined its job's process group (Launcher.training_started),
-as the simulation's clock starts with the jobs; worker start-up (tens of seconds on a busy
-machine) does not count. A held network's clock starts with start():
+the emulation's nearest to the simulator's time 0 (docs/faults.md); worker start-up
+(tens of seconds on a busy machine) does not count. A held network's clock starts with start():
 
     fiber_cut / fiber_repair   the fibre's link down / up in the data plane (link_switch);
                                the controller sees the port change and restores
