@@ -4,7 +4,13 @@ another process keeps one core busy, and report every failure with its test and 
     python scripts/stress.py              # 5 rounds of `-m stress` (`make test-stress`)
     python scripts/stress.py --rounds 2 -- tests/test_emu_link.py   # other pytest arguments
 
-Each round's JUnit XML and the summary (stress.md) go to --out (default runs/stress).
+By default a round runs the stress tests in two lanes at once, as `make test` does: the
+`serial` ones (they time packets) one at a time, and the rest one at a time beside them,
+so that with the busy core three processes share a 2-core machine (`--lanes 1`: all one
+after another). Explicit pytest arguments run in one lane.
+
+Each round's JUnit XML and pytest output per lane (roundN-LANE.xml, .log) and the summary
+(stress.md) go to --out (default runs/stress).
 Exit status: 0 when every round passed, 1 otherwise.
 """
 
@@ -61,10 +67,23 @@ def failures_of(junit: Path, round_no: int) -> tuple[int, list[Failure]]:
     return total, found
 
 
+def lane_selections(pytest_args: list[str], lanes: int) -> dict[str, list[str]]:
+    """{file-name suffix: pytest arguments} of the lanes a round runs at once: explicit
+    arguments in one lane; else the stress tests, split as `make test` splits them."""
+    if pytest_args:
+        return {"": list(pytest_args)}
+    if lanes == 2:
+        return {"-serial": ["-m", "stress and serial", "tests"],
+                "-other": ["-m", "stress and not serial", "tests"]}
+    return {"": ["-m", "stress", "tests"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--busy", type=int, default=1, help="cores to keep busy (default 1)")
+    ap.add_argument("--lanes", type=int, choices=(1, 2), default=2,
+                    help="2: serial and other stress tests at once, as make test (default)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "stress")
     ap.add_argument("pytest_args", nargs="*",
                     help="pytest arguments after -- (default: -m stress tests)")
@@ -75,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--busy: {args.busy} is not within 0..64")
     logging.basicConfig(level=logging.INFO, format="stress: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True, mode=0o750)
-    selection = args.pytest_args or ["-m", "stress", "tests"]
+    lanes = lane_selections(args.pytest_args, args.lanes)
     hogs = [multiprocessing.Process(target=busy_loop, daemon=True) for _ in range(args.busy)]
     for h in hogs:
         h.start()
@@ -83,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     try:
         for r in range(1, args.rounds + 1):
-            junit = args.out / f"round{r}.xml"
-            junit.unlink(missing_ok=True)
             t0 = time.monotonic()
-            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", *selection]
             windows = args.out / f"round{r}.windows"
             windows.unlink(missing_ok=True)
             before = args.out / f"round{r}.netns"
@@ -96,24 +111,41 @@ def main(argv: list[str] | None = None) -> int:
                                       sorted(os.listdir(netns) if netns.is_dir() else [])))
             env = {**os.environ, "LIGHTPIPE_TEST_STRICT_SIGNALS": "1",  # conftest
                    "LIGHTPIPE_TEST_WINDOWS": str(windows)}
-            rc = subprocess.run(cmd, cwd=ROOT, check=False, env=env).returncode
+            procs: dict[str, tuple[Path, subprocess.Popen[bytes]]] = {}
+            for suffix, selection in lanes.items():
+                junit = args.out / f"round{r}{suffix}.xml"
+                junit.unlink(missing_ok=True)
+                cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                       f"--junitxml={junit}", *selection]
+                with (args.out / f"round{r}{suffix}.log").open("wb") as out:
+                    procs[suffix] = (junit, subprocess.Popen(cmd, cwd=ROOT, env=env,
+                                                             stdout=out,
+                                                             stderr=subprocess.STDOUT))
+            log.info("round %d/%d: %d lane(s) running, output in %s", r, args.rounds,
+                     len(lanes), ", ".join(str(args.out / f"round{r}{x}.log") for x in lanes))
+            total, found = 0, []
+            for suffix, (junit, proc) in procs.items():
+                rc = proc.wait()
+                n, lane_found = failures_of(junit, r)
+                if rc not in (0, 1):  # how pytest ended: a test that killed it is in its log
+                    how = (f"killed by {signal.Signals(-rc).name}" if rc < 0
+                           else f"exited {rc}")
+                    lane_found = [f for f in lane_found if f.test != "(whole round)"]
+                    lane_found.append(Failure(r, f"(whole round{suffix})", f"pytest {how}"
+                                              + ("" if junit.is_file() else ", no JUnit XML")))
+                total += n
+                found += lane_found
             leak = subprocess.run([sys.executable, "-m", "tests.leaks", str(before),
                                    str(windows)], cwd=ROOT, check=False, text=True,
                                   capture_output=True,
                                   env={**os.environ, "LIGHTPIPE_TEST_STRICT_LEAKS": "1"})
-            total, found = failures_of(junit, r)
-            if rc not in (0, 1):  # how pytest ended: a test that killed it is in its log
-                how = (f"killed by {signal.Signals(-rc).name}" if rc < 0
-                       else f"exited {rc}")
-                found = [f for f in found if f.test != "(whole round)"]
-                found.append(Failure(r, "(whole round)", f"pytest {how}"
-                                     + ("" if junit.is_file() else ", no JUnit XML")))
             if leak.returncode != 0:  # namespaces the round left behind (tests/leaks.py)
                 found.append(Failure(r, "(namespaces left)",
                                      (leak.stdout + leak.stderr).strip()[-2000:]))
             all_failures += found
             line = (f"round {r}/{args.rounds}: {total} tests, {len(found)} failed, "
-                    f"{time.monotonic() - t0:.0f} s (busy cores: {args.busy})")
+                    f"{time.monotonic() - t0:.0f} s (busy cores: {args.busy}, "
+                    f"lanes: {len(lanes)})")
             log.info(line)
             lines.append(line)
     finally:

@@ -82,7 +82,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     root = _needs_root(item)
     if root and item.get_closest_marker("root") is None:
         item.add_marker(pytest.mark.root)
-    if root and module in ROOT_UNTIMED:
+    if root and (module in ROOT_UNTIMED or item.get_closest_marker("untimed") is not None):
         item.add_marker(pytest.mark.rootlane)
     elif root and module not in ROOT_BUT_NOT_TIMED:
         # `make test` (scripts/test.sh) runs the `serial` tests one at a time in a lane of

@@ -147,6 +147,7 @@ def test_four_dc_up_verify_down_leaves_nothing(tmp_path: Path) -> None:
 
 @need_root
 @pytest.mark.slow
+@pytest.mark.untimed  # what clean removes, not how fast packets go: the rootlane
 def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(four_dc()))
