@@ -19,6 +19,9 @@ leakdir=$(mktemp -d)
 trap 'rm -rf "$leakdir"' EXIT
 ls -1 /run/netns 2>/dev/null > "$leakdir/before"
 export LIGHTPIPE_TEST_WINDOWS="$leakdir/windows"
+# A test after which the kernel's SIGINT/SIGTERM disposition no longer matches Python's
+# handler fails (tests/conftest.py); LIGHTPIPE_TEST_STRICT_SIGNALS=0 makes it a warning.
+export LIGHTPIPE_TEST_STRICT_SIGNALS="${LIGHTPIPE_TEST_STRICT_SIGNALS:-1}"
 lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exit status
   local name="$1"
   shift

@@ -123,8 +123,9 @@ def _signal_dispositions_intact() -> Any:
     that the rest of the session is not poisoned: the class of bug
     where a later Ctrl-C or SIGTERM kills a process without its clean-up. The change may
     come from a thread an earlier test left running, so the test named is where it was
-    seen, not always its cause: a warning in `make test`, a failure under `make
-    test-stress` (LIGHTPIPE_TEST_STRICT_SIGNALS=1, set by scripts/stress.py)."""
+    seen, not always its cause: a failure under `make test` and `make test-stress`
+    (LIGHTPIPE_TEST_STRICT_SIGNALS=1, set by scripts/test.sh and scripts/stress.py), a
+    warning in a plain pytest run."""
     import os
     import threading
     import warnings
