@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="Open vSwitch datapath on every machine")
     up.add_argument("--ready-timeout", type=float, default=600.0, metavar="S",
                     help="how long a machine may take to bring its share up (s)")
+    up.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                    help="leave the fibres' delays as planned (default: calibrate them "
+                    "across the machines, tunnels included, as `emu` does on one)")
     down = sub.add_parser("down", help="take a run's shares down on every machine (stop, "
                           "then that machine's own `lightpipe clean RUN`)")
     down.add_argument("prefix", metavar="RUN", help="the run prefix `cluster up` printed")
@@ -236,7 +239,16 @@ def run_up(args: argparse.Namespace) -> int:
     atomic_write_json(out / "cluster_run.json", record)
     emit(f"cluster up: all {len(started)} machine(s) up in {up_s:.2f} s; "
          f"{out}/cluster_run.json written")
-    failure = _check_pairs(cluster, plan.prefix, pair_probes(plan, placement), out)
+    probes = pair_probes(plan, placement)
+    failure = ""
+    calibration: dict[str, Any] = {"enabled": False}
+    if args.calibrate:
+        try:
+            calibration = _calibrate(cluster, plan, shares, probes, record, out)
+        except RuntimeFailure as exc:
+            failure = f"delay calibration: {exc}"
+    if not failure:
+        failure = _check_pairs(cluster, plan.prefix, probes, out, calibration)
     if failure:
         emit(f"cluster up: taking run {plan.prefix} down")
         downs = down_shares(cluster, plan.prefix, [m for m in cluster.machines
@@ -248,7 +260,53 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any) -> str:
+def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any],
+               record: dict[str, Any], out: Any) -> dict[str, Any]:
+    """Calibrate the fibres' delays across the machines (testbed.cluster.calib); write
+    DIR/cluster_calibration.json; the record (RuntimeFailure naming a machine)."""
+    import json
+
+    from testbed.atomicio import atomic_write_json
+    from testbed.cli.common import emit
+    from testbed.cluster.calib import calibrate_cluster
+    from testbed.cluster.drive import ping_pairs, run_step
+    from testbed.emu.calibrate import CalibrationConfig
+    from testbed.errors import RuntimeFailure
+
+    machines = {m.name: m for m in cluster.machines}
+    modes = {str(m.get("link_mode")) for m in record["machines"].values()}
+    cfg = CalibrationConfig.for_link_mode("netem" if "netem" in modes else "userspace")
+
+    def apply(machine: str, req: dict[str, Any]) -> dict[str, Any]:
+        r = run_step(cluster, machines[machine], "correct", plan.prefix,
+                     stdin=json.dumps(req).encode(), timeout_s=120.0)
+        if not r.ok or r.fibres is None:
+            raise RuntimeFailure(f"machine {r.machine} ({r.address}): "
+                                 f"{r.problem or 'no fibre states'}")
+        return r.fibres
+
+    def ping(asked: Any) -> list[dict[str, Any]]:
+        results = ping_pairs(cluster, plan.prefix, asked)
+        bad = [r for r in results if not r.ok and not r.rows]
+        if bad:
+            raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): "
+                                 f"{bad[0].problem}")
+        return [row for r in results for row in r.rows]
+
+    fibre_machine = {f.middle: m for m, sh in shares.items() for f in sh.fibres}
+    cal = calibrate_cluster(plan, fibre_machine, probes, apply, ping, cfg)
+    cal["link_modes"] = sorted(modes)
+    atomic_write_json(out / "cluster_calibration.json", cal)
+    worst = max((abs(float(r["error_ms"])) for r in cal["after"]), default=0.0)
+    emit(f"cluster up: delay calibration ({cal['mode']}): {cal['corrections_applied']} "
+         f"correction round(s) in {cal['wall_s']:.1f} s, "
+         f"{'settled' if cal['settled'] else 'not settled'}, worst pair "
+         f"{worst:.3f} ms off the plan; {out}/cluster_calibration.json written")
+    return cal
+
+
+def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
+                 calibration: dict[str, Any] | None = None) -> str:
     """Ping every DC pair; write DIR/cluster_rtt.json; the first failure's line or ''."""
     import time
 
@@ -263,11 +321,23 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any) -> str:
             for r in results for row in r.rows]
     order = {p.pair: i for i, p in enumerate(probes)}
     rows.sort(key=lambda row: order.get(str(row.get("pair")), len(order)))
+    for row in rows:  # each echo is in the calibration's record, not here
+        row.pop("rtts_ms", None)
+        row.pop("dense_rtts_ms", None)
     answered = [row for row in rows if row.get("pings")]
+    calibrated = bool(calibration and calibration.get("enabled"))
     doc = {"prefix": prefix, "tolerance_ms": RTT_TOL_MS, "pairs_planned": len(probes),
-           "pairs_answered": len(answered), "took_s": round(time.monotonic() - t0, 3),
-           "note": "RTT against the plan's 2 x one-way delay; no delay calibration across "
-                   "machines (the network between them adds)", "pairs": rows}
+           "pairs_answered": len(answered),
+           "pairs_within_band": sum(1 for row in answered if row.get("within_band")),
+           "took_s": round(time.monotonic() - t0, 3),
+           "calibrated": calibrated,
+           "calibration_settled": bool(calibration.get("settled")) if calibrated
+           and calibration else None,
+           "note": ("RTT against the plan's 2 x one-way delay, after the delay calibration "
+                    "across machines (cluster_calibration.json)" if calibrated else
+                    "RTT against the plan's 2 x one-way delay; not calibrated "
+                    "(--no-calibrate: the network between the machines adds)"),
+           "pairs": rows}
     atomic_write_json(out / "cluster_rtt.json", doc)
     for row in rows:
         med = row.get("median_ms")
@@ -276,8 +346,8 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any) -> str:
                 f"({row['pings']}/{row['pings_sent']} replies"
                 f"{', within band' if row.get('within_band') else ''})"
                 if med is not None else "no reply"))
-    emit(f"cluster check: {len(answered)}/{len(probes)} DC pairs answered; "
-         f"{out}/cluster_rtt.json written")
+    emit(f"cluster check: {len(answered)}/{len(probes)} DC pairs answered, "
+         f"{doc['pairs_within_band']} within the band; {out}/cluster_rtt.json written")
     bad = [r for r in results if not r.ok]
     if bad:
         return f"machine {bad[0].machine} ({bad[0].address}): check: {bad[0].problem}"

@@ -26,7 +26,7 @@ from testbed.errors import InputError
 log = logging.getLogger(__name__)
 
 MARK = "@lightpipe-share"
-ACTIONS = ("start", "ping", "down")
+ACTIONS = ("start", "ping", "correct", "down")
 
 # `sh -c SCRIPT sh VENV ACTION [RUN]`, stdin passed on to the tool (the document).
 SHARE_SCRIPT = r"""
@@ -65,6 +65,7 @@ class ShareResult:
     error: str = ""
     ready: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)  # ping's rtt lines
+    fibres: dict[str, Any] | None = None  # correct's state of the fibres emulated there
     status: dict[str, int] = field(default_factory=dict)     # step -> exit code
     said: list[tuple[str, str]] = field(default_factory=list)  # (word, rest)
     lines: list[str] = field(default_factory=list)           # the tools' own lines
@@ -130,7 +131,7 @@ def parse_share_output(text: str, out: ShareResult) -> None:
             if code.strip().lstrip("-").isdigit():
                 out.status[step] = int(code)
             continue
-        if word in ("ready", "rtt"):
+        if word in ("ready", "rtt", "fibres"):
             try:
                 doc = json.loads(rest)
             except ValueError:
@@ -139,6 +140,8 @@ def parse_share_output(text: str, out: ShareResult) -> None:
                 out.said.append(("failed", f"unreadable {word} line"))
             elif word == "ready":
                 out.ready = doc
+            elif word == "fibres":
+                out.fibres = doc
             else:
                 out.rows.append(doc)
             continue

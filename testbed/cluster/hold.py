@@ -3,13 +3,16 @@
     python -m testbed.cluster.hold start < SHARE.json    build the share, hold it, return
     python -m testbed.cluster.hold stop RUN              tear the held share down
     python -m testbed.cluster.hold ping RUN < PROBES.json   ping DC pairs from its hosts
+    python -m testbed.cluster.hold correct RUN < REQUEST.json   set fibre delay corrections
 
 `start` validates the document (testbed.cluster.sharedoc), starts `serve` in a session
 of its own (so it outlives the SSH session) and waits for its readiness line, written
 after the share is up (ShareNetwork: the run's state, namespaces and processes recorded
 under this machine's state root, so its own `lightpipe clean` removes them even after
 kill -9); the document and the readiness record are written atomically into the run's
-state directory. Each command's result is one status line `@lightpipe-share WORD ...`.
+state directory. The holder re-shapes its fibre emulators on request (`correct`: the
+driver's delay calibration, through its control socket, testbed.cluster.holdctl).
+Each command's result is one status line `@lightpipe-share WORD ...`.
 Exit 0 done, 1 failed, 2 bad input.
 """
 
@@ -108,6 +111,7 @@ def cmd_start(ready_timeout_s: float = READY_TIMEOUT_S) -> int:
 
 def cmd_serve() -> int:
     """Build the share, write its records, print the readiness line, hold until SIGTERM."""
+    from testbed.cluster.holdctl import ControlServer
     from testbed.cluster.sharedoc import DOC_MAX_BYTES, read_share_doc
     from testbed.cluster.sharenet import ShareNetwork
     from testbed.emu.network import sigterm_as_interrupt
@@ -122,6 +126,7 @@ def cmd_serve() -> int:
         try:
             with net:
                 state_dir = net.state_dir
+                control = ControlServer(state_dir, net.emulators).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
                                   "pid": int(net.nodes[h.node].pid)}
@@ -139,7 +144,10 @@ def cmd_serve() -> int:
                 os.dup2(logfd, 1)
                 os.dup2(logfd, 2)
                 os.close(logfd)
-                until_signalled()
+                try:
+                    until_signalled()
+                finally:
+                    control.close()
         except KeyboardInterrupt:
             log.info("share %s: stopping", order.plan.prefix)
     return 0
@@ -240,19 +248,47 @@ def cmd_ping(prefix: str) -> int:
             status("failed", f"host {pr.src_node[:64]} of run {prefix} is not here")
             return 1
         probe = PathProbe(pr.pair, f"/proc/{rec.pid}/ns/net", pr.dst_ip, pr.fibres,
-                          pr.configured_ms)
-        got = ping_path(probe, PING_COUNT, PING_INTERVAL_S)
+                          pr.configured_ms, pr.vlan)
+        got = ping_path(probe, pr.pings, pr.interval_s, pr.dense_pings, pr.dense_interval_s)
         row: dict[str, object] = {"pair": pr.pair, "src_machine": pr.src_machine,
-                                  "dst_machine": pr.dst_machine, "pings_sent": PING_COUNT}
+                                  "dst_machine": pr.dst_machine, "pings_sent": pr.pings}
         if got.rtts_ms:
             row |= path_row(got)
             row["within_band"] = rtt_ok(got.median_ms, pr.configured_ms, RTT_TOL_MS)
+            # Each echo, for the driver's delay calibration (testbed.cluster.calib).
+            row["rtts_ms"] = [round(r, 4) for r in got.rtts_ms]
+            row["dense_rtts_ms"] = [round(r, 4) for r in got.dense_rtts_ms]
         else:
             row |= {"expected_rtt_ms": round(2 * pr.configured_ms, 4), "pings": 0,
                     "median_ms": None, "within_band": False}
             bad += 1
         status("rtt", json.dumps(row, sort_keys=True))
     return 1 if bad else 0
+
+
+def cmd_correct(prefix: str) -> int:
+    """Relay a validated correction request to the run's holder; print its fibres' state."""
+    from testbed.cluster.holdctl import REQUEST_MAX_BYTES, parse_request, request
+    from testbed.emu.state import PREFIX_RE, state_root
+
+    if not PREFIX_RE.fullmatch(prefix):
+        status("bad", f"RUN: not a run prefix: {prefix[:20]!r}")
+        return 2
+    try:
+        req = parse_request(_read_stdin(REQUEST_MAX_BYTES))
+    except InputError as exc:
+        status("bad", str(exc))
+        return 2
+    d = state_root() / prefix
+    if not d.is_dir():
+        status("failed", f"run {prefix} is not up on this machine")
+        return 1
+    reply = request(d, req)
+    if not reply.get("ok"):
+        status("failed", str(reply.get("error", "refused"))[:300])
+        return 1
+    status("fibres", json.dumps(reply.get("fibres", {}), sort_keys=True))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -265,7 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_stop(args[1])
     if len(args) == 2 and args[0] == "ping":
         return cmd_ping(args[1])
-    status("bad", "usage: start | stop RUN | ping RUN")
+    if len(args) == 2 and args[0] == "correct":
+        return cmd_correct(args[1])
+    status("bad", "usage: start | stop RUN | ping RUN | correct RUN")
     return 2
 
 

@@ -134,6 +134,13 @@ class PairProbe:
     dst_ip: str
     fibres: tuple[str, ...]
     configured_ms: float   # one-way along the lightpath (the plan's)
+    vlan: int | None = None  # the lightpath's VLAN id
+    # How to ping (the check's defaults; the delay calibration asks for more, and for a
+    # dense stream as the one-machine calibration does).
+    pings: int = 10
+    interval_s: float = 0.05
+    dense_pings: int = 0
+    dense_interval_s: float = 0.002
 
 
 def pair_probes(plan: EmuPlan, placement: Placement) -> list[PairProbe]:
@@ -149,12 +156,21 @@ def pair_probes(plan: EmuPlan, placement: Placement) -> list[PairProbe]:
                              dst.ip.split("/")[0],
                              tuple(f"{u}-{v}" for u, v in zip(lp.path, lp.path[1:],
                                                                strict=False)),
-                             lp.delay_ms))
+                             lp.delay_ms, lp.vlan))
     return out
 
 
 def probes_doc(probes: Sequence[PairProbe]) -> bytes:
     return json.dumps([dataclasses.asdict(p) for p in probes]).encode()
+
+
+def _int_in(value: Any, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _seconds(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and 0.001 <= value <= 1.0)
 
 
 def read_probes(raw: bytes) -> list[PairProbe]:
@@ -177,12 +193,19 @@ def read_probes(raw: bytes) -> list[PairProbe]:
                       (p.pair, p.src_machine, p.dst_machine, p.src_node, p.dst_ip))
                   and isinstance(p.fibres, list)
                   and all(isinstance(f, str) and len(f) <= 64 for f in p.fibres)
-                  and isinstance(p.configured_ms, int | float) and p.configured_ms >= 0)
+                  and isinstance(p.configured_ms, int | float) and p.configured_ms >= 0
+                  and (p.vlan is None or _int_in(p.vlan, 1, 4094))
+                  and _int_in(p.pings, 1, 1000) and _int_in(p.dense_pings, 0, 1000)
+                  and _seconds(p.interval_s) and _seconds(p.dense_interval_s))
         except (TypeError, ValueError):
             ok = False
         if not ok:
             raise InputError(where, "expected pair, src_machine, dst_machine, src_node, "
-                             "dst_ip (an IP), fibres (names), configured_ms (>= 0)")
+                             "dst_ip (an IP), fibres (names), configured_ms (>= 0), vlan "
+                             "(1-4094), pings (1-1000), dense_pings (0-1000), interval_s "
+                             "and dense_interval_s (0.001-1 s)")
         out.append(dataclasses.replace(p, fibres=tuple(p.fibres),
-                                       configured_ms=float(p.configured_ms)))
+                                       configured_ms=float(p.configured_ms),
+                                       interval_s=float(p.interval_s),
+                                       dense_interval_s=float(p.dense_interval_s)))
     return out

@@ -201,9 +201,22 @@ def test_up_checks_every_pair_and_down_leaves_nothing(
         for m in ("m-a", "m-b"):
             assert len(rec["machines"][m]["hosts"]) == 2
             assert len(rec["machines"][m]["tunnels"]) == 2
+        # The delay calibration across the machines: every fibre's emulator on its own
+        # machine, the tunnels' latency taken off with the rest of each path's processing.
+        cal = json.loads((out / "cluster_calibration.json").read_text())
+        assert cal["enabled"] and cal["mode"] == "per_lightpath"
+        assert {f["machine"] for f in cal["fibres"]} == {"m-a", "m-b"}
+        assert len(cal["fibres"]) == 4 and len(cal["after"]) == 6
+        worst = [max(abs(r["error_ms"]) for r in rnd["paths"]) for rnd in cal["rounds"]]
+        print(f"calibration: {cal['corrections_applied']} round(s) in {cal['wall_s']:.1f} s, "
+              f"worst pair per round (ms) {worst}, settled {cal['settled']}")
+        assert worst[cal["kept_round"]] < worst[0]
+        assert "delay calibration (per_lightpath)" in so
         rtt = json.loads((out / "cluster_rtt.json").read_text())
         assert rtt["prefix"] == run and rtt["pairs_planned"] == 6
-        assert rtt["pairs_answered"] == 6
+        assert rtt["pairs_answered"] == 6 and rtt["calibrated"] is True
+        # After it, every DC pair (4 of them across the machines) is within the band.
+        assert rtt["pairs_within_band"] == 6, rtt["pairs"]
         pairs = {r["pair"]: r for r in rtt["pairs"]}
         assert set(pairs) == {"a~b", "a~c", "a~d", "b~c", "b~d", "c~d"}
         assert sum(r["crosses"] for r in rtt["pairs"]) == 4
@@ -260,8 +273,10 @@ def test_down_after_kill_9_of_a_share_holder(machines: tuple[list[StandIn], Path
     place = [w for p in PLACE for w in ("--place", p)]
     code, so, se = _lightpipe("cluster", "up", str(tmp_path / "ring.yaml"), "--cluster",
                               str(two), "--out", str(out), *place, "--link-mode",
-                              "userspace", "--datapath", "user")
+                              "userspace", "--datapath", "user", "--no-calibrate")
     assert code == 0, (so, se)
+    assert not (out / "cluster_calibration.json").exists()
+    assert json.loads((out / "cluster_rtt.json").read_text())["calibrated"] is False
     rec = json.loads((out / "cluster_run.json").read_text())
     run, holder = rec["prefix"], rec["machines"]["m-a"]["pid"]
     os.kill(holder, 9)

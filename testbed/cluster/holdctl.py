@@ -1,0 +1,204 @@
+"""A held share's control socket: the driver's delay corrections applied by the holder.
+
+The share holder (`python -m testbed.cluster.hold serve`) owns its fibre emulators, so it
+is the one that re-shapes them, whatever their mode (a user-space forwarder's control
+socket, or netem's `tc change`). It listens on `hold.sock` in the run's state directory
+(root's, mode 0600) and answers one JSON request per connection:
+
+    {"fibres": {MIDDLE: correction_ms}, "vlans": {MIDDLE: {VLAN: correction_ms}}}
+
+with {"ok": true, "fibres": {MIDDLE: state}} for every fibre emulated on this machine
+(state: configured and emulated delay, the fibre's correction, its lightpaths' own
+corrections, and whether it can delay a lightpath apart), or {"ok": false, "error": ...}.
+Only a peer of the holder's own user is served. `python -m testbed.cluster.hold correct
+RUN` (over SSH, from the driver) validates the request and relays it here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import socket
+import stat
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from testbed.emu.links import LinkEmulator
+from testbed.errors import InputError
+
+log = logging.getLogger(__name__)
+
+SOCK_NAME = "hold.sock"
+REQUEST_MAX_BYTES = 1 << 20
+TIMEOUT_S = 30.0
+MAX_CORRECTION_MS = 10_000.0   # |correction| bound (a fibre's delay is far below)
+NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _ms(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or abs(value) > MAX_CORRECTION_MS:
+        raise InputError(where, f"expected a number of ms within +-{MAX_CORRECTION_MS:g}")
+    return float(value)
+
+
+def parse_request(raw: bytes) -> dict[str, Any]:
+    """A validated correction request (InputError naming the field)."""
+    if len(raw) > REQUEST_MAX_BYTES:
+        raise InputError("correct", f"over {REQUEST_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError("correct", f"not JSON ({exc})") from None
+    if not isinstance(doc, dict) or set(doc) - {"fibres", "vlans"}:
+        raise InputError("correct", "expected an object with fibres and vlans")
+    fibres, vlans = doc.get("fibres", {}), doc.get("vlans", {})
+    if not isinstance(fibres, dict) or not isinstance(vlans, dict):
+        raise InputError("correct.fibres", "expected objects {MIDDLE: ...}")
+    out_f: dict[str, float] = {}
+    out_v: dict[str, dict[int, float]] = {}
+    for node, c in fibres.items():
+        if not NODE_RE.fullmatch(node):
+            raise InputError("correct.fibres", f"not a node name: {node[:40]!r}")
+        out_f[node] = _ms(c, f"correct.fibres.{node}")
+    for node, per in vlans.items():
+        if not NODE_RE.fullmatch(node) or not isinstance(per, dict):
+            raise InputError("correct.vlans", f"not a node name: {str(node)[:40]!r}")
+        out_v[node] = {}
+        for vlan, c in per.items():
+            if not (isinstance(vlan, str) and vlan.isdigit() and 1 <= int(vlan) <= 4094):
+                raise InputError(f"correct.vlans.{node}", f"not a VLAN id: {str(vlan)[:8]!r}")
+            out_v[node][int(vlan)] = _ms(c, f"correct.vlans.{node}.{vlan}")
+    return {"fibres": out_f, "vlans": out_v}
+
+
+def fibre_state(emu: LinkEmulator) -> dict[str, Any]:
+    """What the driver mirrors of one emulator."""
+    return {"delay_ms": emu.fibre.delay_ms,
+            "emulated_ms": round(emu.emulated_delay_ms(), 6),
+            "correction_ms": emu.correction_ms,
+            "vlans": {str(v): c for v, c in sorted(emu.vlan_corrections_ms.items())},
+            "per_vlan": emu.mode == "userspace"}
+
+
+def apply(emulators: Mapping[str, LinkEmulator], req: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply a validated request to this machine's emulators; the reply."""
+    unknown = sorted((set(req["fibres"]) | set(req["vlans"])) - set(emulators))
+    if unknown:
+        return {"ok": False, "error": f"fibre(s) not emulated on this machine: "
+                                      f"{', '.join(unknown[:5])}"}
+    refused: list[str] = []
+    for node, c in req["fibres"].items():
+        emulators[node].set_delay_correction(max(0.0, c))
+    for node, per in req["vlans"].items():
+        for vlan, c in per.items():
+            if not emulators[node].set_vlan_correction(vlan, c):
+                refused.append(f"{node}/{vlan}")
+    reply: dict[str, Any] = {"ok": not refused,
+                             "fibres": {k: fibre_state(e) for k, e in emulators.items()}}
+    if refused:
+        reply["error"] = f"cannot delay lightpath(s) apart: {', '.join(refused[:5])}"
+    return reply
+
+
+class ControlServer:
+    """The holder's side: serve requests on state_dir/hold.sock in a thread."""
+
+    def __init__(self, state_dir: Path, emulators: Mapping[str, LinkEmulator]) -> None:
+        self.path = state_dir / SOCK_NAME
+        self.emulators = emulators
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.path.unlink(missing_ok=True)
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        self.sock.listen(4)
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, name="hold-control", daemon=True)
+
+    def start(self) -> ControlServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                try:
+                    self._one(conn)
+                except Exception as exc:  # one bad client must not end the server
+                    log.warning("hold control: %s", exc)
+
+    def _one(self, conn: socket.socket) -> None:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        uid = int.from_bytes(creds[4:8], "little")
+        if uid != os.geteuid():
+            conn.sendall(b'{"ok": false, "error": "not the holder\'s user"}\n')
+            return
+        conn.settimeout(TIMEOUT_S)
+        raw = _read_line(conn)
+        try:
+            req = parse_request(raw)
+        except InputError as exc:
+            reply: dict[str, Any] = {"ok": False, "error": str(exc)}
+        else:
+            with self.lock:
+                reply = apply(self.emulators, req)
+        conn.sendall(json.dumps(reply, sort_keys=True).encode() + b"\n")
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    buf = b""
+    while b"\n" not in buf and len(buf) <= REQUEST_MAX_BYTES:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.split(b"\n", 1)[0]
+
+
+def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_S
+            ) -> dict[str, Any]:
+    """The client's side: send a validated request to the run's holder; its reply.
+    The socket must be a socket owned by this user (never a link)."""
+    path = state_dir / SOCK_NAME
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"ok": False, "error": "the share's holder has no control socket"}
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        return {"ok": False, "error": f"{path} is not the holder's socket"}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout_s)
+        try:
+            s.connect(str(path))
+            body = {"fibres": req["fibres"],
+                    "vlans": {k: {str(v): c for v, c in per.items()}
+                              for k, per in req["vlans"].items()}}
+            s.sendall(json.dumps(body).encode() + b"\n")
+            raw = _read_line(s)
+        except OSError as exc:
+            return {"ok": False, "error": f"the share's holder did not answer ({exc})"}
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        return {"ok": False, "error": "unreadable reply from the share's holder"}
+    return reply if isinstance(reply, dict) else {"ok": False, "error": "bad reply"}
