@@ -26,14 +26,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from testbed.atomicio import atomic_write_json
 from testbed.errors import InputError
 from testbed.sigwait import until_signalled
 
 MARK = "@lightpipe-share"
+T = TypeVar("T")
 READY_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 120.0
 PING_COUNT = 10
@@ -220,18 +222,16 @@ def cmd_stop(prefix: str, timeout_s: float = STOP_TIMEOUT_S) -> int:
     return 0
 
 
-def cmd_ping(prefix: str) -> int:
-    """Ping each probe's pair from its source host (in this machine's held share)."""
-    from testbed.cluster.sharedoc import PROBES_MAX_BYTES, read_probes
-    from testbed.emu.calibrate import PathProbe, ping_path
-    from testbed.emu.delaycal import RTT_TOL_MS, path_row, rtt_ok
-    from testbed.emu.state import PREFIX_RE, RunState, alive, state_root
+def _run_input(prefix: str, limit: int, parse: Callable[[bytes], T]) -> tuple[Path, T] | int:
+    """A step on a held run: its state directory and the parsed input on stdin, or the
+    exit code once a status line said why not (2 bad input, 1 no such run here)."""
+    from testbed.emu.state import PREFIX_RE, state_root
 
     if not PREFIX_RE.fullmatch(prefix):
         status("bad", f"RUN: not a run prefix: {prefix[:20]!r}")
         return 2
     try:
-        probes = read_probes(_read_stdin(PROBES_MAX_BYTES))
+        parsed = parse(_read_stdin(limit))
     except InputError as exc:
         status("bad", str(exc))
         return 2
@@ -239,6 +239,20 @@ def cmd_ping(prefix: str) -> int:
     if not d.is_dir():
         status("failed", f"run {prefix} is not up on this machine")
         return 1
+    return d, parsed
+
+
+def cmd_ping(prefix: str) -> int:
+    """Ping each probe's pair from its source host (in this machine's held share)."""
+    from testbed.cluster.sharedoc import PROBES_MAX_BYTES, read_probes
+    from testbed.emu.calibrate import PathProbe, ping_path
+    from testbed.emu.delaycal import RTT_TOL_MS, path_row, rtt_ok
+    from testbed.emu.state import RunState, alive
+
+    got_input = _run_input(prefix, PROBES_MAX_BYTES, read_probes)
+    if isinstance(got_input, int):
+        return got_input
+    d, probes = got_input
     st = RunState.load(d)
     shells = {p.name: p for p in st.procs if p.role == "host-shell" and alive(p)}
     bad = 0
@@ -269,20 +283,11 @@ def cmd_ping(prefix: str) -> int:
 def cmd_correct(prefix: str) -> int:
     """Relay a validated correction request to the run's holder; print its fibres' state."""
     from testbed.cluster.holdctl import REQUEST_MAX_BYTES, parse_request, request
-    from testbed.emu.state import PREFIX_RE, state_root
 
-    if not PREFIX_RE.fullmatch(prefix):
-        status("bad", f"RUN: not a run prefix: {prefix[:20]!r}")
-        return 2
-    try:
-        req = parse_request(_read_stdin(REQUEST_MAX_BYTES))
-    except InputError as exc:
-        status("bad", str(exc))
-        return 2
-    d = state_root() / prefix
-    if not d.is_dir():
-        status("failed", f"run {prefix} is not up on this machine")
-        return 1
+    got_input = _run_input(prefix, REQUEST_MAX_BYTES, parse_request)
+    if isinstance(got_input, int):
+        return got_input
+    d, req = got_input
     reply = request(d, req)
     if not reply.get("ok"):
         status("failed", str(reply.get("error", "refused"))[:300])
