@@ -117,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                 junit.unlink(missing_ok=True)
                 cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                        f"--junitxml={junit}", *selection]
-                with (args.out / f"round{r}{suffix}.log").open("wb") as out:
+                # Never through a link someone left in --out (this runs as root).
+                fd = os.open(args.out / f"round{r}{suffix}.log",
+                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
+                with os.fdopen(fd, "wb") as out:
                     procs[suffix] = (junit, subprocess.Popen(cmd, cwd=ROOT, env=env,
                                                              stdout=out,
                                                              stderr=subprocess.STDOUT))

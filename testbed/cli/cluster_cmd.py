@@ -321,7 +321,7 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
             for r in results for row in r.rows]
     order = {p.pair: i for i, p in enumerate(probes)}
     rows.sort(key=lambda row: order.get(str(row.get("pair")), len(order)))
-    for row in rows:  # each echo is in the calibration's record, not here
+    for row in rows:  # each echo is the calibration's input; the record keeps medians
         row.pop("rtts_ms", None)
         row.pop("dense_rtts_ms", None)
     answered = [row for row in rows if row.get("pings")]
