@@ -38,8 +38,6 @@ MARK = "@lightpipe-share"
 T = TypeVar("T")
 READY_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 120.0
-PING_COUNT = 10
-PING_INTERVAL_S = 0.05
 TAIL_LINES = 20
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import re
 import socket
 import stat
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 
 from testbed.emu.links import LinkEmulator
 from testbed.errors import InputError
+from testbed.names import NODE_NAME_RE
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,6 @@ SOCK_NAME = "hold.sock"
 REQUEST_MAX_BYTES = 1 << 20
 TIMEOUT_S = 30.0
 MAX_CORRECTION_MS = 10_000.0   # |correction| bound (a fibre's delay is far below)
-NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def _ms(value: Any, where: str) -> float:
@@ -63,11 +62,11 @@ def parse_request(raw: bytes) -> dict[str, Any]:
     out_f: dict[str, float] = {}
     out_v: dict[str, dict[int, float]] = {}
     for node, c in fibres.items():
-        if not NODE_RE.fullmatch(node):
+        if not NODE_NAME_RE.fullmatch(node):
             raise InputError("correct.fibres", f"not a node name: {node[:40]!r}")
         out_f[node] = _ms(c, f"correct.fibres.{node}")
     for node, per in vlans.items():
-        if not NODE_RE.fullmatch(node) or not isinstance(per, dict):
+        if not NODE_NAME_RE.fullmatch(node) or not isinstance(per, dict):
             raise InputError("correct.vlans", f"not a node name: {str(node)[:40]!r}")
         out_v[node] = {}
         for vlan, c in per.items():
