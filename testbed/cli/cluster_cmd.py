@@ -6,6 +6,8 @@ pair by pair and held, and taken down; and the report of `lightpipe clean --clus
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 HELP = ("emulation across machines: check a cluster file (placement, tunnels, SSH, tools), "
@@ -182,27 +184,72 @@ def run_clean(args: argparse.Namespace) -> int:
 def run_up(args: argparse.Namespace) -> int:
     """`lightpipe cluster up`: plan once, start every machine's share, ping every DC pair,
     write DIR/cluster_run.json and DIR/cluster_rtt.json; hold (the shares run on)."""
-    import time
     from pathlib import Path
 
-    from testbed.atomicio import atomic_write_json
     from testbed.cli.common import check_out, emit
-    from testbed.cluster.drive import down_shares, up_shares
-    from testbed.cluster.place import parse_overrides
-    from testbed.cluster.remote import check_ssh_inputs
-    from testbed.cluster.sharedoc import pair_probes, plan_cluster, share_doc
     from testbed.cluster.spec import load_cluster
-    from testbed.emu.state import PREFIX_RE
-    from testbed.errors import InputError, RuntimeFailure
     from testbed.safefs import make_dirs
     from testbed.spec import load_scenario
+
+    check_up_args(args)
+    cluster = load_cluster(args.cluster)
+    scenario = load_scenario(args.spec)
+    check_out(args.out)
+    up = bring_up(args, cluster, scenario, lambda: make_dirs(Path(args.out)))
+    emit(f"cluster up: holding run {up.plan.prefix}; `lightpipe cluster down --cluster "
+         f"{args.cluster} {up.plan.prefix}` takes it down")
+    return 0
+
+
+def check_up_args(args: argparse.Namespace) -> None:
+    """--prefix and --ready-timeout (InputError naming the option)."""
+    from testbed.emu.state import PREFIX_RE
+    from testbed.errors import InputError
 
     if args.prefix is not None and not PREFIX_RE.fullmatch(args.prefix):
         raise InputError("--prefix", f"not a run prefix: {args.prefix!r} (lp + 4 hex digits)")
     if not 1 <= args.ready_timeout <= 3600:
         raise InputError("--ready-timeout", "between 1 and 3600 s")
-    cluster = load_cluster(args.cluster)
-    scenario = load_scenario(args.spec)
+
+
+@dataclass
+class UpRun:
+    """A scenario's network up across the machines: the plan, where each part runs, what
+    each machine answered, the delay calibration."""
+
+    cluster: Any
+    scenario: Any
+    plan: Any
+    placement: Any
+    shares: dict[str, Any]
+    machines: list[str]            # those that hold a share
+    record: dict[str, Any]         # cluster_run.json
+    calibration: dict[str, Any]
+    rtt_path: Any = None
+
+    def down(self) -> list[Any]:
+        from testbed.cluster.drive import down_shares
+
+        return down_shares(self.cluster, self.plan.prefix,
+                           [m for m in self.cluster.machines if m.name in self.machines])
+
+
+def bring_up(args: argparse.Namespace, cluster: Any, scenario: Any,
+             make_out: Callable[[], Any]) -> UpRun:
+    """Plan, start every machine's share, calibrate and check every DC pair (records in
+    the directory `make_out()` returns, once the input is checked). On a failure every
+    machine reached is taken down and RuntimeFailure names the first machine or pair."""
+    import time
+    from pathlib import Path
+
+    from testbed.atomicio import atomic_write_json
+    from testbed.cli.common import emit
+    from testbed.cluster.drive import up_shares
+    from testbed.cluster.place import parse_overrides
+    from testbed.cluster.remote import check_ssh_inputs
+    from testbed.cluster.sharedoc import pair_probes, plan_cluster, share_doc
+    from testbed.errors import RuntimeFailure
+
     overrides = parse_overrides(args.place, [d.name for d in scenario.dcs],
                                 cluster.machine_names)
     plan, placement, shares = plan_cluster(scenario, cluster, args.prefix, overrides)
@@ -211,8 +258,7 @@ def run_up(args: argparse.Namespace) -> int:
             for m, sh in shares.items() if sh.node_names()}
     for m in cluster.machines:
         check_ssh_inputs(cluster, m)
-    check_out(args.out)
-    out = make_dirs(Path(args.out))
+    out = make_out()
     emit(f"cluster up: {scenario.name} as run {plan.prefix} on {len(docs)} machine(s)")
     t0 = time.monotonic()
     started, downs = up_shares(cluster, plan.prefix, docs, args.ready_timeout)
@@ -239,25 +285,23 @@ def run_up(args: argparse.Namespace) -> int:
     atomic_write_json(out / "cluster_run.json", record)
     emit(f"cluster up: all {len(started)} machine(s) up in {up_s:.2f} s; "
          f"{out}/cluster_run.json written")
+    up = UpRun(cluster, scenario, plan, placement, shares, sorted(docs), record,
+               {"enabled": False})
     probes = pair_probes(plan, placement)
     failure = ""
-    calibration: dict[str, Any] = {"enabled": False}
     if args.calibrate:
         try:
-            calibration = _calibrate(cluster, plan, shares, probes, record, out)
+            up.calibration = _calibrate(cluster, plan, shares, probes, record, out)
         except RuntimeFailure as exc:
             failure = f"delay calibration: {exc}"
     if not failure:
-        failure = _check_pairs(cluster, plan.prefix, probes, out, calibration)
+        failure = _check_pairs(cluster, plan.prefix, probes, out, up.calibration)
     if failure:
         emit(f"cluster up: taking run {plan.prefix} down")
-        downs = down_shares(cluster, plan.prefix, [m for m in cluster.machines
-                                                   if m.name in docs])
-        _report_down(downs)
+        _report_down(up.down())
         raise RuntimeFailure(failure)
-    emit(f"cluster up: holding run {plan.prefix}; `lightpipe cluster down --cluster "
-         f"{args.cluster} {plan.prefix}` takes it down")
-    return 0
+    up.rtt_path = out / "cluster_rtt.json"
+    return up
 
 
 def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any],

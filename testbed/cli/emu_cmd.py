@@ -20,6 +20,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override emulation.link_mode of the spec")
     parser.add_argument("--probe-seconds", type=float, default=4.0,
                         help="iperf3 seconds per lightpath (default 4)")
+    cl = parser.add_argument_group("across machines (docs/cluster.md)")
+    cl.add_argument("--cluster", metavar="FILE", default=None,
+                    help="run across the machines of a cluster file: each machine's share "
+                    "over SSH, workers on every machine, one Prometheus here (pp_jobs)")
+    cl.add_argument("--place", action="append", default=[], metavar="DC=MACHINE",
+                    help="with --cluster: put a DC (with its ROADM) on a machine")
+    cl.add_argument("--datapath", choices=("auto", "user", "kernel"), default="auto",
+                    help="with --cluster: Open vSwitch datapath on every machine")
+    cl.add_argument("--ready-timeout", type=float, default=600.0, metavar="S",
+                    help="with --cluster: how long a machine may take to bring its share "
+                    "up (s)")
+    cl.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                    help="with --cluster: leave the fibres' delays as planned")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from testbed.spec import load_scenario
 
     scenario = load_scenario(args.spec)
+    if args.cluster is not None:
+        return run_cluster(args, scenario)
+    for opt, given in (("--place", args.place), ("--datapath", args.datapath != "auto"),
+                       ("--no-calibrate", not args.calibrate)):
+        if given:
+            raise InputError(opt, "only with --cluster")
     if not 0.5 <= args.probe_seconds <= 600:
         raise InputError("--probe-seconds", f"must be in [0.5, 600], got {args.probe_seconds}")
     from testbed.emu.plan import build_plan
@@ -78,4 +97,29 @@ def run(args: argparse.Namespace) -> int:
     write_readme(out, f"LightPipe emu run of {scenario.name}")
     print_run("emu", out, args.out.rstrip("/"), summary, scenario,
               maybe_report(out, args.report and not args.hold))
+    return 0
+
+
+def run_cluster(args: argparse.Namespace, scenario: object) -> int:
+    """`emu SPEC --cluster FILE`: testbed.cli.emu_cluster, then the one-machine printout."""
+    from pathlib import Path
+
+    from testbed.cli.common import check_out
+    from testbed.cli.emu_cluster import run_cluster_emulation
+    from testbed.cli.summary import maybe_report, print_run, write_readme
+    from testbed.emu.plan import build_plan
+    from testbed.errors import InputError
+
+    if args.hold:
+        raise InputError("--hold", "not with --cluster (`lightpipe cluster up` holds a "
+                         "network across machines)")
+    build_plan(scenario)  # bad input first, exit 2
+    args.prefix = None
+    args.link_mode = args.link_mode or "auto"
+    check_out(args.out, args.force)
+    summary = run_cluster_emulation(args, scenario)
+    out = Path(args.out)
+    write_readme(out, f"LightPipe emu run of {getattr(scenario, 'name', '')} across machines")
+    print_run("emu", out, args.out.rstrip("/"), summary, scenario,
+              maybe_report(out, args.report))
     return 0

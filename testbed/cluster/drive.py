@@ -26,7 +26,7 @@ from testbed.errors import InputError
 log = logging.getLogger(__name__)
 
 MARK = "@lightpipe-share"
-ACTIONS = ("start", "ping", "correct", "down")
+ACTIONS = ("start", "ping", "correct", "down", "agent")
 
 # `sh -c SCRIPT sh VENV ACTION [RUN]`, stdin passed on to the tool (the document).
 SHARE_SCRIPT = r"""
@@ -39,6 +39,9 @@ fi
 if [ "$(id -u)" = 0 ]; then as=""
 elif sudo -n true 2>/dev/null; then as="sudo -n"
 else echo "$S no-root"; exit 0; fi
+if [ "$1" = agent ]; then  # the worker agent: JSON lines on this session's stdin/stdout
+  exec $as "$venv/bin/python" -m testbed.cluster.agent "$2"
+fi
 if [ "$1" = down ]; then
   $as "$venv/bin/python" -m testbed.cluster.hold stop "$2" 2>&1
   rc=$?

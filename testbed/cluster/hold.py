@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from testbed.atomicio import atomic_write_json
 from testbed.errors import InputError
@@ -129,8 +129,10 @@ def cmd_serve() -> int:
                 control = ControlServer(state_dir, net.emulators).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
-                                  "pid": int(net.nodes[h.node].pid)}
+                                  "pid": int(net.nodes[h.node].pid),
+                                  "iface": str(net.nodes[h.node].defaultIntf())}
                          for h in order.share.hosts}
+                _tune_hosts(order.plan, hosts)  # as a one-machine run tunes its workers'
                 ready = {"machine": order.share.machine, "prefix": order.plan.prefix,
                          "pid": os.getpid(), "state_dir": str(state_dir),
                          "up_s": round(net.timings_s.get("up", 0.0), 3),
@@ -151,6 +153,19 @@ def cmd_serve() -> int:
         except KeyboardInterrupt:
             log.info("share %s: stopping", order.plan.prefix)
     return 0
+
+
+def _tune_hosts(plan: Any, hosts: dict[str, dict[str, Any]]) -> None:
+    """The TCP settings and per-DC window routes a one-machine run gives the hosts of its
+    workers (testbed.emu.tcp_tuning), on this share's hosts (workers may run there)."""
+    from testbed.emu.tcp_tuning import tune_host_tcp
+    from testbed.orchestrate.launch import Host
+
+    by_dc: dict[str, list[Host]] = {}
+    for node, h in hosts.items():
+        by_dc.setdefault(str(h["dc"]), []).append(
+            Host(node, str(h["ip"]), str(h["iface"]), ("mnexec", "-a", str(h["pid"]))))
+    tune_host_tcp(plan, by_dc)
 
 
 def _is_share_owner(pid: int) -> bool:

@@ -50,7 +50,7 @@ def watch_workers(sampler: ProcSampler, launcher: Any) -> int:
     n = 0
     for run in getattr(launcher, "jobs", {}).values():
         for w in run.workers:
-            if w.proc.poll() is None:
+            if w.proc.poll() is None and w.host.machine is None:  # not another machine's
                 sampler.watch(w.proc.pid, "worker", f"{w.job}/stage{w.stage}",
                               records=str(w.record_path))
                 n += 1

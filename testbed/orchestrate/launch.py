@@ -15,6 +15,7 @@ stopped by their own PIDs only.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -45,6 +46,7 @@ class Host:
     ip: str
     iface: str | None = None
     prefix: tuple[str, ...] = ()
+    machine: str | None = None  # another machine's host: started by its worker agent
 
 
 @dataclass
@@ -52,7 +54,7 @@ class Worker:
     job: str
     stage: int
     host: Host
-    proc: subprocess.Popen
+    proc: Any  # subprocess.Popen, or testbed.cluster.agentlink.RemoteProc (same methods)
     record_path: Path
     log_path: Path
     metrics_port: int
@@ -61,6 +63,7 @@ class Worker:
     fault: str | None = None  # set when killed on purpose (kill_stage): the failure reason
     killed_s: float | None = None  # monotonic time of that kill
     ready: bool = False  # its `start` record seen (training_started)
+    metrics_host: str = "127.0.0.1"  # where its /metrics listens (a remote machine's address)
 
 
 @dataclass
@@ -83,9 +86,12 @@ class Launcher:
 
     def __init__(self, out_dir: Path, *, timeout_s: float = 120.0, duty: float | None = None,
                  nice: int = 0, python: str = sys.executable,
-                 metrics_netns_fd: int | None = None, metrics_linger_s: float = 0.0) -> None:
+                 metrics_netns_fd: int | None = None, metrics_linger_s: float = 0.0,
+                 remote: Any = None) -> None:
         """metrics_linger_s: how long each worker waits, after its last iteration, for a
-        scrape of its final metrics (set it when a monitor scrapes the workers)."""
+        scrape of its final metrics (set it when a monitor scrapes the workers).
+        remote: what starts stages on hosts of other machines (`Host.machine`): a
+        testbed.cluster.agentlink.ClusterWorkers."""
         self.out_dir = Path(out_dir)
         self.timeout_s = timeout_s
         self.duty = duty
@@ -95,6 +101,7 @@ class Launcher:
         self._sockets: list[socket.socket] = []
         self.metrics_netns_fd = metrics_netns_fd
         self.metrics_linger_s = metrics_linger_s
+        self.remote = remote
         self._load = HostLoad()
 
     def __enter__(self) -> Launcher:
@@ -132,6 +139,9 @@ class Launcher:
                                               if env.get("PYTHONPATH") else "")
         env["OMP_NUM_THREADS"] = "1"
         for stage, host in enumerate(hosts):
+            if host.machine is not None:
+                self._start_remote(run, plan, stage, host, master, duty)
+                continue
             lsock = _listening_socket(self.metrics_netns_fd)
             self._sockets.append(lsock)
             rec = jdir / f"stage{stage}.jsonl"
@@ -154,9 +164,29 @@ class Launcher:
                                       int(lsock.getsockname()[1]), time.monotonic()))
             log.info("job %s stage %d: pid %d on %s", plan.job, stage, proc.pid, host.name)
 
+    def _start_remote(self, run: JobRun, plan: JobPlan, stage: int, host: Host,
+                      master: str, duty: float) -> None:
+        """One stage on another machine's host, through its worker agent; its records
+        are mirrored into the same file a local stage writes (on this machine's clock)."""
+        if self.remote is None:
+            raise InputError("hosts", f"host {host.name} is on machine {host.machine}, and "
+                             "this launcher has no worker agents")
+        jdir = self.out_dir / "workers" / plan.job
+        rec, logp = jdir / f"stage{stage}.jsonl", jdir / f"stage{stage}.log"
+        proc, mhost, mport, spawn_s = self.remote.spawn(
+            host.machine, job=plan.job, stage=stage, host=host.name,
+            plan=json.loads(plan.to_json()), master=master, record_path=rec, log_path=logp,
+            timeout_s=self.timeout_s, duty=duty, linger_s=self.metrics_linger_s,
+            nice=self.nice)
+        run.workers.append(Worker(plan.job, stage, host, proc, rec, logp, mport, spawn_s,
+                                  metrics_host=mhost))
+        log.info("job %s stage %d: pid %d on %s (machine %s)", plan.job, stage, proc.pid,
+                 host.name, host.machine)
+
     def metrics_targets(self) -> list[tuple[str, dict[str, str]]]:
         """(host:port, labels) of every worker's /metrics endpoint."""
-        return [(f"127.0.0.1:{w.metrics_port}", {"component": "worker", "host": w.host.name})
+        return [(f"{_bracket(w.metrics_host)}:{w.metrics_port}",
+                 {"component": "worker", "host": w.host.name})
                 for run in self.jobs.values() for w in run.workers]
 
     # -- supervision -------------------------------------------------------------------
@@ -328,7 +358,11 @@ def _listening_socket(netns_fd: int | None) -> socket.socket:
             os.close(back)
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _signal(proc: Any, sig: int) -> None:
     try:
         proc.send_signal(sig)
     except ProcessLookupError:

@@ -1,0 +1,181 @@
+"""`lightpipe emu SPEC --cluster FILE`: a pp_jobs run across machines, recorded as on one.
+
+The steps, each an existing piece:
+
+    bring_up          testbed.cli.cluster_cmd: plan once, every machine's share over SSH,
+                      delays calibrated across the machines, every DC pair checked
+                      (cluster_run.json, cluster_calibration.json, cluster_rtt.json)
+    worker agents     testbed.cluster.agentlink: one SSH session per machine that holds a
+                      stage, each clock's offset measured; `own`: an agent whose driver
+                      goes away (even kill -9) takes its machine's share down
+    monitor           testbed.monitor.run.RunMonitor here, on the driver's machine (the
+                      first of the cluster file, or where `emu` runs): Prometheus scrapes
+                      every worker at its machine's address
+    workers           testbed.orchestrate.jobs.run_jobs_on_hosts with the agents: the jobs
+                      planned on the whole plan's lightpaths, stages on the DCs' hosts
+                      wherever they run; records mirrored here on one clock
+    teardown          every machine's share stopped and cleaned (`cluster down`)
+
+Records in the run directory, the one-machine run's shape (summary.json, iterations.csv,
+trace.json, workers/JOB/stageN.jsonl, manifest.json) plus the cluster's files and a
+`cluster` section in the summary (machines, placement, clock offsets). Forwarding is the
+emulator's static rules: the SDN controller does not yet reach switches on other
+machines, and a scenario that asks for it is run static, saying so in the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def cluster_hosts(record: dict[str, Any]) -> dict[str, list[Any]]:
+    """The hosts of every machine's share per DC (cluster_run.json's readiness records),
+    as the launcher starts workers on them (`Host.machine`)."""
+    from testbed.orchestrate.launch import Host
+
+    by_dc: dict[str, list[Host]] = {}
+    for machine, ready in sorted(record["machines"].items()):
+        for node, h in sorted(ready.get("hosts", {}).items()):
+            by_dc.setdefault(str(h["dc"]), []).append(
+                Host(node, str(h["ip"]), str(h.get("iface", f"{node}-eth0")), (),
+                     machine=machine))
+    for hosts in by_dc.values():
+        hosts.sort(key=lambda h: h.name)
+    return by_dc
+
+
+def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
+    """The whole run (see the module docstring); the summary."""
+    from testbed.cli.cluster_cmd import _report_down, bring_up, check_up_args
+    from testbed.cluster.spec import load_cluster
+    from testbed.emu.network import sigterm_as_interrupt
+    from testbed.progress import say
+    from testbed.rundir import run_dir
+
+    if scenario.workload.kind != "pp_jobs":
+        raise InputError("workload.kind", f"emu --cluster runs pp_jobs workloads (PyTorch "
+                         f"workers on every machine); {scenario.workload.kind} needs the SDN "
+                         "controller across machines, which is not built yet (docs/cluster.md)")
+    check_up_args(args)
+    cluster = load_cluster(args.cluster)
+    t0 = time.monotonic()
+    with run_dir(Path(args.out), scenario, "emu") as rd, sigterm_as_interrupt():
+        stage = rd.path
+        up = bring_up(args, cluster, scenario, lambda: stage)
+        try:
+            work = _run_jobs(up, stage, args.quiet)
+        finally:
+            say(f"emu: teardown: run {up.plan.prefix} on every machine", args.quiet)
+            downs = up.down()
+            _report_down(downs)
+        bad = [r for r in downs if not r.ok]
+        summary = _summary(up, work, time.monotonic() - t0, args.datapath)
+        summary["teardown"] = {r.machine: ("ok" if r.ok else r.problem) for r in downs}
+        from testbed.atomicio import atomic_write_json
+
+        atomic_write_json(stage / "summary.json", summary)
+        rd.finish(link_mode=summary["link_mode"], datapath=summary["datapath"],
+                  **up.plan.scale.as_record(), forwarding="static", controller=None,
+                  cluster=summary["cluster"]["name"],
+                  records=["summary.json", "cluster_run.json", "cluster_rtt.json"]
+                  + (["cluster_calibration.json"] if up.calibration.get("enabled") else []))
+        if bad:
+            from testbed.errors import RuntimeFailure
+
+            raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): teardown: "
+                                 f"{bad[0].problem}")
+        return summary
+
+
+def _run_jobs(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
+    """Agents, monitor and workers; the workload part of the summary."""
+    from testbed.cluster.agentlink import ClusterWorkers
+    from testbed.monitor.run import RunMonitor
+    from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
+    from testbed.orchestrate.pp_jobs import prometheus_series
+    from testbed.progress import say
+
+    scenario = up.scenario
+    by_dc = cluster_hosts(up.record)
+    jobs = plan_emulated_jobs(scenario, mode=scenario.emulation.workers, emu_plan=up.plan)
+    placement = assign_hosts(jobs, by_dc)
+    used = sorted({h.machine for row in placement for h in row if h.machine})
+    say(f"emu: workers: {len(jobs)} job(s), stages on {', '.join(used)}", quiet)
+    result: dict[str, Any] = {}
+    with ClusterWorkers(up.cluster, up.plan.prefix, used) as cw:
+        agents = cw.open(own=True)
+        for m, a in agents.items():
+            c = a["clock"]
+            say(f"emu: agent on {m}: clock offset {c['offset_s']:+.6f} s "
+                f"(+- {c['error_ms']:.3f} ms)", quiet)
+        mon = RunMonitor(scenario, stage, stage).start()
+        try:
+            if mon.prom is not None:
+                result["prometheus_url"] = mon.prom.url
+                say(f"emu: Prometheus at {mon.prom.url}", quiet)
+            result.update(run_jobs_on_hosts(jobs, by_dc, stage, prometheus=mon,
+                                            placement=placement, remote=cw))
+            mon.record_jobs(result)
+            if mon.prom is not None:
+                mon.flush()
+                result["prometheus_series"] = prometheus_series(mon.prom.url, None)
+            result["prometheus"] = mon.describe()
+        finally:
+            mon.stop()
+        result["clocks"] = cw.clocks()
+        result["agent_errors"] = list(cw.errors)
+        result["stage_machines"] = {j.job: [h.machine for h in row]
+                                    for j, row in zip(jobs, placement, strict=True)}
+    return result
+
+
+def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str
+             ) -> dict[str, Any]:
+    """summary.json: the one-machine run's keys where they apply, and `cluster`."""
+    plan = up.plan
+    rtt: dict[str, Any] = {}
+    if up.rtt_path is not None:
+        import json
+
+        rtt = json.loads(Path(up.rtt_path).read_text())
+    modes = sorted({str(m.get("link_mode")) for m in up.record["machines"].values()})
+    sc = up.scenario
+    out: dict[str, Any] = {
+        "backend": "emu",
+        "scenario": plan.scenario,
+        "link_mode": "+".join(modes),
+        "datapath": datapath,
+        **plan.scale.as_record(),
+        "hosts": len(plan.hosts),
+        "switches": len(plan.switches),
+        "fibres": len(plan.fibres),
+        "lightpaths": len(plan.lightpaths),
+        "verified": rtt.get("pairs_answered") == rtt.get("pairs_planned"),
+        "rtt_ok": rtt.get("pairs_within_band") == rtt.get("pairs_planned"),
+        "rtt_enforced": False,
+        "delay_calibrated": bool(up.calibration.get("enabled")),
+        "forwarding": "static",
+        "controller": None,
+        "wall_s": round(wall_s, 2),
+    }
+    if sc.emulation.forwarding == "controller":
+        out["forwarding_fallback"] = ("the SDN controller does not reach switches on other "
+                                      "machines yet (docs/cluster.md)")
+    clocks = work.pop("clocks", {})
+    stage_machines = work.pop("stage_machines", {})
+    out["cluster"] = {"name": up.cluster.name, "prefix": plan.prefix,
+                      "machines": up.machines, "dcs": up.record["dcs"],
+                      "crossing_fibres": up.record["crossing_fibres"],
+                      "up_s": up.record["up_s"], "pairs_within_band":
+                      rtt.get("pairs_within_band"), "pairs_planned": rtt.get("pairs_planned"),
+                      "clock_offsets": clocks, "stage_machines": stage_machines}
+    out.update(work)
+    return out

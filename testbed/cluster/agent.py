@@ -1,0 +1,480 @@
+"""The worker agent: a cluster run's pipeline workers in this machine's hosts, for the driver.
+
+`python -m testbed.cluster.agent RUN` runs on each machine of `lightpipe emu --cluster`
+(root, started over SSH by the driver's fixed script: testbed.cluster.drive, action
+`agent`) and speaks JSON lines, one message per line, on its stdin and stdout:
+
+in (driver -> agent)                      out (agent -> driver)
+  start  job, stage, host, plan, master,    hello  machine, prefix, hosts, pid
+         timeout_s, duty, linger_s, nice,   started job, stage, pid, metrics_port, spawn_s
+         metrics_address                    record job, stage, rec (a worker's record line)
+  rendezvous job, data (stage 0's port)     rendezvous job, data (a local stage 0's port)
+  signal job, stage, signal (TERM|KILL)     exit   job, stage, code, log_tail
+  clock  t                                  clock  t, here (this machine's monotonic s)
+  own    (take the run down if the          error  why (a refused message), job, stage
+         session ends without `bye`)
+  bye    (stop the workers and end)
+
+Workers run as on one machine (testbed.orchestrate.launch): `mnexec -a PID` into the
+share's host (the PID from the run's own state, proved by its start time), a /metrics
+listener bound here on `metrics_address` (this machine's address that the driver's
+Prometheus scrapes) and passed down, records under the run's state directory. Every
+message is validated (names, numbers, addresses, the plan) before anything runs; a bad
+one is answered with `error` and changes nothing. When the session ends (the driver
+ended, even by kill -9: sshd closes our stdin) the workers are stopped by their PIDs;
+after `own`, the run's share holder too, then this machine's `lightpipe clean RUN`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import math
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from testbed import names
+from testbed.errors import InputError
+
+log = logging.getLogger(__name__)
+
+MSG_MAX_BYTES = 4 << 20      # one message (a job plan rides in `start`)
+RECORD_LINE_MAX = 1 << 20    # one worker record line
+LOG_TAIL_BYTES = 2000
+STOP_GRACE_S = 3.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
+
+
+@dataclass(frozen=True)
+class LocalHost:
+    """A host of this machine's share: its shell PID (proved live), address, interface."""
+
+    node: str
+    pid: int
+    ip: str
+    iface: str
+
+
+@dataclass(frozen=True)
+class StartOrder:
+    """A validated `start` message."""
+
+    job: str
+    stage: int
+    host: LocalHost
+    plan: dict[str, Any]
+    master: str
+    timeout_s: float
+    duty: float
+    linger_s: float
+    nice: int
+    metrics_address: str
+
+
+@dataclass
+class AgentWorker:
+    order: StartOrder
+    proc: subprocess.Popen[bytes]
+    record_path: Path
+    log_path: Path
+    lsock: socket.socket
+    offset: int = 0
+    partial: bytes = b""
+    exited: bool = False
+
+
+def _number(msg: Mapping[str, Any], key: str, lo: float, hi: float) -> float:
+    v = msg.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or not lo <= v <= hi:
+        raise InputError(key, f"a number in {lo:g}..{hi:g}, got {str(v)[:40]!r}")
+    return float(v)
+
+
+def _ip(text: Any, what: str) -> str:
+    try:
+        return str(ipaddress.ip_address(str(text)))
+    except ValueError:
+        raise InputError(what, f"not an IP address: {str(text)[:60]!r}") from None
+
+
+def _job(msg: Mapping[str, Any]) -> str:
+    job = msg.get("job")
+    if not isinstance(job, str):
+        raise InputError("job", "a job name")
+    try:
+        return names.check(names.NODE_NAME_RE, job, "job")
+    except ValueError as exc:
+        raise InputError("job", str(exc)) from None
+
+
+def _job_stage(msg: Mapping[str, Any]) -> tuple[str, int]:
+    job = _job(msg)
+    stage = msg.get("stage")
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < 4096:
+        raise InputError("stage", f"a stage number 0..4095, got {str(stage)[:20]!r}")
+    return job, stage
+
+
+def parse_start(msg: Mapping[str, Any], hosts: Mapping[str, LocalHost]) -> StartOrder:
+    """A `start` message checked field by field (InputError naming the field)."""
+    from workloads.plan import JobPlan
+
+    job, stage = _job_stage(msg)
+    node = msg.get("host")
+    if not isinstance(node, str) or node not in hosts:
+        raise InputError("host", f"{str(node)[:40]!r} is not a host of this machine's share "
+                         f"(here: {', '.join(sorted(hosts)) or 'none'})")
+    plan = msg.get("plan")
+    if not isinstance(plan, dict):
+        raise InputError("plan", "a job plan object")
+    try:
+        jp = JobPlan.from_dict(plan)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InputError("plan", f"not a job plan: {str(exc)[:120]}") from None
+    if jp.job != job:
+        raise InputError("plan", f"the plan is job {jp.job!r}, not {job!r}")
+    if stage >= jp.stages:
+        raise InputError("stage", f"job {job} has stages 0..{jp.stages - 1}")
+    master = msg.get("master")
+    if not isinstance(master, str) or ":" not in master:
+        raise InputError("master", "ADDRESS:0 (stage 0's host; the port comes from it)")
+    m_host, _, m_port = master.rpartition(":")
+    if m_port != "0":
+        raise InputError("master", "the port must be 0: stage 0 binds one from the kernel")
+    master = f"{_ip(m_host, 'master')}:0"
+    return StartOrder(job, stage, hosts[node], plan, master,
+                      _number(msg, "timeout_s", 1, 86400), _number(msg, "duty", 0.01, 1.0),
+                      _number(msg, "linger_s", 0, 3600), int(_number(msg, "nice", 0, 19)),
+                      _ip(msg.get("metrics_address"), "metrics_address"))
+
+
+def parse_rendezvous(msg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    job = _job(msg)
+    data = msg.get("data")
+    if not isinstance(data, dict):
+        raise InputError("data", "an object with host and port")
+    port = data.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InputError("data.port", f"a port 1..65535, got {str(port)[:20]!r}")
+    return job, {"host": _ip(data.get("host"), "data.host"), "port": port}
+
+
+def local_hosts(state_dir: Path) -> tuple[str, dict[str, LocalHost]]:
+    """This machine's name and its share's hosts: shells recorded in the run's state and
+    still the same processes (start time), with the address and interface the holder wrote
+    in ready.json (both files the run's own: regular, ours, bounded)."""
+    from testbed.emu.state import RunState, alive
+    from testbed.safefs import read_regular
+
+    st = RunState.load(state_dir)
+    ready = json.loads(read_regular(state_dir / "ready.json", 1 << 20,
+                                    owner_uid=os.geteuid()))
+    info = ready.get("hosts", {}) if isinstance(ready, dict) else {}
+    out = {}
+    for p in st.procs:
+        h = info.get(p.name)
+        if p.role != "host-shell" or not isinstance(h, dict) or not alive(p):
+            continue
+        iface = str(h.get("iface", f"{p.name}-eth0"))
+        names.check_ifname(iface)
+        out[p.name] = LocalHost(p.name, p.pid, _ip(h.get("ip"), "ready.hosts.ip"), iface)
+    machine = ready.get("machine", "") if isinstance(ready, dict) else ""
+    return str(machine)[:64], out
+
+
+class Agent:
+    """One session's workers (see the module docstring)."""
+
+    def __init__(self, prefix: str, state_dir: Path, hosts: Mapping[str, LocalHost],
+                 out: BinaryIO, python: str = sys.executable) -> None:
+        self.prefix = prefix
+        self.state_dir = state_dir
+        self.hosts = dict(hosts)
+        self.python = python
+        self._out = out
+        self._lock = threading.Lock()
+        self.workers: dict[tuple[str, int], AgentWorker] = {}
+        self.sent_rendezvous: set[str] = set()
+        self.own = False
+        self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    # -- output ------------------------------------------------------------------------
+    def send(self, msg: Mapping[str, Any]) -> bool:
+        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            try:
+                self._out.write(data)
+                self._out.flush()
+                return True
+            except (BrokenPipeError, OSError, ValueError):
+                return False
+
+    # -- input -------------------------------------------------------------------------
+    def read_loop(self, inp: BinaryIO) -> None:
+        """Messages from the driver into the inbox (clock answered at once); None at EOF."""
+        try:
+            while True:
+                line = inp.readline(MSG_MAX_BYTES + 1)
+                if not line:
+                    break
+                if len(line) > MSG_MAX_BYTES:
+                    self.send({"op": "error", "why": f"a message over {MSG_MAX_BYTES} bytes"})
+                    while line and not line.endswith(b"\n"):
+                        line = inp.readline(MSG_MAX_BYTES)
+                    continue
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    self.send({"op": "error", "why": "a line that is not JSON"})
+                    continue
+                if not isinstance(msg, dict):
+                    self.send({"op": "error", "why": "a message that is not an object"})
+                elif msg.get("op") == "clock":
+                    t = msg.get("t")
+                    if isinstance(t, (int, float)) and not isinstance(t, bool):
+                        self.send({"op": "clock", "t": t, "here": time.monotonic()})
+                else:
+                    self.inbox.put(msg)
+        finally:
+            self.inbox.put(None)
+
+    def handle(self, msg: Mapping[str, Any]) -> bool:
+        """Act on one message; False when the session is to end (`bye`)."""
+        op = msg.get("op")
+        try:
+            if op == "start":
+                self.start(parse_start(msg, self.hosts))
+            elif op == "rendezvous":
+                self.rendezvous(*parse_rendezvous(msg))
+            elif op == "signal":
+                job, stage = _job_stage(msg)
+                sig = SIGNALS.get(str(msg.get("signal")))
+                if sig is None:
+                    raise InputError("signal", "TERM or KILL")
+                w = self.workers.get((job, stage))
+                if w is None:
+                    raise InputError("job", f"no worker {job}/{stage} here")
+                if w.proc.poll() is None:
+                    w.proc.send_signal(sig)
+            elif op == "own":
+                self.own = True
+            elif op == "bye":
+                return False
+            else:
+                raise InputError("op", f"unknown message {str(op)[:20]!r}")
+        except InputError as exc:
+            self.send({"op": "error", "why": str(exc), "job": msg.get("job"),
+                       "stage": msg.get("stage")})
+        except OSError as exc:
+            self.send({"op": "error", "why": f"{type(exc).__name__}: {exc}",
+                       "job": msg.get("job"), "stage": msg.get("stage")})
+        return True
+
+    # -- workers -----------------------------------------------------------------------
+    def job_dir(self, job: str) -> Path:
+        d = self.state_dir / "workers" / job
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return d
+
+    def start(self, o: StartOrder) -> None:
+        from testbed.atomicio import atomic_write_text
+
+        if (o.job, o.stage) in self.workers:
+            raise InputError("stage", f"{o.job}/{o.stage} is already running here")
+        jdir = self.job_dir(o.job)
+        plan_path = jdir / "plan.json"
+        atomic_write_text(plan_path, json.dumps(o.plan), mode=0o600)
+        rec, logp = jdir / f"stage{o.stage}.jsonl", jdir / f"stage{o.stage}.log"
+        rec.unlink(missing_ok=True)
+        family = socket.AF_INET6 if ":" in o.metrics_address else socket.AF_INET
+        lsock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind((o.metrics_address, 0))
+            lsock.listen(16)
+        except OSError as exc:
+            lsock.close()
+            raise InputError("metrics_address", f"cannot listen on {o.metrics_address} "
+                             f"here ({exc.strerror or exc})") from None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        env["OMP_NUM_THREADS"] = "1"
+        argv = ["mnexec", "-a", str(o.host.pid), self.python, "-m", "workloads.worker",
+                "--plan", str(plan_path), "--rank", str(o.stage), "--master", o.master,
+                "--rendezvous-file", str(jdir / "rendezvous.json"), "--out", str(rec),
+                "--metrics-fd", str(lsock.fileno()), "--timeout-s", f"{o.timeout_s:.1f}",
+                "--duty", f"{o.duty:.4f}", "--metrics-linger-s", f"{o.linger_s:.1f}",
+                "--nice", str(o.nice), "--iface", o.host.iface]
+        try:
+            with open(logp, "wb") as logf:
+                os.fchmod(logf.fileno(), 0o600)
+                spawn_s = time.monotonic()
+                proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
+                                        pass_fds=(lsock.fileno(),), start_new_session=True)
+        except OSError:
+            lsock.close()
+            raise
+        self.workers[(o.job, o.stage)] = AgentWorker(o, proc, rec, logp, lsock)
+        log.info("job %s stage %d: pid %d on %s", o.job, o.stage, proc.pid, o.host.node)
+        self.send({"op": "started", "job": o.job, "stage": o.stage, "pid": proc.pid,
+                   "metrics_port": int(lsock.getsockname()[1]), "spawn_s": spawn_s})
+
+    def rendezvous(self, job: str, data: dict[str, Any]) -> None:
+        """Stage 0 runs elsewhere: its port, where this machine's stages of the job wait."""
+        from testbed.atomicio import atomic_write_json
+
+        if not any(j == job for j, _ in self.workers):
+            raise InputError("job", f"no stage of job {job} runs here")
+        atomic_write_json(self.job_dir(job) / "rendezvous.json", data, mode=0o600)
+
+    def pump(self) -> None:
+        """Send what the workers wrote since the last call, stage 0's port, and exits."""
+        for (job, stage), w in list(self.workers.items()):
+            if w.exited:
+                continue
+            code = w.proc.poll()  # before the last read: every line is in the file by then
+            self._tail(w)
+            if stage == 0 and job not in self.sent_rendezvous:
+                self._send_port(job)
+            if code is not None:
+                w.exited = True
+                w.lsock.close()
+                self.send({"op": "exit", "job": job, "stage": stage, "code": code,
+                           "log_tail": _tail_text(w.log_path)})
+
+    def _send_port(self, job: str) -> None:
+        from testbed.safefs import read_regular
+
+        try:
+            data = json.loads(read_regular(self.job_dir(job) / "rendezvous.json", 4096))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict):
+            self.sent_rendezvous.add(job)
+            self.send({"op": "rendezvous", "job": job, "data": data})
+
+    def _tail(self, w: AgentWorker) -> None:
+        try:
+            with open(w.record_path, "rb") as fh:
+                fh.seek(w.offset)
+                chunk = fh.read(8 << 20)
+        except FileNotFoundError:
+            return
+        w.offset += len(chunk)
+        buf = w.partial + chunk
+        *lines, w.partial = buf.split(b"\n")
+        if len(w.partial) > RECORD_LINE_MAX:
+            w.partial = b""
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            self.send({"op": "record", "job": w.order.job, "stage": w.order.stage,
+                       "rec": rec})
+
+    def stop_all(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop every worker still running, by its own Popen (SIGTERM, then SIGKILL)."""
+        live = [w for w in self.workers.values() if w.proc.poll() is None]
+        for w in live:
+            w.proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + grace_s
+        for w in live:
+            try:
+                w.proc.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+
+    def serve(self, inp: BinaryIO) -> bool:
+        """Until `bye` (True) or the end of the session (False)."""
+        threading.Thread(target=self.read_loop, args=(inp,), daemon=True,
+                         name="agent-in").start()
+        try:
+            while True:
+                try:
+                    msg = self.inbox.get(timeout=0.05)
+                except queue.Empty:
+                    msg = {}
+                if msg is None:
+                    return False
+                if msg and not self.handle(msg):
+                    self.pump()
+                    return True
+                self.pump()
+        finally:
+            self.stop_all()
+            self.pump()
+
+
+def _tail_text(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL_BYTES))
+            return fh.read(LOG_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def take_down(prefix: str) -> None:
+    """The driver is gone (no `bye`) and owned the run: stop the share holder, then this
+    machine's `lightpipe clean` of the run (--force once the holder is proved gone), as
+    `lightpipe cluster down` does."""
+    from testbed.cluster.hold import cmd_stop
+
+    rc = cmd_stop(prefix)
+    tool = Path(sys.executable).with_name("lightpipe")
+    argv = [str(tool), "clean", *(["--force"] if rc == 0 else []), prefix]
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=300, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from testbed.emu.state import PREFIX_RE, state_root
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s agent: %(message)s")
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = sys.stdout.buffer
+    if len(args) != 1 or not PREFIX_RE.fullmatch(args[0]):
+        out.write(b'{"op":"fatal","why":"usage: agent RUN (lp + 4 hex digits)"}\n')
+        return 2
+    prefix = args[0]
+    d = state_root() / prefix
+    try:
+        machine, hosts = local_hosts(d)
+    except (OSError, ValueError, InputError) as exc:
+        why = f"run {prefix} is not held here ({type(exc).__name__}: {str(exc)[:200]})"
+        out.write(json.dumps({"op": "fatal", "why": why}).encode() + b"\n")
+        out.flush()
+        return 1
+    agent = Agent(prefix, d, hosts, out)
+    agent.send({"op": "hello", "prefix": prefix, "machine": machine, "pid": os.getpid(),
+                "hosts": sorted(hosts), "here": time.monotonic()})
+    said_bye = agent.serve(sys.stdin.buffer)
+    if not said_bye and agent.own:
+        log.warning("run %s: the driver's session ended without bye: taking the run down",
+                    prefix)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nobody reads our pipe any more
+        take_down(prefix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,397 @@
+"""The driver's side of the worker agents: one SSH session per machine, remote workers as
+process proxies for the launcher, their records mirrored here on the driver's clock.
+
+`ClusterWorkers` is what `testbed.orchestrate.launch.Launcher` calls for a host that lives
+on another machine (`Host.machine`): it asks that machine's agent (testbed.cluster.agent)
+to start the stage, and hands back a `RemoteProc` that polls, waits and signals like a
+`subprocess.Popen`. Each record line a remote worker writes arrives over the session and
+is appended to the local record file the launcher reads, its times shifted by that
+machine's clock offset (testbed.cluster.clock), so everything downstream (supervision,
+iteration times, the Chrome trace, the summary) reads the same files as on one machine.
+Stage 0's rendezvous port is relayed to the job's other machines. A session that ends
+early fails its workers (code 255, with a record that says why).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from testbed.cluster.clock import ClockOffset, estimate_offset, shift_record
+from testbed.cluster.drive import MARK, share_args
+from testbed.cluster.remote import Ssh, check_ssh_inputs, ssh_error
+from testbed.cluster.spec import ClusterSpec, MachineSpec
+from testbed.errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+LINE_MAX_BYTES = 8 << 20
+STDERR_KEEP_BYTES = 8192
+LOST_CODE = 255
+
+
+class RemoteProc:
+    """A worker on another machine, as far as the launcher's supervision needs a process:
+    pid (on that machine), poll, wait, send_signal, kill, returncode."""
+
+    def __init__(self, session: AgentSession, job: str, stage: int, pid: int) -> None:
+        self.session = session
+        self.job = job
+        self.stage = stage
+        self.pid = pid
+        self.returncode: int | None = None
+        self._done = threading.Event()
+
+    def finish(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
+        self._done.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(f"{self.job}/stage{self.stage}", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is not None:
+            return
+        name = {signal.SIGTERM: "TERM", signal.SIGKILL: "KILL"}.get(signal.Signals(sig))
+        if name is None:
+            raise ValueError(f"only SIGTERM and SIGKILL reach a remote worker, not {sig}")
+        self.session.send({"op": "signal", "job": self.job, "stage": self.stage,
+                           "signal": name})
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+@dataclass
+class _Mirror:
+    proc: RemoteProc | None
+    record_path: Path
+    log_path: Path
+    started: threading.Event
+    reply: dict[str, Any] | None = None
+
+
+class AgentSession:
+    """One machine's worker agent over one ssh session (JSON lines both ways)."""
+
+    def __init__(self, cluster: ClusterSpec, machine: MachineSpec, prefix: str,
+                 owner: ClusterWorkers) -> None:
+        check_ssh_inputs(cluster, machine)
+        self.cluster = cluster
+        self.machine = machine
+        self.prefix = prefix
+        self.owner = owner
+        self.argv = Ssh(cluster, machine).argv(share_args(cluster, machine, "agent", prefix))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.hello: dict[str, Any] | None = None
+        self.offset = ClockOffset(0.0, 0.0, 0.0, 0)
+        self._lock = threading.Lock()
+        self._hello = threading.Event()
+        self._clock: dict[float, float] = {}
+        self._clock_cv = threading.Condition()
+        self._stderr = bytearray()
+        self._early: list[str] = []  # what the session said instead of hello
+        self.closing = False
+        self.lost = False
+
+    @property
+    def name(self) -> str:
+        return self.machine.name
+
+    def head(self) -> str:
+        return f"machine {self.machine.name} ({self.machine.address})"
+
+    # -- life --------------------------------------------------------------------------
+    def open(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Start the session and wait for the agent's hello (RuntimeFailure naming the
+        machine and why not)."""
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True,
+                         name=f"agent-{self.name}").start()
+        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True,
+                         name=f"agent-{self.name}-err").start()
+        if not self._hello.wait(timeout_s) or self.hello is None:
+            self.close(bye=False)
+            raise RuntimeFailure(f"{self.head()}: worker agent: {self.why_not()}")
+        return self.hello
+
+    def why_not(self) -> str:
+        words = [w for w in self._early if w]
+        for w in words:
+            if w.startswith(MARK + " "):
+                word = w[len(MARK) + 1:].split(" ", 1)[0]
+                return {"venv-missing": "no LightPipe venv (bin/lightpipe, bin/python) at "
+                        "the venv path", "no-root": "neither root nor password-less sudo"
+                        }.get(word, w[len(MARK) + 1:])
+            try:
+                doc = json.loads(w)
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and doc.get("op") == "fatal":
+                return str(doc.get("why", "refused"))[:300]
+        code = self.proc.poll() if self.proc is not None else None
+        if code is not None:
+            return ssh_error(code, self.stderr_text())
+        return "no answer (hello) in time"
+
+    def measure_clock(self, samples: int = 21, timeout_s: float = 10.0) -> ClockOffset:
+        """This machine's monotonic clock minus ours (testbed.cluster.clock)."""
+        rows = []
+        for _ in range(samples):
+            t0 = time.monotonic()
+            self.send({"op": "clock", "t": t0})
+            with self._clock_cv:
+                ok = self._clock_cv.wait_for(lambda t0=t0: t0 in self._clock, timeout_s)
+                here = self._clock.pop(t0, None)
+            t1 = time.monotonic()
+            if not ok or here is None:
+                raise RuntimeFailure(f"{self.head()}: no clock answer within {timeout_s:g} s")
+            rows.append((t0, here, t1))
+        self.offset = estimate_offset(rows)
+        return self.offset
+
+    def send(self, msg: Mapping[str, Any]) -> None:
+        data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            if self.proc is None or self.proc.stdin is None:
+                return
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # the reader sees the end of the session and fails its workers
+
+    def close(self, bye: bool = True, timeout_s: float = 30.0) -> None:
+        """End the session (`bye` first: the agent stops what is left and ends)."""
+        self.closing = True
+        if self.proc is None:
+            return
+        if bye:
+            self.send({"op": "bye"})
+        with self._lock:
+            try:
+                if self.proc.stdin is not None:
+                    self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stderr_text(self) -> str:
+        return bytes(self._stderr).decode(errors="replace")
+
+    # -- reading -----------------------------------------------------------------------
+    def _drain(self, stream: BinaryIO) -> None:
+        for chunk in iter(lambda: stream.read(4096), b""):
+            self._stderr.extend(chunk)
+            del self._stderr[:-STDERR_KEEP_BYTES]
+
+    def _read(self, stream: BinaryIO) -> None:
+        try:
+            while True:
+                line = stream.readline(LINE_MAX_BYTES)
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    msg = None
+                if not isinstance(msg, dict):
+                    if self.hello is None:
+                        self._early.append(line.decode(errors="replace").strip()[:400])
+                    continue
+                op = msg.get("op")
+                if op == "hello" and self.hello is None:
+                    self.hello = msg
+                    self._hello.set()
+                elif op == "clock":
+                    with self._clock_cv:
+                        t, here = msg.get("t"), msg.get("here")
+                        if isinstance(t, float) and isinstance(here, (int, float)):
+                            self._clock[t] = float(here)
+                            self._clock_cv.notify_all()
+                elif op == "fatal":
+                    self._early.append(line.decode(errors="replace").strip()[:400])
+                else:
+                    self.owner.dispatch(self, msg)
+        finally:
+            self.lost = not self.closing
+            self._hello.set()
+            self.owner.session_ended(self)
+
+
+class ClusterWorkers:
+    """Workers on the machines of a cluster run, through each machine's agent."""
+
+    def __init__(self, cluster: ClusterSpec, prefix: str,
+                 machines: Sequence[str] | None = None) -> None:
+        self.cluster = cluster
+        self.prefix = prefix
+        by = {m.name: m for m in cluster.machines}
+        chosen = list(machines) if machines is not None else list(by)
+        self.sessions = {n: AgentSession(cluster, by[n], prefix, self) for n in chosen}
+        self._mirrors: dict[tuple[str, int], _Mirror] = {}
+        self._where: dict[str, dict[int, str]] = {}  # job -> stage -> machine
+        self._ports: dict[str, dict[str, Any]] = {}  # job -> stage 0's rendezvous
+        self._told: set[tuple[str, str]] = set()     # (job, machine) sent the rendezvous
+        self._lock = threading.RLock()
+        self.errors: list[str] = []
+
+    def __enter__(self) -> ClusterWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self, own: bool = False, timeout_s: float = 60.0) -> dict[str, dict[str, Any]]:
+        """Open every session (side by side), measure each clock; with `own`, each agent
+        takes the run down on its machine if the driver goes away without `bye`.
+        Returns per machine: hello and clock offset."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(s: AgentSession) -> dict[str, Any]:
+            hello = s.open(timeout_s)
+            if own:
+                s.send({"op": "own"})
+            return {"hosts": hello.get("hosts", []), "clock": s.measure_clock().as_dict()}
+
+        out: dict[str, dict[str, Any]] = {}
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(self.sessions)))) as pool:
+            futs = {n: pool.submit(one, s) for n, s in self.sessions.items()}
+            first: RuntimeFailure | None = None
+            for n, f in futs.items():
+                try:
+                    out[n] = f.result()
+                except RuntimeFailure as exc:
+                    first = first or exc
+        if first is not None:
+            self.close()
+            raise first
+        return out
+
+    def close(self) -> None:
+        for s in self.sessions.values():
+            s.close(bye=True)
+
+    def clocks(self) -> dict[str, dict[str, float | int]]:
+        return {n: s.offset.as_dict() for n, s in self.sessions.items()}
+
+    # -- the launcher's side -----------------------------------------------------------
+    def spawn(self, machine: str, *, job: str, stage: int, host: str, plan: dict[str, Any],
+              master: str, record_path: Path, log_path: Path, timeout_s: float,
+              duty: float, linger_s: float, nice: int,
+              reply_timeout_s: float = 60.0) -> tuple[RemoteProc, str, int, float]:
+        """Start one stage on `machine`'s host; (process, metrics host, metrics port,
+        spawn time on the driver's clock). RuntimeFailure naming the machine when the
+        agent refuses or does not answer."""
+        s = self.sessions.get(machine)
+        if s is None:
+            raise RuntimeFailure(f"no worker agent for machine {machine!r}")
+        mirror = _Mirror(None, Path(record_path), Path(log_path), threading.Event())
+        with self._lock:
+            self._mirrors[(job, stage)] = mirror
+            self._where.setdefault(job, {})[stage] = machine
+        mirror.record_path.write_bytes(b"")
+        s.send({"op": "start", "job": job, "stage": stage, "host": host, "plan": plan,
+                "master": master, "timeout_s": timeout_s, "duty": duty, "linger_s": linger_s,
+                "nice": nice, "metrics_address": s.machine.address})
+        if not mirror.started.wait(reply_timeout_s) or mirror.reply is None:
+            raise RuntimeFailure(f"{s.head()}: worker agent did not start {job}/stage{stage}"
+                                 f" within {reply_timeout_s:g} s")
+        if mirror.reply.get("op") == "error":
+            raise RuntimeFailure(f"{s.head()}: {job}/stage{stage} refused: "
+                                 f"{str(mirror.reply.get('why'))[:300]}")
+        r = mirror.reply
+        proc = RemoteProc(s, job, stage, int(r["pid"]))
+        with self._lock:
+            mirror.proc = proc
+        self._relay(job)
+        return (proc, s.machine.address, int(r["metrics_port"]),
+                float(r["spawn_s"]) - s.offset.offset_s)
+
+    # -- from the sessions -------------------------------------------------------------
+    def dispatch(self, s: AgentSession, msg: dict[str, Any]) -> None:
+        op, job, stage = msg.get("op"), msg.get("job"), msg.get("stage")
+        with self._lock:
+            mirror = self._mirrors.get((job, stage)) if isinstance(job, str) else None
+            if s.name != self._where.get(str(job), {}).get(stage if isinstance(stage, int)
+                                                           else -1):
+                mirror = None  # only the machine a stage runs on speaks for it
+        if op in ("started", "error") and mirror is not None and mirror.reply is None:
+            mirror.reply = msg
+            mirror.started.set()
+        elif op == "error":
+            self.errors.append(f"{s.name}: {str(msg.get('why'))[:300]}")
+            log.warning("worker agent on %s: %s", s.name, msg.get("why"))
+        elif op == "record" and mirror is not None and isinstance(msg.get("rec"), dict):
+            rec = shift_record(msg["rec"], s.offset.offset_s)
+            with open(mirror.record_path, "a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+        elif op == "rendezvous" and isinstance(job, str) and isinstance(msg.get("data"),
+                                                                        dict):
+            with self._lock:
+                if self._where.get(job, {}).get(0) == s.name:
+                    self._ports[job] = msg["data"]
+                    self._told.add((job, s.name))
+            self._relay(job)
+        elif op == "exit" and mirror is not None:
+            tail = msg.get("log_tail")
+            if isinstance(tail, str):
+                mirror.log_path.write_text(tail)
+            code = msg.get("code")
+            if mirror.proc is not None:
+                mirror.proc.finish(code if isinstance(code, int) else LOST_CODE)
+
+    def _relay(self, job: str) -> None:
+        """Stage 0's port to every other machine that runs a stage of the job."""
+        with self._lock:
+            data = self._ports.get(job)
+            if data is None:
+                return
+            todo = []
+            for stage, m in self._where.get(job, {}).items():
+                mirror = self._mirrors.get((job, stage))
+                if (job, m) in self._told or mirror is None or mirror.proc is None:
+                    continue
+                self._told.add((job, m))
+                todo.append(m)
+        for m in todo:
+            self.sessions[m].send({"op": "rendezvous", "job": job, "data": data})
+
+    def session_ended(self, s: AgentSession) -> None:
+        """Every worker of that machine still running has failed with it."""
+        with self._lock:
+            lost = [m for (job, stage), m in self._mirrors.items()
+                    if self._where.get(job, {}).get(stage) == s.name]
+        said = s.stderr_text()
+        code = (s.proc.poll() if s.proc is not None else None) or LOST_CODE
+        for m in lost:
+            if m.proc is not None and m.proc.returncode is None:
+                why = f"the session to machine {s.name} ended: {ssh_error(code, said)}"
+                with open(m.record_path, "a") as fh:
+                    fh.write(json.dumps({"type": "error", "error": why}) + "\n")
+                m.proc.finish(LOST_CODE)
+            m.started.set()

@@ -1,0 +1,130 @@
+"""`lightpipe emu SPEC --cluster FILE` over real SSH (root, opt-in; tests/cluster/run.sh).
+
+The two stand-in machines of test_cluster_up (each a network namespace with a Dropbear
+server, a state root of its own, a data network for the tunnels). A ring of 4 optical
+nodes, a DC of one host on each, two DCs per stand-in, and one 4-stage pipeline job with
+a stage in every DC: its workers run on both machines through their worker agents, a
+real Prometheus here scrapes them at the machines' addresses, the records come back on
+one clock in the one-machine shape, and nothing is left on either machine afterwards,
+also when the driver is killed with SIGKILL while the workers run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster.test_cluster_ssh import servers
+from tests.cluster.test_cluster_up import PLACE, VENV, StandIn, _cluster_subset, machines, need
+from tests.test_cluster import ring
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+__all__ = ["machines", "servers"]  # the fixtures
+
+
+def _pp_ring(path: Path, iterations: int = 6) -> Path:
+    """The stand-ins' ring as a pp_jobs scenario: one job of 4 one-GPU stages, so every
+    DC (one GPU each) gets a stage, two on each machine."""
+    sc = ring(4, [("a", "n1", 1), ("b", "n2", 1), ("c", "n3", 1), ("d", "n4", 1)])
+    data = sc.model_dump(mode="json", exclude_none=True)
+    for d in data["dcs"]:
+        d["gpus"] = 1
+    data["workload"] = {
+        "kind": "pp_jobs", "jobs": 1, "mean_interarrival_s": 1,
+        "models": [{"name": "tiny", "layers": 8, "hidden": 1024, "seq_len": 512,
+                    "micro_batch": 1, "vocab": 32000}],
+        "mix": [{"model": "tiny", "stages": 4, "gpus_per_stage": 1, "microbatches": 4,
+                 "iterations": 10}], "seed": 1}
+    data["policy"] = {"placement": "sp-ff", "schedule": "1f1b", "fixed_slots": 8}
+    data["emulation"] = {**data.get("emulation", {}), "hosts_per_dc": 1, "max_jobs": 1,
+                         "worker_iterations": iterations, "worker_warmup_iterations": 1,
+                         "bandwidth_divisor": 4000, "time_factor": 10}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _emu(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([f"{VENV}/bin/lightpipe", "emu", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@need
+def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], Path],
+                                                  tmp_path: Path) -> None:
+    (a, b), f = machines
+    two = _cluster_subset(f, ["m-a", "m-b"])
+    spec, out = _pp_ring(tmp_path / "pp-ring.yaml"), tmp_path / "out"
+    place = [w for p in PLACE for w in ("--place", p)]
+    t0 = time.monotonic()
+    p = _emu(str(spec), "--cluster", str(two), "--out", str(out), *place, "--link-mode",
+             "userspace", "--datapath", "user", "-q")
+    so, se = p.communicate(timeout=900)
+    print(f"\n{so}{se}emu --cluster, 2 stand-ins: {time.monotonic() - t0:.1f} s "
+          f"(load {os.getloadavg()[0]:.1f})")
+    assert p.returncode == 0, (so, se)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["backend"] == "emu" and s["forwarding"] == "static"
+    cl = s["cluster"]
+    assert cl["machines"] == ["m-a", "m-b"] and cl["pairs_within_band"] == 6
+    assert set(cl["clock_offsets"]) == {"m-a", "m-b"}
+    for c in cl["clock_offsets"].values():  # one host: the same clock, within its error
+        assert abs(c["offset_s"]) * 1e3 <= c["error_ms"] + 0.05, c
+    job = s["worker_jobs"][0]
+    assert job["ok"] and s["failed_jobs"] == []
+    machines_of = cl["stage_machines"][job["job"]]
+    assert sorted(set(machines_of)) == ["m-a", "m-b"] and len(machines_of) == 4
+    assert job["emulated_iteration_time_s"] > 0
+    # The one-machine records: per-stage JSON lines (start, iterations, done), the
+    # iteration table, the trace; the cluster's own files beside them.
+    for st in range(4):
+        recs = [json.loads(x) for x in
+                (out / "workers" / job["job"] / f"stage{st}.jsonl").read_text().splitlines()]
+        kinds = [r["type"] for r in recs]
+        assert kinds[0] == "start" and kinds[-1] == "done" and kinds.count("iteration") == 7
+    rows = list(csv.DictReader((out / "iterations.csv").open()))
+    assert len(rows) == 7 and all(float(r["wall_time_s"]) > 0 for r in rows)
+    for name in ("trace.json", "cluster_run.json", "cluster_rtt.json",
+                 "cluster_calibration.json", "manifest.json"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "manifest.json").read_text())["status"] == "finished"
+    series = s.get("prometheus_series")
+    if series is not None:  # a Prometheus here scraped the workers on both machines
+        assert series["lightpipe_worker_sent_bytes_total"] == 4, series
+    assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
+    assert a.left() == [] and b.left() == []
+
+
+@need
+def test_emu_cluster_kill_9_of_the_driver_leaves_nothing(
+        machines: tuple[list[StandIn], Path], tmp_path: Path) -> None:
+    """SIGKILL of `emu --cluster` while its workers run: each machine's agent sees its
+    session end and takes its share down (workers, holder, then its own clean)."""
+    (a, b), f = machines
+    two = _cluster_subset(f, ["m-a", "m-b"])
+    spec, out = _pp_ring(tmp_path / "pp-ring.yaml", iterations=200), tmp_path / "out-kill"
+    place = [w for p in PLACE for w in ("--place", p)]
+    p = _emu(str(spec), "--cluster", str(two), "--out", str(out), *place, "--link-mode",
+             "userspace", "--datapath", "user", "-q", "--no-calibrate")
+    try:
+        def training() -> bool:
+            assert p.poll() is None, p.communicate()
+            return any((out / "workers").glob("*/stage3.jsonl")) and any(
+                '"type": "iteration"' in x.read_text()
+                for x in (out / "workers").glob("*/stage*.jsonl"))
+
+        wait_until(training, "the workers on both machines iterating", timeout_s=600)
+        assert a.runs() and b.runs()
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+    wait_until(lambda: a.left() == [] and b.left() == [], "both machines left with nothing",
+               timeout_s=180)

@@ -1,0 +1,207 @@
+"""Workers across machines without root: the clock offsets and the records shifted onto the
+driver's clock (testbed.cluster.clock), the worker agent's input checks and its protocol
+over a real pipe (testbed.cluster.agent), the launcher's view of a remote worker
+(testbed.cluster.agentlink.RemoteProc) and the hosts of a cluster run per DC. The agent
+starting real workers in real shares is the harness's (tests/cluster/test_cluster_emu.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.cli.emu_cluster import cluster_hosts
+from testbed.cluster.agent import Agent, LocalHost, parse_rendezvous, parse_start
+from testbed.cluster.agentlink import RemoteProc
+from testbed.cluster.clock import estimate_offset, shift_record
+from testbed.errors import InputError
+from testbed.orchestrate.results import job_iterations
+
+HOSTS = {"h1": LocalHost("h1", 4242, "10.0.1.1", "h1-eth0")}
+
+
+def _plan(job: str = "job0", stages: int = 2) -> dict[str, Any]:
+    from testbed.emu.scale import Scale
+    from testbed.schedule import Hop, PipelineProblem, build_schedule
+    from workloads.plan import scaled_plan
+
+    problem = PipelineProblem((1.0,) * stages, (2.0,) * stages,
+                              tuple(Hop(1.0, 10.0) for _ in range(stages - 1)), 1.0, 2)
+    sched = build_schedule("1f1b", problem)
+    return json.loads(scaled_plan(job, problem, sched, Scale(), iterations=2,
+                                  warmup_iterations=1).to_json())
+
+
+def _start(**over: Any) -> dict[str, Any]:
+    msg = {"op": "start", "job": "job0", "stage": 1, "host": "h1", "plan": _plan(),
+           "master": "10.0.0.1:0", "timeout_s": 120, "duty": 0.5, "linger_s": 2, "nice": 0,
+           "metrics_address": "10.252.16.2"}
+    msg.update(over)
+    return msg
+
+
+# -- the clock -----------------------------------------------------------------------------
+
+def test_offset_from_the_shortest_round_trip() -> None:
+    # The remote clock is 5 s ahead; the second sample's round trip is the shortest.
+    got = estimate_offset([(0.0, 5.004, 0.010), (1.0, 6.0005, 1.001), (2.0, 7.0, 2.004)])
+    assert got.offset_s == pytest.approx(5.0, abs=1e-9)
+    assert got.rtt_s == pytest.approx(0.001) and got.error_s == pytest.approx(0.0005)
+    assert got.samples == 3
+    with pytest.raises(ValueError):
+        estimate_offset([(1.0, 2.0, 0.5)])  # received before it was sent
+
+
+def test_shifted_records_give_the_one_clock_iteration_time() -> None:
+    """Stage 1 on a machine whose clock is 100 s ahead: unshifted, the iteration would
+    last 100 s; shifted, it is the 0.3 s it took."""
+    s0 = [{"type": "iteration", "iteration": 0, "start_s": 10.0, "end_s": 10.2,
+           "ops": [["F0", 10.0, 10.1], ["B0", 10.2, 10.25]], "waits": [],
+           "compute_s": 0.15, "sent_bytes": 1}]
+    s1 = [{"type": "iteration", "iteration": 0, "start_s": 110.0, "end_s": 110.3,
+           "ops": [["F0", 110.1, 110.2], ["B0", 110.2, 110.3]], "waits": [["r", 110.0,
+                                                                         110.1]],
+           "compute_s": 0.2, "sent_bytes": 1}]
+    assert job_iterations([s0, s1])[0]["time_s"] == pytest.approx(100.3)
+    shifted = [shift_record(r, 100.0) for r in s1]
+    assert job_iterations([s0, shifted])[0]["time_s"] == pytest.approx(0.3)
+    assert shifted[0]["waits"] == [["r", pytest.approx(10.0), pytest.approx(10.1)]]
+    start = shift_record({"type": "start", "ready_s": 105.0, "pid": 7, "job": "j"}, 100.0)
+    assert start == {"type": "start", "ready_s": 5.0, "pid": 7, "job": "j"}
+    assert shift_record({"end_s": True, "ops": "x"}, 1.0) == {"end_s": True, "ops": "x"}
+
+
+# -- the agent's input -------------------------------------------------------------------
+
+def test_a_valid_start_message() -> None:
+    o = parse_start(_start(), HOSTS)
+    assert (o.job, o.stage, o.host.pid, o.master) == ("job0", 1, 4242, "10.0.0.1:0")
+    assert o.metrics_address == "10.252.16.2" and o.nice == 0
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"job": "job0;rm"}, "job"),
+    ({"stage": -1}, "stage"),
+    ({"stage": True}, "stage"),
+    ({"stage": 2}, "stage"),                       # the plan has stages 0..1
+    ({"host": "h9"}, "host"),                      # not a host of this share
+    ({"plan": {"job": "job0"}}, "plan"),
+    ({"plan": _plan("other")}, "plan"),
+    ({"master": "10.0.0.1:29500"}, "master"),      # ports come from the kernel
+    ({"master": "$(id):0"}, "master"),
+    ({"timeout_s": float("nan")}, "timeout_s"),
+    ({"duty": 2}, "duty"),
+    ({"nice": 40}, "nice"),
+    ({"metrics_address": "0.0.0.0; id"}, "metrics_address"),
+])
+def test_a_bad_start_message_names_its_field(over: dict[str, Any], field: str) -> None:
+    with pytest.raises(InputError) as exc:
+        parse_start(_start(**over), HOSTS)
+    assert exc.value.path == field, str(exc.value)
+
+
+def test_rendezvous_checks() -> None:
+    assert parse_rendezvous({"job": "j", "data": {"host": "10.0.0.1", "port": 4000}}) == (
+        "j", {"host": "10.0.0.1", "port": 4000})
+    for data in ({"host": "10.0.0.1", "port": 0}, {"host": "x y", "port": 80}, "80"):
+        with pytest.raises(InputError):
+            parse_rendezvous({"job": "j", "data": data})
+
+
+def test_the_agent_answers_over_a_pipe_and_refuses_bad_messages(tmp_path: Path) -> None:
+    """The agent's own loop on a real pipe: clock answered at once, bad lines refused
+    with `error`, nothing started, `bye` ends the session as asked."""
+    r, w = os.pipe()
+    out = io.BytesIO()
+    agent = Agent("lp0001", tmp_path, HOSTS, out)
+    lines = [b'{"op": "clock", "t": 1.5}', b"not json", b"[1]",
+             json.dumps(_start(host="nope")).encode(), b'{"op": "signal", "job": "job0", '
+             b'"stage": 0, "signal": "TERM"}', b'{"op": "launch"}', b'{"op": "bye"}']
+    with os.fdopen(w, "wb") as wf:
+        wf.write(b"\n".join(lines) + b"\n")
+    with os.fdopen(r, "rb") as rf:
+        said_bye = agent.serve(rf)
+    assert said_bye is True and agent.workers == {}
+    msgs = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert msgs[0]["op"] == "clock" and msgs[0]["t"] == 1.5 and msgs[0]["here"] > 0
+    errors = [m["why"] for m in msgs if m["op"] == "error"]
+    assert len(errors) == 5, msgs
+    assert "not JSON" in errors[0] and "not an object" in errors[1]
+    assert errors[2].startswith("host:") and "no worker job0/0" in errors[3]
+    assert "unknown message" in errors[4]
+    assert not (tmp_path / "workers").exists()
+
+
+def test_the_end_of_the_session_without_bye_is_told_apart(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    os.close(w)
+    agent = Agent("lp0001", tmp_path, HOSTS, io.BytesIO())
+    with os.fdopen(r, "rb") as rf:
+        assert agent.serve(rf) is False
+
+
+# -- the driver's side ---------------------------------------------------------------------
+
+class _Session:
+    """What RemoteProc sends through: the messages, kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.sent.append(msg)
+
+
+def test_remote_proc_waits_polls_and_signals_like_popen() -> None:
+    s = _Session()
+    p = RemoteProc(s, "job0", 2, 777)  # type: ignore[arg-type]
+    assert p.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        p.wait(0.01)
+    p.terminate()
+    p.kill()
+    assert s.sent == [{"op": "signal", "job": "job0", "stage": 2, "signal": "TERM"},
+                      {"op": "signal", "job": "job0", "stage": 2, "signal": "KILL"}]
+    threading.Timer(0.05, p.finish, args=(0,)).start()
+    assert p.wait(5) == 0 and p.poll() == 0
+    p.finish(3)  # the first exit code stays
+    p.kill()     # and an ended worker gets no signal
+    assert p.returncode == 0 and len(s.sent) == 2
+
+
+def test_cluster_hosts_per_dc_with_their_machine() -> None:
+    rec = {"machines": {
+        "m-b": {"hosts": {"h3": {"dc": "c", "ip": "10.0.3.1", "iface": "h3-eth0"}}},
+        "m-a": {"hosts": {"h2": {"dc": "a", "ip": "10.0.1.2", "iface": "h2-eth0"},
+                          "h1": {"dc": "a", "ip": "10.0.1.1", "iface": "h1-eth0"}}}}}
+    by = cluster_hosts(rec)
+    assert [(h.name, h.machine, h.prefix) for h in by["a"]] == [("h1", "m-a", ()),
+                                                                 ("h2", "m-a", ())]
+    assert by["c"][0].machine == "m-b" and by["c"][0].iface == "h3-eth0"
+
+
+def test_emu_cluster_usage_errors_exit_2(cli: Any, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("machines:\n  - {name: m1, address: 192.0.2.1}\n")
+    scen = Path(__file__).parent.parent / "scenarios"
+    pp = str(tmp_path / "pp.yaml")
+    Path(pp).write_text((scen / "calib-latency-1f1b.yaml").read_text())
+    out = str(tmp_path / "out")
+    for argv, words in (
+            ([str(scen / "quickstart.yaml"), "--cluster", str(f)], "workload.kind: emu "
+             "--cluster runs pp_jobs"),
+            ([pp, "--cluster", str(f), "--hold"], "--hold: not with --cluster"),
+            ([pp, "--place", "dc-a=m1"], "--place: only with --cluster"),
+            ([pp, "--no-calibrate"], "--no-calibrate: only with --cluster"),
+            ([pp, "--cluster", str(f), "--place", "dc-a=m9"], "--place"),
+            ([pp, "--cluster", str(f), "--ready-timeout", "0"], "--ready-timeout"),
+            ([pp, "--cluster", str(tmp_path / "none.yaml")], "none.yaml")):
+        res = cli("emu", *argv, "--out", out)
+        assert res.code == 2 and words in res.err and res.err.count("\n") == 1, res.err
+    assert not Path(out).exists()
