@@ -205,3 +205,38 @@ def test_emu_cluster_usage_errors_exit_2(cli: Any, tmp_path: Path) -> None:
         res = cli("emu", *argv, "--out", out)
         assert res.code == 2 and words in res.err and res.err.count("\n") == 1, res.err
     assert not Path(out).exists()
+
+
+def test_a_machine_address_resolves_to_the_ip_its_workers_listen_on() -> None:
+    from testbed.cluster.agentlink import resolve_address
+    from testbed.errors import RuntimeFailure
+
+    assert resolve_address("10.252.16.2") == "10.252.16.2"
+    assert resolve_address("localhost") in ("127.0.0.1", "::1")
+    with pytest.raises(RuntimeFailure, match="does not resolve"):
+        resolve_address("no-such-host.invalid")
+
+
+def test_the_holder_serves_its_link_metrics_where_asked(tmp_path: Path) -> None:
+    """`{"links": IP}` on the holder's control socket: a /metrics endpoint on that address
+    (once per holder; the same target when asked again); a bad address is refused."""
+    import urllib.request
+
+    from testbed.cluster.holdctl import ControlServer, parse_request, request
+
+    assert parse_request(b'{"links": "127.0.0.1"}') == {"links": "127.0.0.1"}
+    for bad in (b'{"links": "0.0.0.0 -p"}', b'{"links": "127.0.0.1", "fibres": {}}'):
+        with pytest.raises(InputError):
+            parse_request(bad)
+    d = tmp_path / "run"
+    d.mkdir(mode=0o700)
+    server = ControlServer(d, {}).start()
+    try:
+        first = request(d, {"links": "127.0.0.1"})
+        assert first["ok"] and first["target"].startswith("127.0.0.1:"), first
+        assert request(d, {"links": "127.0.0.1"})["target"] == first["target"]
+        with urllib.request.urlopen(f"http://{first['target']}/metrics", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        server.close()
+    assert server.links is not None and not (d / "hold.sock").exists()

@@ -110,7 +110,9 @@ def _run_jobs(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
     used = sorted({h.machine for row in placement for h in row if h.machine})
     say(f"emu: workers: {len(jobs)} job(s), stages on {', '.join(used)}", quiet)
     result: dict[str, Any] = {}
-    with ClusterWorkers(up.cluster, up.plan.prefix, used) as cw:
+    # An agent on every machine of the share, stages or not: each serves its machine's
+    # link metrics and takes its share down if this driver goes away.
+    with ClusterWorkers(up.cluster, up.plan.prefix, up.machines) as cw:
         agents = cw.open(own=True)
         for m, a in agents.items():
             c = a["clock"]
@@ -118,6 +120,12 @@ def _run_jobs(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
                 f"(+- {c['error_ms']:.3f} ms)", quiet)
         mon = RunMonitor(scenario, stage, stage).start()
         try:
+            links = [(a["links"]["target"], {"component": "links", "machine": m})
+                     for m, a in sorted(agents.items()) if a["links"].get("ok")
+                     and a["links"].get("fibres")]
+            if links:
+                mon.set_targets("links", links)
+            result["link_exporters"] = {m: a["links"] for m, a in agents.items()}
             if mon.prom is not None:
                 result["prometheus_url"] = mon.prom.url
                 say(f"emu: Prometheus at {mon.prom.url}", quiet)

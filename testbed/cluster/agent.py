@@ -11,6 +11,9 @@ in (driver -> agent)                      out (agent -> driver)
   rendezvous job, data (stage 0's port)     rendezvous job, data (a local stage 0's port)
   signal job, stage, signal (TERM|KILL)     exit   job, stage, code, log_tail
   clock  t                                  clock  t, here (this machine's monotonic s)
+  links  address (serve this machine's      links  ok, target (IP:PORT), fibres, why
+         link metrics there: the holder's
+         control socket, testbed.cluster.holdctl)
   own    (take the run down if the          error  why (a refused message), job, stage
          session ends without `bye`)
   bye    (stop the workers and end)
@@ -269,6 +272,13 @@ class Agent:
                     raise InputError("job", f"no worker {job}/{stage} here")
                 if w.proc.poll() is None:
                     w.proc.send_signal(sig)
+            elif op == "links":
+                from testbed.cluster.holdctl import request
+
+                reply = request(self.state_dir, {"links": _ip(msg.get("address"), "address")})
+                self.send({"op": "links", "ok": bool(reply.get("ok")),
+                           "target": reply.get("target"), "fibres": reply.get("fibres", []),
+                           "why": reply.get("error")})
             elif op == "own":
                 self.own = True
             elif op == "bye":

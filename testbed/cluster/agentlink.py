@@ -38,6 +38,24 @@ STDERR_KEEP_BYTES = 8192
 LOST_CODE = 255
 
 
+def resolve_address(address: str) -> str:
+    """An IP address as it is, a host name as the first address it resolves to here
+    (RuntimeFailure naming it when it does not resolve)."""
+    import ipaddress
+    import socket
+
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise RuntimeFailure(f"machine address {address!r} does not resolve here "
+                             f"({exc.strerror or exc})") from None
+    return str(infos[0][4][0])
+
+
 class RemoteProc:
     """A worker on another machine, as far as the launcher's supervision needs a process:
     pid (on that machine), poll, wait, send_signal, kill, returncode."""
@@ -111,6 +129,9 @@ class AgentSession:
         self._early: list[str] = []  # what the session said instead of hello
         self.closing = False
         self.lost = False
+        self._metrics_ip: str | None = None
+        self._links: dict[str, Any] | None = None
+        self._links_ev = threading.Event()
 
     @property
     def name(self) -> str:
@@ -118,6 +139,13 @@ class AgentSession:
 
     def head(self) -> str:
         return f"machine {self.machine.name} ({self.machine.address})"
+
+    def metrics_address(self) -> str:
+        """The IP where this machine's workers serve /metrics for the driver's Prometheus:
+        its SSH address (the one the driver reaches), a host name resolved here once."""
+        if self._metrics_ip is None:
+            self._metrics_ip = resolve_address(self.machine.address)
+        return self._metrics_ip
 
     # -- life --------------------------------------------------------------------------
     def open(self, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -153,6 +181,15 @@ class AgentSession:
         if code is not None:
             return ssh_error(code, self.stderr_text())
         return "no answer (hello) in time"
+
+    def serve_links(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Ask the machine's share holder (through the agent) to serve its link metrics at
+        the machine's metrics address; the reply (ok, target, fibres, why)."""
+        self._links_ev.clear()
+        self.send({"op": "links", "address": self.metrics_address()})
+        if not self._links_ev.wait(timeout_s) or self._links is None:
+            return {"ok": False, "why": f"no answer within {timeout_s:g} s"}
+        return self._links
 
     def measure_clock(self, samples: int = 21, timeout_s: float = 10.0) -> ClockOffset:
         """This machine's monotonic clock minus ours (testbed.cluster.clock)."""
@@ -233,6 +270,9 @@ class AgentSession:
                         if isinstance(t, float) and isinstance(here, (int, float)):
                             self._clock[t] = float(here)
                             self._clock_cv.notify_all()
+                elif op == "links":
+                    self._links = msg
+                    self._links_ev.set()
                 elif op == "fatal":
                     self._early.append(line.decode(errors="replace").strip()[:400])
                 else:
@@ -276,7 +316,11 @@ class ClusterWorkers:
             hello = s.open(timeout_s)
             if own:
                 s.send({"op": "own"})
-            return {"hosts": hello.get("hosts", []), "clock": s.measure_clock().as_dict()}
+            links = s.serve_links()
+            if not links.get("ok"):
+                log.warning("%s: no link metrics: %s", s.head(), links.get("why"))
+            return {"hosts": hello.get("hosts", []), "clock": s.measure_clock().as_dict(),
+                    "links": links}
 
         out: dict[str, dict[str, Any]] = {}
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(self.sessions)))) as pool:
@@ -317,7 +361,7 @@ class ClusterWorkers:
         mirror.record_path.write_bytes(b"")
         s.send({"op": "start", "job": job, "stage": stage, "host": host, "plan": plan,
                 "master": master, "timeout_s": timeout_s, "duty": duty, "linger_s": linger_s,
-                "nice": nice, "metrics_address": s.machine.address})
+                "nice": nice, "metrics_address": s.metrics_address()})
         if not mirror.started.wait(reply_timeout_s) or mirror.reply is None:
             raise RuntimeFailure(f"{s.head()}: worker agent did not start {job}/stage{stage}"
                                  f" within {reply_timeout_s:g} s")
@@ -329,7 +373,7 @@ class ClusterWorkers:
         with self._lock:
             mirror.proc = proc
         self._relay(job)
-        return (proc, s.machine.address, int(r["metrics_port"]),
+        return (proc, s.metrics_address(), int(r["metrics_port"]),
                 float(r["spawn_s"]) - s.offset.offset_s)
 
     # -- from the sessions -------------------------------------------------------------

@@ -126,7 +126,8 @@ def cmd_serve() -> int:
         try:
             with net:
                 state_dir = net.state_dir
-                control = ControlServer(state_dir, net.emulators).start()
+                control = ControlServer(state_dir, net.emulators,
+                                        home_fd=net.home_netns_fd).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
                                   "pid": int(net.nodes[h.node].pid),

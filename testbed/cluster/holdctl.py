@@ -9,7 +9,10 @@ socket, or netem's `tc change`). It listens on `hold.sock` in the run's state di
 
 with {"ok": true, "fibres": {MIDDLE: state}} for every fibre emulated on this machine
 (state: configured and emulated delay, the fibre's correction, its lightpaths' own
-corrections, and whether it can delay a lightpath apart), or {"ok": false, "error": ...}.
+corrections, and whether it can delay a lightpath apart), or {"ok": false, "error": ...};
+or {"links": IP}: serve this machine's link metrics (the user-space fibre emulators'
+counters, testbed.metrics.links) on IP (any port, once per holder) for the driver's
+Prometheus, answered with {"ok": true, "target": "IP:PORT", "fibres": [...]}.
 Only a peer of the holder's own user is served. `python -m testbed.cluster.hold correct
 RUN` (over SSH, from the driver) validates the request and relays it here.
 """
@@ -54,6 +57,14 @@ def parse_request(raw: bytes) -> dict[str, Any]:
         doc = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError("correct", f"not JSON ({exc})") from None
+    if isinstance(doc, dict) and set(doc) == {"links"}:
+        import ipaddress
+
+        try:
+            return {"links": str(ipaddress.ip_address(str(doc["links"])))}
+        except ValueError:
+            raise InputError("links", f"not an IP address: {str(doc['links'])[:60]!r}"
+                             ) from None
     if not isinstance(doc, dict) or set(doc) - {"fibres", "vlans"}:
         raise InputError("correct", "expected an object with fibres and vlans")
     fibres, vlans = doc.get("fibres", {}), doc.get("vlans", {})
@@ -108,9 +119,13 @@ def apply(emulators: Mapping[str, LinkEmulator], req: Mapping[str, Any]) -> dict
 class ControlServer:
     """The holder's side: serve requests on state_dir/hold.sock in a thread."""
 
-    def __init__(self, state_dir: Path, emulators: Mapping[str, LinkEmulator]) -> None:
+    def __init__(self, state_dir: Path, emulators: Mapping[str, LinkEmulator],
+                 home_fd: int | None = None) -> None:
+        """home_fd: the machine's namespace the share was built from (link metrics are
+        served there, where the driver reaches them), when the holder entered another."""
         self.path = state_dir / SOCK_NAME
         self.emulators = emulators
+        self.home_fd = home_fd
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.path.unlink(missing_ok=True)
         old = os.umask(0o177)
@@ -120,6 +135,7 @@ class ControlServer:
             os.umask(old)
         self.sock.listen(4)
         self.lock = threading.Lock()
+        self.links: Any = None  # testbed.metrics.links.LinkExporter, once asked for
         self.thread = threading.Thread(target=self._serve, name="hold-control", daemon=True)
 
     def start(self) -> ControlServer:
@@ -127,6 +143,8 @@ class ControlServer:
         return self
 
     def close(self) -> None:
+        if self.links is not None:
+            self.links.stop()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -160,8 +178,25 @@ class ControlServer:
             reply: dict[str, Any] = {"ok": False, "error": str(exc)}
         else:
             with self.lock:
-                reply = apply(self.emulators, req)
+                reply = (self.serve_links(req["links"]) if "links" in req
+                         else apply(self.emulators, req))
         conn.sendall(json.dumps(reply, sort_keys=True).encode() + b"\n")
+
+
+    def serve_links(self, address: str) -> dict[str, Any]:
+        """This machine's link metrics on address:any (started on the first request)."""
+        from testbed.metrics.links import LinkExporter
+        from testbed.monitor.run import in_netns
+
+        if self.links is None:
+            links = LinkExporter(e for e in self.emulators.values() if e.counters)
+            try:
+                in_netns(self.home_fd, lambda: links.start(addr=address))
+            except OSError as exc:
+                return {"ok": False, "error": f"cannot serve link metrics on {address} "
+                                              f"({exc.strerror or exc})"}
+            self.links = links
+        return {"ok": True, "target": self.links.target, "fibres": list(self.links.fibres)}
 
 
 def _read_line(conn: socket.socket) -> bytes:
@@ -189,9 +224,10 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
         s.settimeout(timeout_s)
         try:
             s.connect(str(path))
-            body = {"fibres": req["fibres"],
-                    "vlans": {k: {str(v): c for v, c in per.items()}
-                              for k, per in req["vlans"].items()}}
+            body = {"links": req["links"]} if "links" in req else {
+                "fibres": req["fibres"],
+                "vlans": {k: {str(v): c for v, c in per.items()}
+                          for k, per in req["vlans"].items()}}
             s.sendall(json.dumps(body).encode() + b"\n")
             raw = _read_line(s)
         except OSError as exc:

@@ -67,19 +67,23 @@ class LinkExporter:
             self.fibres.append(name)
         self.server: Any = None
         self.port: int | None = None
+        self.addr = "127.0.0.1"
 
-    def start(self) -> int:
-        """Start serving on 127.0.0.1 (any port) in the calling thread's namespace."""
+    def start(self, addr: str = "127.0.0.1") -> int:
+        """Start serving on addr (default 127.0.0.1; any port) in the calling thread's
+        namespace."""
         from prometheus_client import start_http_server
 
-        self.server, _thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.server, _thread = start_http_server(0, addr=addr, registry=self.registry)
+        self.addr = addr
         self.port = int(self.server.server_port)
         return self.port
 
     @property
     def target(self) -> str:
         assert self.port is not None, "start() first"
-        return f"127.0.0.1:{self.port}"
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"{host}:{self.port}"
 
     def snapshot(self) -> dict[str, Any]:
         """Per fibre and direction: bytes, drops and per-lightpath drops now."""

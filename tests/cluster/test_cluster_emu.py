@@ -96,9 +96,13 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
                  "cluster_calibration.json", "manifest.json"):
         assert (out / name).is_file(), name
     assert json.loads((out / "manifest.json").read_text())["status"] == "finished"
+    # Each machine's holder serves its fibres' counters at its address.
+    assert {m: x["fibres"] for m, x in s["link_exporters"].items()} == {
+        "m-a": ["n1-n2", "n2-n3"], "m-b": ["n3-n4", "n4-n1"]}, s["link_exporters"]
     series = s.get("prometheus_series")
-    if series is not None:  # a Prometheus here scraped the workers on both machines
+    if series is not None:  # a Prometheus here scraped both machines: workers and fibres
         assert series["lightpipe_worker_sent_bytes_total"] == 4, series
+        assert series["lightpipe_fibre_tx_bytes_total"] == 8, series  # 4 fibres x 2 ways
     assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
     assert a.left() == [] and b.left() == []
 
