@@ -6,7 +6,10 @@
 #   test_cluster_ssh.py     `lightpipe cluster check` over real SSH against Dropbear servers
 #                           on 127.0.0.x (host keys strict/accept-new/changed, wrong key);
 #   test_cluster_sshtap.py  Mininet Cluster Edition's tunnel (ssh -w tap) against VXLAN on
-#                           the same pair: RTT, TCP goodput at 200 Mbit/s, ssh's CPU.
+#                           the same pair: RTT, TCP goodput at 200 Mbit/s, ssh's CPU;
+#   test_cluster_up.py      `lightpipe cluster up/down` on two stand-ins over SSH;
+#   test_cluster_emu.py     `lightpipe emu --cluster`: a pipeline job's workers on both
+#                           stand-ins, one Prometheus, records on one clock, kill -9.
 # Dropbear and OpenSSH's server are not installed here: without them on PATH their .debs
 # are fetched once with `apt-get download` and unpacked (dpkg -x, nothing installed) into
 # $LIGHTPIPE_CLUSTER_CACHE. Extra arguments go to pytest.
