@@ -182,7 +182,6 @@ class ControlServer:
                          else apply(self.emulators, req))
         conn.sendall(json.dumps(reply, sort_keys=True).encode() + b"\n")
 
-
     def serve_links(self, address: str) -> dict[str, Any]:
         """This machine's link metrics on address:any (started on the first request)."""
         from testbed.metrics.links import LinkExporter
