@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -240,3 +241,22 @@ def test_the_holder_serves_its_link_metrics_where_asked(tmp_path: Path) -> None:
     finally:
         server.close()
     assert server.links is not None and not (d / "hold.sock").exists()
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_emu_cluster_unreachable_machine_is_one_line(cli: Any, tmp_path: Path) -> None:
+    """A machine nobody answers on: `cluster up`'s one line, exit 1, no share anywhere."""
+    from tests.test_cluster import _free_port
+
+    port = _free_port()  # nothing listens there: a real "connection refused"
+    f = tmp_path / "c.yaml"
+    f.write_text(f"ssh: {{port: {port}, connect_timeout_s: 3}}\nmachines:\n"
+                 "  - {name: near, address: 127.0.0.1}\n")
+    spec = tmp_path / "pp.yaml"
+    spec.write_text((Path(__file__).parent.parent / "scenarios" /
+                     "calib-latency-1f1b.yaml").read_text())
+    res = cli("emu", str(spec), "--cluster", str(f), "--out", str(tmp_path / "o"))
+    assert res.code == 1, (res.out, res.err)
+    assert "up near (127.0.0.1): unreachable (" in res.out
+    assert res.err.startswith("lightpipe: error: machine near (127.0.0.1): unreachable (")
+    assert res.err.count("\n") == 1
