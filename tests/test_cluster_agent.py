@@ -260,3 +260,71 @@ def test_emu_cluster_unreachable_machine_is_one_line(cli: Any, tmp_path: Path) -
     assert "up near (127.0.0.1): unreachable (" in res.out
     assert res.err.startswith("lightpipe: error: machine near (127.0.0.1): unreachable (")
     assert res.err.count("\n") == 1
+
+
+def test_the_driver_relays_stage_0s_port_and_mirrors_records_on_its_clock(
+        tmp_path: Path) -> None:
+    """ClusterWorkers between two sessions whose far ends are `cat` (a real pipe: what the
+    driver sends comes back to be read). Stage 0's port reaches the other machine once
+    its stage runs, never the wrong way; records land on the driver's clock and only from
+    the machine the stage runs on; exits and a session's end reach the launcher's view."""
+    from testbed.cluster.agentlink import ClusterWorkers
+    from testbed.cluster.clock import ClockOffset
+    from testbed.cluster.spec import parse_cluster
+    from testbed.orchestrate.results import read_records
+
+    c = parse_cluster({"machines": [{"name": "m1", "address": "192.0.2.1"},
+                                    {"name": "m2", "address": "192.0.2.2"}]})
+    cw = ClusterWorkers(c, "lp0a0b")
+    s1, s2 = cw.sessions["m1"], cw.sessions["m2"]
+    for s in (s1, s2):
+        s.proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    s2.offset = ClockOffset(100.0, 1e-4, 2e-4, 21)  # m2's clock is 100 s ahead
+
+    def answer(s: Any, stage: int, pid: int) -> None:
+        threading.Timer(0.05, cw.dispatch, args=(s, {
+            "op": "started", "job": "job0", "stage": stage, "pid": pid,
+            "metrics_port": 9000 + stage, "spawn_s": 150.0})).start()
+
+    def spawn(m: str, stage: int) -> Any:
+        return cw.spawn(m, job="job0", stage=stage, host=f"h{stage}", plan={},
+                        master="10.0.0.1:0", record_path=tmp_path / f"s{stage}.jsonl",
+                        log_path=tmp_path / f"s{stage}.log", timeout_s=60, duty=1.0,
+                        linger_s=0.0, nice=0, reply_timeout_s=10)
+
+    try:
+        answer(s1, 0, 11)
+        p0, host0, port0, spawn0 = spawn("m1", 0)
+        assert (p0.pid, host0, port0, spawn0) == (11, "192.0.2.1", 9000, 150.0)
+        # The port comes before stage 1 runs; a claim from the wrong machine is ignored.
+        cw.dispatch(s1, {"op": "rendezvous", "job": "job0",
+                         "data": {"host": "10.0.0.1", "port": 4242}})
+        cw.dispatch(s2, {"op": "rendezvous", "job": "job0",
+                         "data": {"host": "10.6.6.6", "port": 1}})
+        answer(s2, 1, 22)
+        p1, host1, _, spawn1 = spawn("m2", 1)
+        assert host1 == "192.0.2.2" and spawn1 == pytest.approx(50.0)
+        cw.dispatch(s2, {"op": "record", "job": "job0", "stage": 1,
+                         "rec": {"type": "start", "ready_s": 150.5}})
+        cw.dispatch(s1, {"op": "record", "job": "job0", "stage": 1,
+                         "rec": {"type": "start", "ready_s": 1.0}})
+        assert read_records(tmp_path / "s1.jsonl") == [{"type": "start",
+                                                          "ready_s": pytest.approx(50.5)}]
+        cw.dispatch(s2, {"op": "exit", "job": "job0", "stage": 1, "code": 0,
+                         "log_tail": "last line\n"})
+        assert p1.wait(5) == 0 and (tmp_path / "s1.log").read_text() == "last line\n"
+        cw.session_ended(s1)  # m1's session ends while stage 0 runs: it failed with it
+        assert p0.poll() == 255
+        why = read_records(tmp_path / "s0.jsonl")[-1]
+        assert why["type"] == "error" and "session to machine m1 ended" in why["error"]
+    finally:
+        sent = {}
+        for name, s in (("m1", s1), ("m2", s2)):
+            assert s.proc is not None and s.proc.stdin is not None
+            s.proc.stdin.close()
+            sent[name] = [json.loads(x) for x in s.proc.stdout.read().splitlines()]
+            s.proc.wait(10)
+    assert [m["op"] for m in sent["m1"]] == ["start"]  # stage 0's machine: no relay
+    assert [m["op"] for m in sent["m2"]] == ["start", "rendezvous"]
+    assert sent["m2"][1]["data"] == {"host": "10.0.0.1", "port": 4242}
+    assert sent["m2"][0]["metrics_address"] == "192.0.2.2"
