@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,8 @@ def test_netem_link_rate_delay_loss() -> None:
     delay_ms = 10.0
     with LinkTestbed(RATE_MBPS, delay_ms, link_mode="netem", calibrate=True) as lt:
         assert lt.mode == "netem" and lt.calibration is not None
-        st = lt.ping(count=30)
+        st = _in_band_or_recalibrated(lt.ping(count=30), 2 * delay_ms,
+                                      lambda: lt.ping(count=30), lt.calibrate, "netem link")
         res = lt.iperf(seconds=4.0, warmup_s=1.5)
     ratio = res.goodput_mbps / RATE_MBPS
     _report(f"netem link calibration: {_calibration_line(lt.calibration)}")
@@ -218,6 +219,24 @@ def _host(net: Any, dc: str) -> Any:
     return next(h for h in net.plan.hosts if h.dc == dc)
 
 
+def _in_band_or_recalibrated(st: Any, expected_ms: float, ping: Callable[[], Any],
+                             recalibrate: Callable[[], dict[str, Any]], what: str) -> Any:
+    """A median RTT outside expected_ms +- RTT_TOL_MS is calibrated again and pinged again,
+    up to RTT_RECHECKS times, as a run's verification does (testbed.orchestrate.run
+    .verify_network): under software emulation the processing time drifts between the
+    calibration and the check. The last measurement."""
+    from testbed.orchestrate.run import RTT_RECHECKS
+
+    for _ in range(RTT_RECHECKS):
+        if st.median_ms is not None and abs(st.median_ms - expected_ms) <= RTT_TOL_MS:
+            break
+        _report(f"{what}: RTT median {st.median_ms} ms outside {expected_ms} +- "
+                f"{RTT_TOL_MS} ms: calibrating again, as a run's verification does")
+        _report(f"{what} calibration again: {_calibration_line(recalibrate())}")
+        st = ping()
+    return st
+
+
 def _ping(net: Any, a: Any, b: Any, count: int, interval_s: float = 0.02) -> Any:
     from testbed.emu.probes import PingStats, icmp_ping
 
@@ -226,6 +245,13 @@ def _ping(net: Any, a: Any, b: Any, count: int, interval_s: float = 0.02) -> Any
 
 
 def test_two_dc_rtt_and_goodput(ring: dict[str, Any]) -> None:
+    """The lightpath's RTT within the band, as a run's verification holds it: a pair out
+    of the band after the calibration is calibrated again and pinged again, up to
+    RTT_RECHECKS times (testbed.orchestrate.run.verify_network). Under software emulation
+    the path's processing time drifts between the calibration and the check (CI, 8 runs:
+    medians 18.69-20.97 ms for a planned 20; the 18.69 one, -1.31 ms, after the
+    calibration measured it at +0.63 with the same settings seconds before)."""
+    from testbed.emu.calibrate import calibrate_network
     from testbed.emu.probes import run_iperf3
 
     net, lp = ring["net"], ring["lp"]
@@ -234,6 +260,8 @@ def test_two_dc_rtt_and_goodput(ring: dict[str, Any]) -> None:
     _ping(net, a, c, count=3)  # warm: ARP is static, flows are in; first packets are slow
     st = _ping(net, a, c, count=30)
     one_way_ms = float(lp["latency_ms"])
+    st = _in_band_or_recalibrated(st, 2 * one_way_ms, lambda: _ping(net, a, c, count=30),
+                                  lambda: calibrate_network(net), "two-DC lightpath")
     res = run_iperf3(["mnexec", "-a", str(net.host_pid(c.name))],
                      ["mnexec", "-a", str(net.host_pid(a.name))], c.ip.split("/")[0],
                      seconds=4.0, warmup_s=1.5)
