@@ -329,8 +329,8 @@ class Agent:
                 "--duty", f"{o.duty:.4f}", "--metrics-linger-s", f"{o.linger_s:.1f}",
                 "--nice", str(o.nice), "--iface", o.host.iface]
         try:
-            with open(logp, "wb") as logf:
-                os.fchmod(logf.fileno(), 0o600)
+            fd = os.open(logp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as logf:
                 spawn_s = time.monotonic()
                 proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
@@ -378,11 +378,13 @@ class Agent:
             self.send({"op": "rendezvous", "job": job, "data": data})
 
     def _tail(self, w: AgentWorker) -> None:
-        try:
-            with open(w.record_path, "rb") as fh:
+        from testbed.safefs import open_regular
+
+        try:  # the worker's own file: regular, not followed through a link
+            with os.fdopen(open_regular(w.record_path), "rb") as fh:
                 fh.seek(w.offset)
                 chunk = fh.read(8 << 20)
-        except FileNotFoundError:
+        except OSError:
             return
         w.offset += len(chunk)
         buf = w.partial + chunk
@@ -432,8 +434,10 @@ class Agent:
 
 
 def _tail_text(path: Path) -> str:
+    from testbed.safefs import open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(open_regular(path), "rb") as fh:
             fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL_BYTES))
             return fh.read(LOG_TAIL_BYTES).decode(errors="replace")
     except OSError:
