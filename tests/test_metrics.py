@@ -187,6 +187,77 @@ def test_stop_pid_signals_only_the_process_it_verified() -> None:
             other.wait()
 
 
+_DRIVER = """
+import sys, time
+from pathlib import Path
+from testbed.metrics.prometheus import PrometheusServer
+s = PrometheusServer(Path(sys.argv[1]), die_with_parent=sys.argv[2] == "1")
+s.start()
+print(s.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@needs_prometheus
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_prometheus_tied_to_its_driver_ends_when_the_driver_is_killed(
+        tmp_path: Path, tied: bool) -> None:
+    """A server started with die_with_parent gets SIGTERM from the kernel when its
+    driver is killed with SIGKILL (no run state records it); an untied one outlives it
+    (the case the flag exists for, and the proof that the test can fail)."""
+    import signal
+    import subprocess
+    import sys
+
+    from testbed.metrics import process
+
+    data = tmp_path / "prometheus" / "data"
+    drv = subprocess.Popen([sys.executable, "-c", _DRIVER, str(tmp_path), "1" if tied else "0"],
+                           stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    pid = 0
+    try:
+        assert drv.stdout is not None
+        pid = int(drv.stdout.readline() or 0)
+        assert pid, drv.communicate()
+        ticks = process.start_ticks(pid)
+        assert process.not_ours(pid, data, ticks) is None  # the server itself, not setpriv
+        drv.send_signal(signal.SIGKILL)
+        drv.wait(timeout=30)
+        if tied:
+            wait_until(lambda: process.not_ours(pid, data, ticks) is not None,
+                       "the tied server to end with its driver", timeout_s=60)
+        else:
+            assert process.not_ours(pid, data, ticks) is None
+    finally:
+        if drv.poll() is None:
+            drv.kill()
+            drv.wait()
+        if pid and process.not_ours(pid, data, ticks) is None:
+            process.stop_pid(pid, start=ticks)
+
+
+def test_parent_death_signal_refused_off_the_main_thread() -> None:
+    """The kernel ties the signal to the forking thread: a short-lived thread would have
+    the server killed as soon as it ends, so launching from one is refused."""
+    import threading
+
+    from testbed.metrics.process import pdeathsig_argv
+
+    assert pdeathsig_argv()[-1] == "--"
+    box: list[BaseException] = []
+
+    def off_main() -> None:
+        try:
+            pdeathsig_argv()
+        except ValueError as exc:
+            box.append(exc)
+
+    t = threading.Thread(target=off_main)
+    t.start()
+    t.join()
+    assert box and "main thread" in str(box[0])
+
+
 def test_metrics_server_quiet_when_the_scraper_gave_up(capsys: pytest.CaptureFixture[str]) -> None:
     """A scraper past its scrape time-out closes the connection before the answer (seen on
     a software-emulated VM): no traceback per scrape on the run's stderr; other errors

@@ -118,7 +118,8 @@ def _run_jobs(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
             c = a["clock"]
             say(f"emu: agent on {m}: clock offset {c['offset_s']:+.6f} s "
                 f"(+- {c['error_ms']:.3f} ms)", quiet)
-        mon = RunMonitor(scenario, stage, stage).start()
+        # No run state on this machine records the server: it ends with this process.
+        mon = RunMonitor(scenario, stage, stage, die_with_driver=True).start()
         try:
             links = [(a["links"]["target"], {"component": "links", "machine": m})
                      for m, a in sorted(agents.items()) if a["links"].get("ok")

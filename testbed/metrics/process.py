@@ -128,18 +128,22 @@ def _addr_in_use(log_path: Path) -> bool:
 def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
            ports: Sequence[int], *, host: str = "127.0.0.1",
            ready_timeout_s: float = 30.0, detach: bool = True,
-           user: tuple[int, int] | None = None) -> Started:
+           user: tuple[int, int] | None = None, die_with_parent: bool = False) -> Started:
     """Start `binary args --storage.tsdb.path=data_dir --web.listen-address=host:port`
     on the first port of `ports` it can bind; wait until it is ready and ours.
-    user: (uid, gid) to run it as (root only), with no supplementary groups."""
+    user: (uid, gid) to run it as (root only), with no supplementary groups.
+    die_with_parent: the kernel sends the server SIGTERM when this process ends, also by
+    SIGKILL (`setpriv --pdeathsig`, see pdeathsig_argv); for a server that no run state
+    records, so that nothing else would stop it."""
     try:
         ipaddress.ip_address(host)  # "" would bind every interface
     except ValueError:
         raise InputError("--listen", f"{host!r} is not an IP address literal") from None
     ids = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
+    prefix = pdeathsig_argv() if die_with_parent else []
     last = ""
     for port in ports:
-        argv = [binary, *args, f"--storage.tsdb.path={data_dir}",
+        argv = [*prefix, binary, *args, f"--storage.tsdb.path={data_dir}",
                 f"--web.listen-address={host_port(host, port)}"]
         logfd = open_log(log_path)
         try:
@@ -170,6 +174,25 @@ def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
         raise RuntimeFailure(f"prometheus exited with {proc.returncode}: "
                              f"{tail[0] if tail else '(no output)'} (log: {log_path})")
     raise RuntimeFailure(f"prometheus found no free port ({last}; tried {len(ports)})")
+
+
+def pdeathsig_argv(signame: str = "TERM") -> list[str]:
+    """The argv prefix that has the kernel signal the program when its parent ends.
+
+    The parent death signal (prctl PR_SET_PDEATHSIG, kept across execve by setpriv of
+    util-linux) fires when the *thread* that forked the child ends, so the caller must
+    be the main thread, which lives as long as the process; anything else is refused
+    (ValueError, a programming error). A parent killed between the fork and setpriv's
+    prctl (a few milliseconds) leaves the child running: recorded state still matters."""
+    import shutil
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        raise ValueError("a parent death signal needs the main thread as the parent")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise RuntimeFailure("setpriv not found (apt-get install util-linux)")
+    return [setpriv, f"--pdeathsig={signame}", "--"]
 
 
 def port_candidates(first: int | None, tries: int = PORT_TRIES) -> list[int]:

@@ -59,7 +59,7 @@ class PrometheusServer:
 
     def __init__(self, run_dir: Path, *, port: int | None = None,
                  scrape_interval_s: float = 1.0, binary: str | None = None,
-                 retention: str = "15d") -> None:
+                 retention: str = "15d", die_with_parent: bool = False) -> None:
         self.dir = Path(run_dir) / "prometheus"
         self.targets_dir = self.dir / "targets"
         self.data_dir = self.dir / "data"
@@ -68,6 +68,7 @@ class PrometheusServer:
         self.scrape_interval_s = scrape_interval_s
         self.binary = binary or find_binary("prometheus")
         self.retention = retention
+        self.die_with_parent = die_with_parent  # see testbed.metrics.process.launch
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -113,7 +114,8 @@ class PrometheusServer:
         started = launch(self.binary, [f"--config.file={self.config_path}",
                                        f"--storage.tsdb.retention.time={self.retention}"],
                          self.data_dir.resolve(), self.dir / "prometheus.log",
-                         port_candidates(self.port), ready_timeout_s=ready_timeout_s)
+                         port_candidates(self.port), ready_timeout_s=ready_timeout_s,
+                         die_with_parent=self.die_with_parent)
         self.proc, self.port = started.proc, started.port
         return self.url
 

@@ -96,8 +96,15 @@ class RunMonitor:
 
     def __init__(self, scenario: Any, stage_dir: Path, final_dir: Path, *,
                  home_fd: int | None = None, monitor_dir: Path | str | None = None,
-                 backend: str = "emu", scrape_interval_s: float = 1.0) -> None:
+                 backend: str = "emu", scrape_interval_s: float = 1.0,
+                 die_with_driver: bool = False) -> None:
+        """die_with_driver: the run's Prometheus ends with this process, also when it is
+        killed (for a run whose state does not record the server, e.g. `emu --cluster`'s
+        driver); needs home_fd None and the main thread."""
         from testbed.metrics.prometheus import PrometheusServer, find_binary
+
+        if die_with_driver and home_fd is not None:
+            raise ValueError("die_with_driver needs the server started in this thread")
 
         self.scenario = scenario
         self.stage_dir = Path(stage_dir)
@@ -105,7 +112,8 @@ class RunMonitor:
         self.home_fd = home_fd
         self.run_id = run_id_for(self.final_dir)
         self.labels = {"run": self.run_id, "scenario": str(scenario.name)}
-        self.prom = (PrometheusServer(self.stage_dir, scrape_interval_s=scrape_interval_s)
+        self.prom = (PrometheusServer(self.stage_dir, scrape_interval_s=scrape_interval_s,
+                                      die_with_parent=die_with_driver)
                      if find_binary() else None)
         self.monitor_dir = monitor_dir
         self.long_lived: Any = None

@@ -132,3 +132,22 @@ def test_emu_cluster_kill_9_of_the_driver_leaves_nothing(
         p.communicate()
     wait_until(lambda: a.left() == [] and b.left() == [], "both machines left with nothing",
                timeout_s=180)
+    # The driver's own Prometheus (no run state records it) ends with the driver too.
+    wait_until(lambda: _naming(out) == [], "no process left that names the run directory",
+               timeout_s=60)
+
+
+def _naming(path: Path) -> list[str]:
+    """The command lines of the processes that name path (or a path under it)."""
+    want = str(path)
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(want in a for a in args):
+            found.append(" ".join(args)[:200])
+    return found
