@@ -217,5 +217,9 @@ def test_two_node_cluster_runs_every_point_on_the_other_node(tmp_path: Path) -> 
         assert _rows(on_ray / "sweep.csv") == _rows(local / "sweep.csv")
         executor = json.loads((on_ray / "manifest.json").read_text())["executor"]
         assert executor["kind"] == "ray" and executor["address"] == cluster.address
+        # Every point on the worker node, none on the head; the manifest says so.
+        ran = executor["points_by_node"]
+        assert [r["node_id"] for r in ran] == [cluster.list_all_nodes()[1].node_id], ran
+        assert ran[0]["points"] == len(_rows(local / "sweep.csv")) and ran[0]["address"]
     finally:
         cluster.shutdown()

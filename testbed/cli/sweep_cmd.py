@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
                                        runner=runner)
             except sweep.SweepFailure as exc:  # keep the finished points, then fail
                 failure, rows = exc, exc.rows
+        if runner is not None:
+            executor["points_by_node"] = runner.placement()
         atomic_write_text(stage / "sweep.csv", rows_to_csv(rows, cell=sweep.cell_text))
         plots: list[str] = []
         if failure is not None:

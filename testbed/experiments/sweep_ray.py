@@ -213,7 +213,8 @@ class RayRunner:
         if not ray.is_initialized():
             raise RuntimeFailure("RayRunner needs ray.init() first (or use session())")
         self._ray = ray
-        self._remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(run_task)
+        self._remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(run_task_located)
+        self.points_by_node: dict[str, int] = {}  # Ray node id -> points it returned
 
     def describe(self) -> dict[str, Any]:
         """What ran the sweep (for the manifest): nodes and CPUs of the cluster."""
@@ -232,7 +233,8 @@ class RayRunner:
             for ref in done:
                 index, labels, _data, records = refs.pop(ref)
                 try:
-                    row, error, code, files = self._ray.get(ref)
+                    node, (row, error, code, files) = self._ray.get(ref)
+                    self.points_by_node[node] = self.points_by_node.get(node, 0) + 1
                 except Exception as exc:  # the task did not return: worker or node died, ...
                     row, error, code, files = None, (
                         f"point {index} {labels}: {_first_line(exc)}"), 1, {}
@@ -242,6 +244,23 @@ class RayRunner:
                     except (OSError, RuntimeFailure) as exc:
                         row, error, code = None, f"point {index} {labels}: {_first_line(exc)}", 1
                 yield index, (row, error, code)
+
+
+    def placement(self) -> list[dict[str, Any]]:
+        """Where the points ran: each node that returned any, with its address, host name
+        and count (for the manifest; a user checks that a sweep used the nodes meant)."""
+        known = {n.get("NodeID"): n for n in self._ray.nodes()}
+        return [{"node_id": node, "address": known.get(node, {}).get("NodeManagerAddress"),
+                 "hostname": known.get(node, {}).get("NodeManagerHostname"), "points": n}
+                for node, n in sorted(self.points_by_node.items())]
+
+
+def run_task_located(task: Task, fingerprint: str) -> tuple[str, tuple[
+        dict[str, Any] | None, str | None, int, dict[str, bytes]]]:
+    """On a Ray worker: run_task's result with the id of the node that ran it."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), run_task(task, fingerprint)
 
 
 def _for_node(task: Task) -> Task:
