@@ -74,6 +74,24 @@ def test_vagrant_validate() -> None:
     assert bad.returncode != 0  # CPUs from the environment are parsed, not passed blindly
 
 
+def test_cluster_vagrantfile_validates_and_makes_its_key_once(tmp_path: Path) -> None:
+    """vagrant/cluster/Vagrantfile (two guests, tests/vm/cluster.sh): valid, and the SSH key
+    pair between the guests is made once, private to its owner, then reused."""
+    if shutil.which("vagrant") is None or shutil.which("ssh-keygen") is None:
+        pytest.skip("vagrant or ssh-keygen not installed")
+    keys = tmp_path / "keys"
+    env = {**os.environ, "VAGRANT_CHECKPOINT_DISABLE": "1", "LP_CLUSTER_KEYS": str(keys)}
+    runs = []
+    for _ in range(2):
+        r = subprocess.run(["vagrant", "validate"], cwd=REPO / "vagrant" / "cluster",
+                           capture_output=True, text=True, check=False, env=env, timeout=300)
+        assert r.returncode == 0 and "validated successfully" in r.stdout, r.stdout + r.stderr
+        runs.append((keys / "id_ed25519").read_bytes())
+    assert runs[0] == runs[1]  # made once
+    assert (keys / "id_ed25519").stat().st_mode & 0o077 == 0
+    assert (keys / "id_ed25519.pub").read_text().startswith("ssh-ed25519 ")
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_provision_twice_is_idempotent() -> None:

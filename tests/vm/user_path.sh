@@ -36,14 +36,13 @@ fi
 cd "$(dirname "$0")/../.."
 REPO="$(pwd)"
 HOST_CLI="${VENV:-$REPO/.venv}/bin/lightpipe"
-APT_PKGS=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu
-          libvirt-clients qemu-utils qemu-system-x86 dnsmasq-base ebtables rsync
-          openssh-client curl debootstrap linux-image-amd64)
 POOL=lightpipe-userpath
 POOL_DIR=/var/tmp/lightpipe-userpath-pool
 NET=lightpipe-userpath
 PREFIX=lightpipe-userpath-
-VIRSH=(virsh -q -c qemu:///system)
+NETS=("$NET")
+# shellcheck source=tests/vm/libvirt_lib.sh
+source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left
 # Panels that monitor-demo cannot fill (as tests/test_monitor_emu.py's HONESTLY_EMPTY):
 # per-flow routing of DC fabrics (no leaf-spine fabric, no routing policy in the scenario)
 # and the training loss (shadow-mode workers train no model). `grafana check` names them
@@ -77,35 +76,6 @@ vagrant_() { (cd "$REPO/vagrant" && vagrant "$@"); }
 stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
 in_vm() { vagrant_ ssh -c "$1" -- -q; }
 
-# --- the host: packages, libvirt's daemons (no systemd here), our pool -------------------
-host_setup() {
-  local missing=() p
-  for p in "${APT_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=300 update -qq
-    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-  if ! "${VIRSH[@]}" version >/dev/null 2>&1; then
-    [ -d /run/systemd/system ] && die "libvirtd is not running (systemctl start libvirtd)"
-    pgrep -x virtlogd >/dev/null || virtlogd -d
-    pgrep -x libvirtd >/dev/null || libvirtd -d
-    for _ in $(seq 100); do "${VIRSH[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
-    "${VIRSH[@]}" version >/dev/null || die "libvirtd did not come up"
-    log "started virtlogd and libvirtd"
-  fi
-  if ! "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
-    mkdir -p "$POOL_DIR"
-    "${VIRSH[@]}" pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null
-  fi
-  local active
-  active="$("${VIRSH[@]}" pool-list --name)"
-  grep -qE "^$POOL *$" <<<"$active" || "${VIRSH[@]}" pool-start "$POOL" >/dev/null
-}
-
 # PIDs of this checkout's Vagrant port forwards (ssh -N -L with our machine's key).
 forward_pids() {
   local key="$REPO/vagrant/.vagrant/machines/default/libvirt/private_key"
@@ -114,7 +84,7 @@ forward_pids() {
 
 # Everything this harness made in libvirt and Vagrant, gone (after a failure too).
 cleanup() {
-  local rc=$? d v
+  local rc=$? d
   trap - EXIT
   if [ "$MODE" = test ] && [ "$rc" != 0 ]; then
     log "FAILED (status $rc) at: $step_name; the monitor's journal:"
@@ -128,29 +98,11 @@ cleanup() {
   # is on their command line), and wait until they are gone.
   for d in $(forward_pids); do kill "$d" 2>/dev/null || true; done
   for d in $(forward_pids); do timeout 10 tail --pid="$d" -f /dev/null || kill -9 "$d" 2>/dev/null || true; done
-  for d in $("${VIRSH[@]}" list --all --name 2>/dev/null | grep "^$PREFIX" || true); do
-    "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1 || true
-    "${VIRSH[@]}" undefine "$d" --nvram >/dev/null 2>&1 ||
-      "${VIRSH[@]}" undefine "$d" >/dev/null 2>&1 || true
-  done
-  if "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
-    for v in $("${VIRSH[@]}" vol-list "$POOL" 2>/dev/null | awk '{print $1}'); do
-      "${VIRSH[@]}" vol-delete --pool "$POOL" "$v" >/dev/null 2>&1 || true
-    done
-    "${VIRSH[@]}" pool-destroy "$POOL" >/dev/null 2>&1 || true
-    "${VIRSH[@]}" pool-undefine "$POOL" >/dev/null 2>&1 || true
-  fi
-  rmdir "$POOL_DIR" 2>/dev/null || true
-  if "${VIRSH[@]}" net-info "$NET" >/dev/null 2>&1; then
-    "${VIRSH[@]}" net-destroy "$NET" >/dev/null 2>&1 || true
-    "${VIRSH[@]}" net-undefine "$NET" >/dev/null 2>&1 || true
-  fi
+  libvirt_remove
   rm -rf "$REPO/vagrant/.vagrant"
   # What is left must be nothing of ours.
-  local left=""
-  "${VIRSH[@]}" list --all --name 2>/dev/null | grep -q "^$PREFIX" && left+=" domain"
-  "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1 && left+=" pool"
-  "${VIRSH[@]}" net-info "$NET" >/dev/null 2>&1 && left+=" network"
+  local left
+  left="$(libvirt_left)"
   [ -n "$(forward_pids)" ] && left+=" port-forward"
   if [ -n "$left" ]; then
     log "left behind:$left"

@@ -1,0 +1,73 @@
+# shellcheck shell=bash
+# Shared by the VM tests on vagrant-libvirt (user_path.sh, cluster.sh); sourced, not run.
+# The host's packages and libvirt's daemons (no systemd here), a storage pool of the test's
+# own, and the removal of everything the test made in libvirt, by the test's own names.
+# The caller sets POOL, POOL_DIR, PREFIX (its domains' name prefix) and NETS (an array of
+# its libvirt networks), and defines log and die.
+VM_APT_PKGS=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu
+             libvirt-clients qemu-utils qemu-system-x86 dnsmasq-base ebtables rsync
+             openssh-client curl debootstrap linux-image-amd64)
+VIRSH=(virsh -q -c qemu:///system)
+
+host_setup() {
+  local missing=() p
+  for p in "${VM_APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  if ! "${VIRSH[@]}" version >/dev/null 2>&1; then
+    [ -d /run/systemd/system ] && die "libvirtd is not running (systemctl start libvirtd)"
+    pgrep -x virtlogd >/dev/null || virtlogd -d
+    pgrep -x libvirtd >/dev/null || libvirtd -d
+    for _ in $(seq 100); do "${VIRSH[@]}" version >/dev/null 2>&1 && break; sleep 0.2; done
+    "${VIRSH[@]}" version >/dev/null || die "libvirtd did not come up"
+    log "started virtlogd and libvirtd"
+  fi
+  if ! "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
+    mkdir -p "$POOL_DIR"
+    "${VIRSH[@]}" pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null
+  fi
+  local active
+  active="$("${VIRSH[@]}" pool-list --name)"
+  grep -qE "^$POOL *$" <<<"$active" || "${VIRSH[@]}" pool-start "$POOL" >/dev/null
+}
+
+# Our domains (by PREFIX), our pool's volumes and the pool, our networks: gone.
+libvirt_remove() {
+  local d v n
+  for d in $("${VIRSH[@]}" list --all --name 2>/dev/null | grep "^$PREFIX" || true); do
+    "${VIRSH[@]}" destroy "$d" >/dev/null 2>&1 || true
+    "${VIRSH[@]}" undefine "$d" --nvram >/dev/null 2>&1 ||
+      "${VIRSH[@]}" undefine "$d" >/dev/null 2>&1 || true
+  done
+  if "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
+    for v in $("${VIRSH[@]}" vol-list "$POOL" 2>/dev/null | awk '{print $1}'); do
+      "${VIRSH[@]}" vol-delete --pool "$POOL" "$v" >/dev/null 2>&1 || true
+    done
+    "${VIRSH[@]}" pool-destroy "$POOL" >/dev/null 2>&1 || true
+    "${VIRSH[@]}" pool-undefine "$POOL" >/dev/null 2>&1 || true
+  fi
+  rmdir "$POOL_DIR" 2>/dev/null || true
+  for n in "${NETS[@]}"; do
+    if "${VIRSH[@]}" net-info "$n" >/dev/null 2>&1; then
+      "${VIRSH[@]}" net-destroy "$n" >/dev/null 2>&1 || true
+      "${VIRSH[@]}" net-undefine "$n" >/dev/null 2>&1 || true
+    fi
+  done
+}
+
+# What of ours is still in libvirt (" domain pool network ..."), empty when nothing.
+libvirt_left() {
+  local left="" n
+  "${VIRSH[@]}" list --all --name 2>/dev/null | grep -q "^$PREFIX" && left+=" domain"
+  "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1 && left+=" pool"
+  for n in "${NETS[@]}"; do
+    "${VIRSH[@]}" net-info "$n" >/dev/null 2>&1 && left+=" network:$n"
+  done
+  echo "$left"
+}
