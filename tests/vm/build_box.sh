@@ -148,7 +148,12 @@ if [ ! -s "$BOX" ]; then
   printf 'deb %s %s main\ndeb %s %s-updates main\ndeb http://deb.debian.org/debian-security %s-security main\n' \
     "$MIRROR" "$SUITE" "$MIRROR" "$SUITE" "$SUITE" > "$ROOT/etc/apt/sources.list"
   mkdir -p "$ROOT/etc/systemd/network"
-  printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n' > "$ROOT/etc/systemd/network/50-dhcp.network"
+  # DHCP's client id from the interface's MAC, not networkd's default (a DUID from the
+  # machine id, which every VM made from this box shares): with two VMs on one network,
+  # libvirt's dnsmasq would otherwise give the second no lease of its own (found with
+  # tests/vm/cluster.sh's two guests).
+  printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n\n[DHCPv4]\nClientIdentifier=mac\n' \
+    > "$ROOT/etc/systemd/network/50-dhcp.network"
   ln -sfn /run/systemd/resolve/resolv.conf "$ROOT/etc/resolv.conf"
   chroot "$ROOT" systemctl enable systemd-networkd systemd-resolved ssh >/dev/null 2>&1
   # Host keys are made on the box's first boot, not shared by every VM made from it.
