@@ -239,3 +239,42 @@ def test_probes_carry_the_lightpath_and_the_echo_counts(tmp_path: Path) -> None:
         bad = [dict(doc[0], **{key: value})]
         with pytest.raises(InputError, match=r"probes\[0\]"):
             read_probes(json.dumps(bad).encode())
+
+
+def _rtt_doc(within: int, planned: int = 3) -> dict[str, Any]:
+    pairs = [{"pair": f"p{i}", "pings": 10, "within_band": i < within} for i in range(planned)]
+    return {"pairs_planned": planned, "pairs_within_band": within, "pairs": pairs}
+
+
+@pytest.mark.parametrize(("bands", "calibrations", "rechecked"), [
+    ([3], 0, []),                      # in band at once: no second calibration
+    ([2, 3], 1, [["p2"]]),             # one pair out, in band after one more
+    ([1, 2, 2], 2, [["p1", "p2"], ["p2"]]),  # still out after RTT_RECHECKS: recorded
+])
+def test_cluster_up_calibrates_again_while_pairs_are_out_of_band(
+        monkeypatch: pytest.MonkeyPatch, bands: list[int], calibrations: int,
+        rechecked: list[list[str]]) -> None:
+    """`cluster up`'s pair check: pairs outside the RTT band after the calibration get
+    another calibration and another ping, up to RTT_RECHECKS times (as one machine's
+    verify_network), each recorded in cluster_rtt.json's rtt_rechecks."""
+    from testbed.cli import cluster_cmd
+
+    docs = iter(bands)
+    seen: list[list[dict[str, Any]] | None] = []
+    calls: list[int] = []
+
+    def check(*args: Any, **kw: Any) -> tuple[str, dict[str, Any]]:
+        seen.append(list(args[5]) if len(args) > 5 else None)
+        return "", _rtt_doc(next(docs))
+
+    def calibrate(*args: Any) -> dict[str, Any]:
+        calls.append(1)
+        return {"enabled": True, "settled": False, "corrections_applied": 2}
+
+    monkeypatch.setattr(cluster_cmd, "_check_pairs", check)
+    monkeypatch.setattr(cluster_cmd, "_calibrate", calibrate)
+    up = cluster_cmd.UpRun(None, None, type("P", (), {"prefix": "lp0001"})(), None, {}, [],
+                           {}, {"enabled": True})
+    assert cluster_cmd._check_and_recheck(up, [], {}, None) == ""
+    assert len(calls) == calibrations
+    assert [[*r["out_of_band"]] for r in (seen[-1] or [])] == rechecked

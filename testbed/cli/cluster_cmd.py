@@ -295,7 +295,7 @@ def bring_up(args: argparse.Namespace, cluster: Any, scenario: Any,
         except RuntimeFailure as exc:
             failure = f"delay calibration: {exc}"
     if not failure:
-        failure = _check_pairs(cluster, plan.prefix, probes, out, up.calibration)
+        failure = _check_and_recheck(up, probes, record, out)
     if failure:
         emit(f"cluster up: taking run {plan.prefix} down")
         _report_down(up.down())
@@ -349,9 +349,41 @@ def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any
     return cal
 
 
+def _check_and_recheck(up: UpRun, probes: list[Any], record: dict[str, Any], out: Any
+                       ) -> str:
+    """Ping every DC pair; pairs outside the RTT band after the calibration: calibrate
+    again and ping again, up to RTT_RECHECKS times, as a one-machine run's verification
+    does (the processing time of emulated paths drifts, the more so under software
+    emulation); the first failure's line or ''. Still outside: recorded, not failed."""
+    from testbed.cli.common import emit
+    from testbed.errors import RuntimeFailure
+    from testbed.orchestrate.run import RTT_RECHECKS
+
+    rechecks: list[dict[str, Any]] = []
+    failure, doc = _check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration)
+    while (not failure and up.calibration.get("enabled") and len(rechecks) < RTT_RECHECKS
+           and doc["pairs_within_band"] < doc["pairs_planned"]):
+        outside = [str(r["pair"]) for r in doc["pairs"]
+                   if r.get("pings") and not r.get("within_band")]
+        emit(f"cluster up: {len(outside)} DC pair(s) outside the RTT band after the "
+             f"calibration ({', '.join(outside)}): calibrating again")
+        try:
+            up.calibration = _calibrate(up.cluster, up.plan, up.shares, probes, record, out)
+        except RuntimeFailure as exc:
+            return f"delay calibration: {exc}"
+        rechecks.append({"out_of_band": outside,
+                         "calibration_settled": bool(up.calibration.get("settled")),
+                         "corrections_applied": up.calibration.get("corrections_applied")})
+        failure, doc = _check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration,
+                                    rechecks)
+    return failure
+
+
 def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
-                 calibration: dict[str, Any] | None = None) -> str:
-    """Ping every DC pair; write DIR/cluster_rtt.json; the first failure's line or ''."""
+                 calibration: dict[str, Any] | None = None,
+                 rechecks: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
+    """Ping every DC pair; write DIR/cluster_rtt.json; (the first failure's line or '',
+    the record written)."""
     import time
 
     from testbed.atomicio import atomic_write_json
@@ -381,6 +413,7 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
                     "across machines (cluster_calibration.json)" if calibrated else
                     "RTT against the plan's 2 x one-way delay; not calibrated "
                     "(--no-calibrate: the network between the machines adds)"),
+           "rtt_rechecks": list(rechecks or []),
            "pairs": rows}
     atomic_write_json(out / "cluster_rtt.json", doc)
     for row in rows:
@@ -394,11 +427,11 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
          f"{doc['pairs_within_band']} within the band; {out}/cluster_rtt.json written")
     bad = [r for r in results if not r.ok]
     if bad:
-        return f"machine {bad[0].machine} ({bad[0].address}): check: {bad[0].problem}"
+        return f"machine {bad[0].machine} ({bad[0].address}): check: {bad[0].problem}", doc
     if len(answered) != len(probes):
         missing = sorted({p.pair for p in probes} - {str(r["pair"]) for r in answered})
-        return f"DC pair(s) without a reply: {', '.join(missing)}"
-    return ""
+        return f"DC pair(s) without a reply: {', '.join(missing)}", doc
+    return "", doc
 
 
 def _report_down(results: list[Any]) -> None:

@@ -170,6 +170,7 @@ def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str
         "verified": rtt.get("pairs_answered") == rtt.get("pairs_planned"),
         "rtt_ok": rtt.get("pairs_within_band") == rtt.get("pairs_planned"),
         "rtt_enforced": False,
+        "rtt_recalibrations": len(rtt.get("rtt_rechecks", [])),
         "delay_calibrated": bool(up.calibration.get("enabled")),
         "forwarding": "static",
         "controller": None,
