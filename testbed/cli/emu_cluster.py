@@ -156,12 +156,14 @@ def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str
 
         rtt = json.loads(Path(up.rtt_path).read_text())
     modes = sorted({str(m.get("link_mode")) for m in up.record["machines"].values()})
+    # Each machine's datapath as its holder chose it ("auto" resolved there).
+    paths = sorted({str(m.get("datapath") or datapath) for m in up.record["machines"].values()})
     sc = up.scenario
     out: dict[str, Any] = {
         "backend": "emu",
         "scenario": plan.scenario,
         "link_mode": "+".join(modes),
-        "datapath": datapath,
+        "datapath": "+".join(paths),
         **plan.scale.as_record(),
         "hosts": len(plan.hosts),
         "switches": len(plan.switches),

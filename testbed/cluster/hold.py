@@ -137,7 +137,8 @@ def cmd_serve() -> int:
                 ready = {"machine": order.share.machine, "prefix": order.plan.prefix,
                          "pid": os.getpid(), "state_dir": str(state_dir),
                          "up_s": round(net.timings_s.get("up", 0.0), 3),
-                         "link_mode": net.link_mode, "hosts": hosts,
+                         "link_mode": net.link_mode, "datapath": net.datapath,
+                         "hosts": hosts,
                          "tunnels": [e.device for _, e in order.share.tunnel_ends]}
                 atomic_write_json(state_dir / "ready.json", ready, mode=0o600)
                 logfd = os.open(state_dir / "hold.log",
