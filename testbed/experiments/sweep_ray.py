@@ -245,7 +245,6 @@ class RayRunner:
                         row, error, code = None, f"point {index} {labels}: {_first_line(exc)}", 1
                 yield index, (row, error, code)
 
-
     def placement(self) -> list[dict[str, Any]]:
         """Where the points ran: each node that returned any, with its address, host name
         and count (for the manifest; a user checks that a sweep used the nodes meant)."""
