@@ -301,6 +301,7 @@ class Agent:
 
     def start(self, o: StartOrder) -> None:
         from testbed.atomicio import atomic_write_text
+        from testbed.safefs import open_regular
 
         if (o.job, o.stage) in self.workers:
             raise InputError("stage", f"{o.job}/{o.stage} is already running here")
@@ -329,7 +330,8 @@ class Agent:
                 "--duty", f"{o.duty:.4f}", "--metrics-linger-s", f"{o.linger_s:.1f}",
                 "--nice", str(o.nice), "--iface", o.host.iface]
         try:
-            fd = os.open(logp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            fd = open_regular(logp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                              owner_uid=os.geteuid())
             with os.fdopen(fd, "wb") as logf:
                 spawn_s = time.monotonic()
                 proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
