@@ -194,9 +194,14 @@ def test_emu_cluster_usage_errors_exit_2(cli: Any, tmp_path: Path) -> None:
     pp = str(tmp_path / "pp.yaml")
     Path(pp).write_text((scen / "calib-latency-1f1b.yaml").read_text())
     out = str(tmp_path / "out")
+    static = tmp_path / "quick-static.yaml"
+    static.write_text((scen / "quickstart.yaml").read_text().replace(
+        "emulation: {", "emulation: {forwarding: static, "))
     for argv, words in (
-            ([str(scen / "quickstart.yaml"), "--cluster", str(f)], "workload.kind: emu "
-             "--cluster runs pp_jobs"),
+            ([str(scen / "routing-leafspine.yaml"), "--cluster", str(f)], "workload.kind: "
+             "emu --cluster runs pp_jobs and lightpath_requests"),
+            ([str(static), "--cluster", str(f)], "emulation.forwarding: lightpath_requests "
+             "replays"),
             ([pp, "--cluster", str(f), "--hold"], "--hold: not with --cluster"),
             ([pp, "--place", "dc-a=m1"], "--place: only with --cluster"),
             ([pp, "--no-calibrate"], "--no-calibrate: only with --cluster"),

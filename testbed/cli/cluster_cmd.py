@@ -381,9 +381,10 @@ def _check_and_recheck(up: UpRun, probes: list[Any], record: dict[str, Any], out
 
 def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
                  calibration: dict[str, Any] | None = None,
-                 rechecks: list[dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
-    """Ping every DC pair; write DIR/cluster_rtt.json; (the first failure's line or '',
-    the record written)."""
+                 rechecks: list[dict[str, Any]] | None = None,
+                 name: str = "cluster_rtt.json") -> tuple[str, dict[str, Any]]:
+    """Ping every DC pair; write DIR/NAME; (the first failure's line or '', the record
+    written)."""
     import time
 
     from testbed.atomicio import atomic_write_json
@@ -415,7 +416,7 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
                     "(--no-calibrate: the network between the machines adds)"),
            "rtt_rechecks": list(rechecks or []),
            "pairs": rows}
-    atomic_write_json(out / "cluster_rtt.json", doc)
+    atomic_write_json(out / name, doc)
     for row in rows:
         med = row.get("median_ms")
         emit(f"  {row['pair']:<20} {row['src_machine']} -> {row['dst_machine']}: "
@@ -424,7 +425,7 @@ def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
                 f"{', within band' if row.get('within_band') else ''})"
                 if med is not None else "no reply"))
     emit(f"cluster check: {len(answered)}/{len(probes)} DC pairs answered, "
-         f"{doc['pairs_within_band']} within the band; {out}/cluster_rtt.json written")
+         f"{doc['pairs_within_band']} within the band; {out}/{name} written")
     bad = [r for r in results if not r.ok]
     if bad:
         return f"machine {bad[0].machine} ({bad[0].address}): check: {bad[0].problem}", doc

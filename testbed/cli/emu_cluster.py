@@ -8,6 +8,11 @@ The steps, each an existing piece:
     worker agents     testbed.cluster.agentlink: one SSH session per machine that holds a
                       stage, each clock's offset measured; `own`: an agent whose driver
                       goes away (even kill -9) takes its machine's share down
+    controller        (emulation.forwarding: controller, the default) testbed.cluster.ctlrun:
+                      one os-ken controller here, every machine's switches relayed to it
+                      over their agent's session, the whole plan's layout, the plan's
+                      lightpaths set up through its REST API; every DC pair pinged again
+                      on its rules (cluster_rtt_controller.json)
     monitor           testbed.monitor.run.RunMonitor here, on the driver's machine (the
                       first of the cluster file, or where `emu` runs): Prometheus scrapes
                       every worker at its machine's address
@@ -18,9 +23,9 @@ The steps, each an existing piece:
 
 Records in the run directory, the one-machine run's shape (summary.json, iterations.csv,
 trace.json, workers/JOB/stageN.jsonl, manifest.json) plus the cluster's files and a
-`cluster` section in the summary (machines, placement, clock offsets). Forwarding is the
-emulator's static rules: the SDN controller does not yet reach switches on other
-machines, and a scenario that asks for it is run static, saying so in the summary.
+`cluster` section in the summary (machines, placement, clock offsets, the controller's
+relay). Until the controller has synced, the switches forward on the emulator's static
+rules (what `cluster up` checks); with `emulation.forwarding: static` they keep them.
 """
 
 from __future__ import annotations
@@ -60,10 +65,13 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
     from testbed.progress import say
     from testbed.rundir import run_dir
 
-    if scenario.workload.kind != "pp_jobs":
-        raise InputError("workload.kind", f"emu --cluster runs pp_jobs workloads (PyTorch "
-                         f"workers on every machine); {scenario.workload.kind} needs the SDN "
-                         "controller across machines, which is not built yet (docs/cluster.md)")
+    kind, forwarding = scenario.workload.kind, scenario.emulation.forwarding
+    if kind not in ("pp_jobs", "lightpath_requests"):
+        raise InputError("workload.kind", f"emu --cluster runs pp_jobs and lightpath_requests "
+                         f"workloads; {kind} is not run across machines yet (docs/cluster.md)")
+    if kind == "lightpath_requests" and forwarding != "controller":
+        raise InputError("emulation.forwarding", "lightpath_requests replays its requests "
+                         "through the SDN controller: 'controller', not 'static'")
     check_up_args(args)
     cluster = load_cluster(args.cluster)
     t0 = time.monotonic()
@@ -71,7 +79,7 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
         stage = rd.path
         up = bring_up(args, cluster, scenario, lambda: stage)
         try:
-            work = _run_jobs(up, stage, args.quiet)
+            work = _run_workload(up, stage, args.quiet)
         finally:
             say(f"emu: teardown: run {up.plan.prefix} on every machine", args.quiet)
             downs = up.down()
@@ -82,11 +90,15 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
         from testbed.atomicio import atomic_write_json
 
         atomic_write_json(stage / "summary.json", summary)
+        controlled = summary["forwarding"] == "controller"
         rd.finish(link_mode=summary["link_mode"], datapath=summary["datapath"],
-                  **up.plan.scale.as_record(), forwarding="static", controller=None,
-                  cluster=summary["cluster"]["name"],
+                  **up.plan.scale.as_record(), forwarding=summary["forwarding"],
+                  controller=summary["controller"], cluster=summary["cluster"]["name"],
                   records=["summary.json", "cluster_run.json", "cluster_rtt.json"]
-                  + (["cluster_calibration.json"] if up.calibration.get("enabled") else []))
+                  + (["cluster_calibration.json"] if up.calibration.get("enabled") else [])
+                  + (["cluster_rtt_controller.json", "controller.log"] if controlled
+                     else [])
+                  + (["requests.csv"] if kind == "lightpath_requests" else []))
         if bad:
             from testbed.errors import RuntimeFailure
 
@@ -95,20 +107,14 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
         return summary
 
 
-def _run_jobs(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
-    """Agents, monitor and workers; the workload part of the summary."""
+def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
+    """Agents, controller, monitor and the workload; the workload part of the summary."""
     from testbed.cluster.agentlink import ClusterWorkers
     from testbed.monitor.run import RunMonitor
-    from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
     from testbed.orchestrate.pp_jobs import prometheus_series
     from testbed.progress import say
 
     scenario = up.scenario
-    by_dc = cluster_hosts(up.record)
-    jobs = plan_emulated_jobs(scenario, mode=scenario.emulation.workers, emu_plan=up.plan)
-    placement = assign_hosts(jobs, by_dc)
-    used = sorted({h.machine for row in placement for h in row if h.machine})
-    say(f"emu: workers: {len(jobs)} job(s), stages on {', '.join(used)}", quiet)
     result: dict[str, Any] = {}
     # An agent on every machine of the share, stages or not: each serves its machine's
     # link metrics and takes its share down if this driver goes away.
@@ -118,32 +124,116 @@ def _run_jobs(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
             c = a["clock"]
             say(f"emu: agent on {m}: clock offset {c['offset_s']:+.6f} s "
                 f"(+- {c['error_ms']:.3f} ms)", quiet)
-        # No run state on this machine records the server: it ends with this process.
-        mon = RunMonitor(scenario, stage, stage, die_with_driver=True).start()
+        ctl, plan = None, up.plan
+        if scenario.emulation.forwarding == "controller":
+            ctl, plan, result["controller_run"] = _controller(up, cw, stage, quiet)
         try:
-            links = [(a["links"]["target"], {"component": "links", "machine": m})
-                     for m, a in sorted(agents.items()) if a["links"].get("ok")
-                     and a["links"].get("fibres")]
-            if links:
-                mon.set_targets("links", links)
-            result["link_exporters"] = {m: a["links"] for m, a in agents.items()}
-            if mon.prom is not None:
-                result["prometheus_url"] = mon.prom.url
-                say(f"emu: Prometheus at {mon.prom.url}", quiet)
-            result.update(run_jobs_on_hosts(jobs, by_dc, stage, prometheus=mon,
-                                            placement=placement, remote=cw))
-            mon.record_jobs(result)
-            if mon.prom is not None:
-                mon.flush()
-                result["prometheus_series"] = prometheus_series(mon.prom.url, None)
-            result["prometheus"] = mon.describe()
+            # No run state on this machine records the server: it ends with this process.
+            mon = RunMonitor(scenario, stage, stage, die_with_driver=True).start(ctl=ctl)
+            try:
+                links = [(a["links"]["target"], {"component": "links", "machine": m})
+                         for m, a in sorted(agents.items()) if a["links"].get("ok")
+                         and a["links"].get("fibres")]
+                if links:
+                    mon.set_targets("links", links)
+                result["link_exporters"] = {m: a["links"] for m, a in agents.items()}
+                if mon.prom is not None:
+                    result["prometheus_url"] = mon.prom.url
+                    say(f"emu: Prometheus at {mon.prom.url}", quiet)
+                if scenario.workload.kind == "lightpath_requests":
+                    assert ctl is not None  # checked with the input
+                    result.update(_replay(up, cw, ctl, stage, quiet))
+                else:
+                    result.update(_jobs(up, cw, plan, stage, mon, quiet))
+                if mon.prom is not None:
+                    mon.flush()
+                    result["prometheus_series"] = prometheus_series(mon.prom.url, None)
+                result["prometheus"] = mon.describe()
+            finally:
+                mon.stop()
         finally:
-            mon.stop()
+            if ctl is not None:
+                from testbed.orchestrate.controller import describe
+
+                ctl.stop()
+                result["controller"] = describe(ctl, with_token=False)
+                result["controller_run"]["relay_stats"] = cw.openflow_stats()
         result["clocks"] = cw.clocks()
         result["agent_errors"] = list(cw.errors)
-        result["stage_machines"] = {j.job: [h.machine for h in row]
-                                    for j, row in zip(jobs, placement, strict=True)}
     return result
+
+
+def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """The run's controller across the machines (testbed.cluster.ctlrun) and every DC pair
+    pinged on its rules; (controller, the plan with its lightpaths, the record)."""
+    from testbed.cli.cluster_cmd import _check_pairs
+    from testbed.cluster.ctlrun import start_cluster_controller
+    from testbed.cluster.sharedoc import pair_probes
+    from testbed.envprobe import startup_timeout_s
+    from testbed.errors import RuntimeFailure
+    from testbed.progress import say
+
+    timeout_s = startup_timeout_s(up.scenario.emulation.startup_timeout_s)
+    ctl, plan, rec = start_cluster_controller(up, cw, stage, timeout_s)
+    try:
+        n = sum(len(v) for v in rec["switches"].values())
+        say(f"emu: controller: {n} switches on {len(rec['switches'])} machine(s) synced in "
+            f"{rec['synced_s']:.2f} s through the agents; {rec['lightpaths']} lightpath(s) "
+            f"set up", quiet)
+        failure, doc = _check_pairs(up.cluster, plan.prefix, pair_probes(plan, up.placement),
+                                    stage, up.calibration, name="cluster_rtt_controller.json")
+        rec["pairs_answered"] = doc["pairs_answered"]
+        rec["pairs_within_band"] = doc["pairs_within_band"]
+        rec["pairs_planned"] = doc["pairs_planned"]
+        if failure:
+            raise RuntimeFailure(f"on the controller's rules: {failure}")
+    except BaseException:
+        ctl.stop()
+        raise
+    return ctl, plan, rec
+
+
+def _jobs(up: Any, cw: Any, plan: Any, stage: Path, mon: Any, quiet: bool) -> dict[str, Any]:
+    """pp_jobs: the jobs planned on the plan's lightpaths, their stages on the DCs' hosts
+    wherever they run (the agents start the remote ones)."""
+    from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
+    from testbed.progress import say
+
+    by_dc = cluster_hosts(up.record)
+    jobs = plan_emulated_jobs(up.scenario, mode=up.scenario.emulation.workers, emu_plan=plan)
+    placement = assign_hosts(jobs, by_dc)
+    used = sorted({h.machine for row in placement for h in row if h.machine})
+    say(f"emu: workers: {len(jobs)} job(s), stages on {', '.join(used)}", quiet)
+    result = run_jobs_on_hosts(jobs, by_dc, stage, prometheus=mon, placement=placement,
+                               remote=cw)
+    mon.record_jobs(result)
+    result["stage_machines"] = {j.job: [h.machine for h in row]
+                                for j, row in zip(jobs, placement, strict=True)}
+    return result
+
+
+def _replay(up: Any, cw: Any, ctl: Any, stage: Path, quiet: bool) -> dict[str, Any]:
+    """lightpath_requests: the scenario's requests and fibre events replayed through the
+    controller as on one machine; a fibre cut is its emulator's links set down by the
+    machine that emulates it (through that machine's agent)."""
+    from testbed.errors import RuntimeFailure
+    from testbed.orchestrate.controller import run_replay
+    from testbed.progress import say
+
+    machine_of = {f.middle: m for m, sh in up.shares.items() for f in sh.fibres}
+
+    def set_link(u: str, v: str, link_up: bool) -> None:
+        m = machine_of.get(up.plan.fibre(u, v).middle)
+        if m is None or m not in cw.sessions:
+            raise RuntimeFailure(f"fibre {u}-{v}: no machine emulates it")
+        reply = cw.sessions[m].fibre_event(u, v, link_up)
+        if not reply.get("ok"):
+            raise RuntimeFailure(f"machine {m}: fibre {u}-{v} "
+                                 f"{'repair' if link_up else 'cut'}: {reply.get('why')}")
+
+    say(f"emu: replay: requests through the SDN controller (about "
+        f"{up.scenario.emulation.replay_s:g} s) ...", quiet)
+    return run_replay(ctl, set_link, up.scenario, stage)
 
 
 def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str
@@ -174,13 +264,10 @@ def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str
         "rtt_enforced": False,
         "rtt_recalibrations": len(rtt.get("rtt_rechecks", [])),
         "delay_calibrated": bool(up.calibration.get("enabled")),
-        "forwarding": "static",
-        "controller": None,
+        "forwarding": sc.emulation.forwarding,
+        "controller": work.pop("controller", None),
         "wall_s": round(wall_s, 2),
     }
-    if sc.emulation.forwarding == "controller":
-        out["forwarding_fallback"] = ("the SDN controller does not reach switches on other "
-                                      "machines yet (docs/cluster.md)")
     clocks = work.pop("clocks", {})
     stage_machines = work.pop("stage_machines", {})
     out["cluster"] = {"name": up.cluster.name, "prefix": plan.prefix,

@@ -14,6 +14,12 @@ in (driver -> agent)                      out (agent -> driver)
   links  address (serve this machine's      links  ok, target (IP:PORT), fibres, why
          link metrics there: the holder's
          control socket, testbed.cluster.holdctl)
+  openflow probe_ms (relay this machine's   openflow ok, switches, ports, why
+         switches to the driver's controller:
+         testbed.cluster.ofrelay)
+  of_open / of_data / of_close  ch, b64: one switch connection's bytes, both ways
+  fibre  u, v, up (a fibre event in the     fibre  ok, why
+         data plane, by the share holder)
   own    (take the run down if the          error  why (a refused message), job, stage
          session ends without `bye`)
   bye    (stop the workers and end)
@@ -48,6 +54,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from testbed import names
+from testbed.cluster.ofrelay import OPS as OF_OPS
 from testbed.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -212,6 +219,7 @@ class Agent:
         self.workers: dict[tuple[str, int], AgentWorker] = {}
         self.sent_rendezvous: set[str] = set()
         self.own = False
+        self.openflow: Any = None  # testbed.cluster.ofrelay.MachineEnd, once asked
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
     # -- output ------------------------------------------------------------------------
@@ -245,6 +253,9 @@ class Agent:
                     continue
                 if not isinstance(msg, dict):
                     self.send({"op": "error", "why": "a message that is not an object"})
+                elif msg.get("op") in OF_OPS:  # a switch's bytes: at once, in order
+                    if self.openflow is not None:
+                        self.openflow.handle(msg)
                 elif msg.get("op") == "clock":
                     t = msg.get("t")
                     if isinstance(t, (int, float)) and not isinstance(t, bool):
@@ -279,6 +290,15 @@ class Agent:
                 self.send({"op": "links", "ok": bool(reply.get("ok")),
                            "target": reply.get("target"), "fibres": reply.get("fibres", []),
                            "why": reply.get("error")})
+            elif op == "openflow":
+                self.send(self.relay_openflow(msg.get("probe_ms")))
+            elif op == "fibre":
+                from testbed.cluster.holdctl import request
+
+                reply = request(self.state_dir, {"fibre": {k: msg.get(k)
+                                                           for k in ("u", "v", "up")}})
+                self.send({"op": "fibre", "ok": bool(reply.get("ok")),
+                           "why": reply.get("error")})
             elif op == "own":
                 self.own = True
             elif op == "bye":
@@ -292,6 +312,22 @@ class Agent:
             self.send({"op": "error", "why": f"{type(exc).__name__}: {exc}",
                        "job": msg.get("job"), "stage": msg.get("stage")})
         return True
+
+    def relay_openflow(self, probe_ms: Any) -> dict[str, Any]:
+        """Serve the relay socket and have the share holder point the switches at it."""
+        from testbed.cluster.holdctl import request
+        from testbed.cluster.ofrelay import MachineEnd
+
+        if self.openflow is None:
+            try:
+                self.openflow = MachineEnd(self.state_dir, self.send)
+            except OSError as exc:
+                return {"op": "openflow", "ok": False,
+                        "why": f"cannot serve the OpenFlow relay socket: {exc}"}
+        reply = request(self.state_dir, {"controller": {"probe_ms": probe_ms}})
+        return {"op": "openflow", "ok": bool(reply.get("ok")),
+                "switches": reply.get("switches", []), "ports": reply.get("ports", []),
+                "why": reply.get("error")}
 
     # -- workers -----------------------------------------------------------------------
     def job_dir(self, job: str) -> Path:
@@ -433,6 +469,8 @@ class Agent:
         finally:
             self.stop_all()
             self.pump()
+            if self.openflow is not None:
+                self.openflow.close()
 
 
 def _tail_text(path: Path) -> str:

@@ -27,6 +27,8 @@ from typing import Any, BinaryIO
 
 from testbed.cluster.clock import ClockOffset, estimate_offset, shift_record
 from testbed.cluster.drive import MARK, share_args
+from testbed.cluster.ofrelay import OPS as OF_OPS
+from testbed.cluster.ofrelay import Channels, controller_connector
 from testbed.cluster.remote import Ssh, check_ssh_inputs, ssh_error
 from testbed.cluster.spec import ClusterSpec, MachineSpec
 from testbed.errors import RuntimeFailure
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 LINE_MAX_BYTES = 8 << 20
 STDERR_KEEP_BYTES = 8192
 LOST_CODE = 255
+ASKED = ("links", "openflow", "fibre")  # requests the agent answers with the same op
 
 
 def resolve_address(address: str) -> str:
@@ -130,8 +133,11 @@ class AgentSession:
         self.closing = False
         self.lost = False
         self._metrics_ip: str | None = None
-        self._links: dict[str, Any] | None = None
-        self._links_ev = threading.Event()
+        # Requests answered by a message of the same op (one at a time per op).
+        self._answers: dict[str, dict[str, Any] | None] = {op: None for op in ASKED}
+        self._answered = {op: threading.Event() for op in ASKED}
+        self._asking = {op: threading.Lock() for op in ASKED}
+        self.of: Channels | None = None  # the OpenFlow relay's driver end
 
     @property
     def name(self) -> str:
@@ -182,14 +188,40 @@ class AgentSession:
             return ssh_error(code, self.stderr_text())
         return "no answer (hello) in time"
 
+    def ask(self, msg: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send a request whose answer is a message of the same op; that answer, or
+        {ok: False, why} when none comes in time."""
+        op = str(msg["op"])
+        with self._asking[op]:
+            self._answered[op].clear()
+            self._answers[op] = None
+            self.send(msg)
+            answer = self._answers[op] if self._answered[op].wait(timeout_s) else None
+            if answer is None:
+                why = "the session ended" if self.lost else f"no answer within {timeout_s:g} s"
+                return {"ok": False, "why": why}
+            return answer
+
     def serve_links(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Ask the machine's share holder (through the agent) to serve its link metrics at
         the machine's metrics address; the reply (ok, target, fibres, why)."""
-        self._links_ev.clear()
-        self.send({"op": "links", "address": self.metrics_address()})
-        if not self._links_ev.wait(timeout_s) or self._links is None:
-            return {"ok": False, "why": f"no answer within {timeout_s:g} s"}
-        return self._links
+        return self.ask({"op": "links", "address": self.metrics_address()}, timeout_s)
+
+    def fibre_event(self, u: str, v: str, up: bool, timeout_s: float = 30.0
+                    ) -> dict[str, Any]:
+        """Cut (up False) or repair fibre u-v, emulated on this machine, in the data plane
+        (its share holder sets the emulator's links); the reply (ok, why)."""
+        return self.ask({"op": "fibre", "u": u, "v": v, "up": up}, timeout_s)
+
+    def relay_openflow(self, of_port: int, probe_ms: int, timeout_s: float = 60.0
+                       ) -> dict[str, Any]:
+        """Carry this machine's switches' OpenFlow connections to the controller listening
+        on our loopback port `of_port` (testbed.cluster.ofrelay); the agent's reply (ok,
+        switches, ports, why)."""
+        if self.of is None:
+            self.of = Channels(self.send, controller_connector(of_port),
+                               name=f"openflow-{self.name}")
+        return self.ask({"op": "openflow", "probe_ms": probe_ms}, timeout_s)
 
     def measure_clock(self, samples: int = 21, timeout_s: float = 10.0) -> ClockOffset:
         """This machine's monotonic clock minus ours (testbed.cluster.clock)."""
@@ -221,6 +253,8 @@ class AgentSession:
     def close(self, bye: bool = True, timeout_s: float = 30.0) -> None:
         """End the session (`bye` first: the agent stops what is left and ends)."""
         self.closing = True
+        if self.of is not None:
+            self.of.close()
         if self.proc is None:
             return
         if bye:
@@ -270,9 +304,12 @@ class AgentSession:
                         if isinstance(t, float) and isinstance(here, (int, float)):
                             self._clock[t] = float(here)
                             self._clock_cv.notify_all()
-                elif op == "links":
-                    self._links = msg
-                    self._links_ev.set()
+                elif op in OF_OPS:
+                    if self.of is not None:
+                        self.of.handle(msg)
+                elif op in ASKED:
+                    self._answers[op] = msg
+                    self._answered[op].set()
                 elif op == "fatal":
                     self._early.append(line.decode(errors="replace").strip()[:400])
                 else:
@@ -280,6 +317,8 @@ class AgentSession:
         finally:
             self.lost = not self.closing
             self._hello.set()
+            for ev in self._answered.values():
+                ev.set()  # nobody waits out a time-out on a session that is gone
             self.owner.session_ended(self)
 
 
@@ -339,6 +378,20 @@ class ClusterWorkers:
     def close(self) -> None:
         for s in self.sessions.values():
             s.close(bye=True)
+
+    def relay_openflow(self, of_port: int, probe_ms: int) -> dict[str, dict[str, Any]]:
+        """Every machine's switches to the controller on our loopback port (side by
+        side); per machine the agent's reply."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(self.sessions)))) as pool:
+            futs = {n: pool.submit(s.relay_openflow, of_port, probe_ms)
+                    for n, s in self.sessions.items()}
+            return {n: f.result() for n, f in futs.items()}
+
+    def openflow_stats(self) -> dict[str, dict[str, int]]:
+        """Per machine: the relay's channels and bytes (seen from the driver's end)."""
+        return {n: s.of.stats() for n, s in self.sessions.items() if s.of is not None}
 
     def clocks(self) -> dict[str, dict[str, float | int]]:
         return {n: s.offset.as_dict() for n, s in self.sessions.items()}

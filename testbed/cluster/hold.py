@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from testbed.atomicio import atomic_write_json
-from testbed.errors import InputError
+from testbed.errors import InputError, RuntimeFailure
 from testbed.sigwait import until_signalled
 
 MARK = "@lightpipe-share"
@@ -126,8 +126,11 @@ def cmd_serve() -> int:
         try:
             with net:
                 state_dir = net.state_dir
-                control = ControlServer(state_dir, net.emulators,
-                                        home_fd=net.home_netns_fd).start()
+                control = ControlServer(
+                    state_dir, net.emulators, home_fd=net.home_netns_fd,
+                    hooks={"controller": lambda b: attach_switches(net, b["probe_ms"]),
+                           "fibre": lambda b: fibre_event(net, b["u"], b["v"], b["up"])}
+                ).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
                                   "pid": int(net.nodes[h.node].pid),
@@ -155,6 +158,50 @@ def cmd_serve() -> int:
         except KeyboardInterrupt:
             log.info("share %s: stopping", order.plan.prefix)
     return 0
+
+
+def attach_switches(net: Any, probe_ms: int) -> dict[str, Any]:
+    """Point the share's switches at the run's OpenFlow relay socket (served by the worker
+    agent, testbed.cluster.ofrelay; fail-mode secure, so they keep forwarding on their
+    rules until the controller replaces them); the reply with their port numbers."""
+    import stat as stat_
+
+    from testbed.cluster.ofrelay import socket_path
+
+    path = socket_path(net.state_dir)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"ok": False, "error": "no OpenFlow relay socket (the agent serves it)"}
+    if not stat_.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        return {"ok": False, "error": f"{path} is not the run's relay socket"}
+    target = f"unix:{path}"
+    local = sorted(net.local_switches)
+    try:
+        for sw in local:
+            net.ovs.vsctl("set-controller", sw, target)
+            net.ovs.vsctl("set", "controller", sw, f"inactivity_probe={probe_ms}")
+    except RuntimeFailure as exc:
+        return {"ok": False, "error": f"ovs-vsctl set-controller: {str(exc)[:300]}"}
+    ports = sorted([a, b, int(p)] for (a, b), p in net.ports.items() if a in net.local_switches)
+    return {"ok": True, "target": target, "switches": local, "ports": ports}
+
+
+def fibre_event(net: Any, u: str, v: str, up: bool) -> dict[str, Any]:
+    """A fibre cut (up False) or repair of a fibre emulated here, in the data plane."""
+    from testbed.emu.events import set_fibre_link
+
+    try:
+        middle = net.plan.fibre(u, v).middle
+    except KeyError:
+        return {"ok": False, "error": f"no fibre {u[:64]}-{v[:64]} in the plan"}
+    if middle not in net.emulators:
+        return {"ok": False, "error": f"fibre {u}-{v} is not emulated on this machine"}
+    try:
+        set_fibre_link(net, u, v, up)
+    except RuntimeFailure as exc:
+        return {"ok": False, "error": str(exc)[:300]}
+    return {"ok": True}
 
 
 def _tune_hosts(plan: Any, hosts: dict[str, dict[str, Any]]) -> None:

@@ -12,7 +12,14 @@ with {"ok": true, "fibres": {MIDDLE: state}} for every fibre emulated on this ma
 corrections, and whether it can delay a lightpath apart), or {"ok": false, "error": ...};
 or {"links": IP}: serve this machine's link metrics (the user-space fibre emulators'
 counters, testbed.metrics.links) on IP (any port, once per holder) for the driver's
-Prometheus, answered with {"ok": true, "target": "IP:PORT", "fibres": [...]}.
+Prometheus, answered with {"ok": true, "target": "IP:PORT", "fibres": [...]}; or
+{"controller": {"probe_ms": N}}: point this machine's switches at the run's OpenFlow relay
+socket (STATE_DIR/ovs/openflow.sock, which the worker agent serves: testbed.cluster.ofrelay),
+answered with {"ok": true, "target": ..., "switches": [...], "ports": [[SWITCH, NEIGHBOUR,
+PORT], ...]} (their OpenFlow port numbers, for the controller's layout); or
+{"fibre": {"u": U, "v": V, "up": BOOL}}: a fibre event in the data plane (its emulator's
+links set down or up: the ROADM ports here lose or regain carrier and the controller hears
+it from the switch), answered with {"ok": true}.
 Only a peer of the holder's own user is served. `python -m testbed.cluster.hold correct
 RUN` (over SSH, from the driver) validates the request and relays it here.
 """
@@ -26,7 +33,7 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,7 @@ SOCK_NAME = "hold.sock"
 REQUEST_MAX_BYTES = 1 << 20
 TIMEOUT_S = 30.0
 MAX_CORRECTION_MS = 10_000.0   # |correction| bound (a fibre's delay is far below)
+PROBE_MS_RANGE = (1000, 600_000)  # OVS's inactivity probe towards the controller
 
 
 def _ms(value: Any, where: str) -> float:
@@ -65,6 +73,20 @@ def parse_request(raw: bytes) -> dict[str, Any]:
         except ValueError:
             raise InputError("links", f"not an IP address: {str(doc['links'])[:60]!r}"
                              ) from None
+    if isinstance(doc, dict) and set(doc) == {"controller"}:
+        c = doc["controller"]
+        probe = c.get("probe_ms") if isinstance(c, dict) and set(c) == {"probe_ms"} else None
+        lo, hi = PROBE_MS_RANGE
+        if isinstance(probe, bool) or not isinstance(probe, int) or not lo <= probe <= hi:
+            raise InputError("controller.probe_ms", f"expected an integer in {lo}..{hi}")
+        return {"controller": {"probe_ms": probe}}
+    if isinstance(doc, dict) and set(doc) == {"fibre"}:
+        f = doc["fibre"]
+        if not (isinstance(f, dict) and set(f) == {"u", "v", "up"}
+                and isinstance(f["up"], bool)
+                and all(isinstance(f[k], str) and 0 < len(f[k]) <= 64 for k in ("u", "v"))):
+            raise InputError("fibre", "expected {u: NODE, v: NODE, up: true|false}")
+        return {"fibre": {"u": f["u"], "v": f["v"], "up": f["up"]}}
     if not isinstance(doc, dict) or set(doc) - {"fibres", "vlans"}:
         raise InputError("correct", "expected an object with fibres and vlans")
     fibres, vlans = doc.get("fibres", {}), doc.get("vlans", {})
@@ -120,12 +142,17 @@ class ControlServer:
     """The holder's side: serve requests on state_dir/hold.sock in a thread."""
 
     def __init__(self, state_dir: Path, emulators: Mapping[str, LinkEmulator],
-                 home_fd: int | None = None) -> None:
+                 home_fd: int | None = None,
+                 hooks: Mapping[str, Callable[[Any], dict[str, Any]]] | None = None) -> None:
         """home_fd: the machine's namespace the share was built from (link metrics are
-        served there, where the driver reaches them), when the holder entered another."""
+        served there, where the driver reaches them), when the holder entered another.
+        hooks: what the holder does for a `controller` request (point the switches at the
+        OpenFlow relay) and a `fibre` one (a fibre event), each its validated body to the
+        reply."""
         self.path = state_dir / SOCK_NAME
         self.emulators = emulators
         self.home_fd = home_fd
+        self.hooks = dict(hooks or {})
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.path.unlink(missing_ok=True)
         old = os.umask(0o177)
@@ -178,8 +205,15 @@ class ControlServer:
             reply: dict[str, Any] = {"ok": False, "error": str(exc)}
         else:
             with self.lock:
-                reply = (self.serve_links(req["links"]) if "links" in req
-                         else apply(self.emulators, req))
+                if "links" in req:
+                    reply = self.serve_links(req["links"])
+                elif set(req) & {"controller", "fibre"}:
+                    (what, body), = req.items()
+                    hook = self.hooks.get(what)
+                    reply = (hook(body) if hook is not None else
+                             {"ok": False, "error": f"this holder does not do {what}"})
+                else:
+                    reply = apply(self.emulators, req)
         conn.sendall(json.dumps(reply, sort_keys=True).encode() + b"\n")
 
     def serve_links(self, address: str) -> dict[str, Any]:
@@ -223,7 +257,7 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
         s.settimeout(timeout_s)
         try:
             s.connect(str(path))
-            body = {"links": req["links"]} if "links" in req else {
+            body = {k: req[k] for k in ("links", "controller", "fibre") if k in req} or {
                 "fibres": req["fibres"],
                 "vlans": {k: {str(v): c for v, c in per.items()}
                           for k, per in req["vlans"].items()}}

@@ -19,7 +19,7 @@ import logging
 import secrets
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -28,6 +28,9 @@ from testbed.emu.plan import EmuPlan
 from testbed.errors import RuntimeFailure
 from testbed.orchestrate.ctl_process import ControllerProcess
 from testbed.spec import Scenario
+
+if TYPE_CHECKING:
+    from testbed.orchestrate.replay import LinkSwitch
 
 log = logging.getLogger(__name__)
 
@@ -190,14 +193,14 @@ def release_all(ctl: ControllerProcess) -> int:
     return len(body["lightpaths"])
 
 
-def run_replay(ctl: ControllerProcess, net: LiveNetwork, scenario: Scenario, out_dir: Path
-               ) -> dict[str, Any]:
+def run_replay(ctl: ControllerProcess, set_link: LinkSwitch | None, scenario: Scenario,
+               out_dir: Path) -> dict[str, Any]:
     """lightpath_requests in emulation: replay a bounded, time-scaled sample of the
     scenario's requests and its fibre events through the controller (fibre cuts as real
-    port-downs); write requests.csv (simulator format); return the summary keys, the
-    events with their cut-to-restored times, and the agreement with `lightpipe sim`."""
+    port-downs through `set_link`: testbed.emu.events.link_switch on one machine); write
+    requests.csv (simulator format); return the summary keys, the events with their
+    cut-to-restored times, and the agreement with `lightpipe sim`."""
     from testbed.atomicio import atomic_write_text
-    from testbed.emu.events import link_switch
     from testbed.orchestrate.replay import (
         agreement,
         reference,
@@ -223,7 +226,7 @@ def run_replay(ctl: ControllerProcess, net: LiveNetwork, scenario: Scenario, out
 
     try:
         res = replay(scenario, sample, lambda m, p, b: ctl.request(m, p, b),
-                     replay_s=emu.replay_s, set_link=link_switch(net), on_row=on_row)
+                     replay_s=emu.replay_s, set_link=set_link, on_row=on_row)
     finally:
         stream.close()
     atomic_write_text(out_dir / "requests.csv", requests_csv(res.rows))  # the same, whole

@@ -95,7 +95,8 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
                      log_path: str | Path | None = None, timeout_s: float = 20.0,
                      verbose: int = 1, netns: str | None = None,
                      home_netns: str | None = None,
-                     run_state: str | Path | None = None) -> ControllerProcess:
+                     run_state: str | Path | None = None,
+                     die_with_parent: bool = False) -> ControllerProcess:
     """Start the controller in a child process; return once GET /health answers.
 
     netns: namespace the OpenFlow listener goes to (the switches'); home_netns: the
@@ -117,6 +118,10 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
     # start-up time-out (5 s at the default 30 s; ~50 s in a software-emulated VM).
     cmd += ["--switch-timeout-s", f"{max(5.0, timeout_s / 6):.1f}"]
     cmd += ["-v"] * verbose
+    if die_with_parent:
+        from testbed.metrics.process import pdeathsig_argv
+
+        cmd = pdeathsig_argv() + cmd
     if layout:
         cmd += ["--layout", str(layout)]
     if netns:

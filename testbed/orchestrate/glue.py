@@ -16,18 +16,27 @@ Typical use (what `lightpipe emu` does when a controller is wanted):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from controllers.layout import HostSpec, Layout, LinkSpec, SwitchSpec
 from testbed.emu.live import LiveNetwork
+from testbed.emu.plan import EmuPlan
 from testbed.orchestrate.ctl_process import ControllerProcess, start_controller
 
 
 def layout_from_emu(net: LiveNetwork) -> Layout:
     """Layout of a started EmuNetwork (plan + `net.ports` + forwarder control sockets)."""
-    plan = net.plan
-    ports: dict[tuple[str, str], int] = net.ports
+    controls = {middle: emu.control_address() for middle, emu in net.emulators.items()}
+    return layout_from_plan(net.plan, net.ports, controls)
+
+
+def layout_from_plan(plan: EmuPlan, ports: Mapping[tuple[str, str], int],
+                     controls: Mapping[str, str | None]) -> Layout:
+    """The controller's Layout of a plan whose switches have these OpenFlow ports
+    ((switch, neighbour) -> port), with each fibre's capacity control (by middle node;
+    a fibre without one keeps the caps its emulator was started with)."""
     kind = {s.node: s.kind for s in plan.switches}
     switches = [SwitchSpec(name=s.node, dpid=int(s.dpid, 16),
                            kind="roadm" if s.kind == "roadm" else "dc",
@@ -48,11 +57,9 @@ def layout_from_emu(net: LiveNetwork) -> Layout:
         links.append(LinkSpec(a=a, a_port=ports[(a, b)], b=b, b_port=ports[(b, a)],
                               kind="uplink" if roadm else "fabric"))
     for f in plan.fibres:
-        emu = net.emulators.get(f.middle)
-        control = emu.control_address() if emu is not None else None
         links.append(LinkSpec(a=f.roadm_u, a_port=ports[(f.roadm_u, f.middle)],
                               b=f.roadm_v, b_port=ports[(f.roadm_v, f.middle)],
-                              kind="fibre", control=control))
+                              kind="fibre", control=controls.get(f.middle)))
     return Layout(switches=switches, links=links, hosts=hosts,
                   mbps_per_gbps=plan.scale.mbps_per_gbps)
 
@@ -70,7 +77,12 @@ def start_for_emu(spec: str | Path, run_dir: str | Path, netns: str | None = Non
 def attach_layout(ctl: ControllerProcess, net: LiveNetwork,
                   timeout_s: float = 30.0) -> dict[str, Any]:
     """PUT the network's layout to the controller (it programs every switch)."""
-    layout = layout_from_emu(net)
+    return put_layout(ctl, layout_from_emu(net), timeout_s)
+
+
+def put_layout(ctl: ControllerProcess, layout: Layout, timeout_s: float = 30.0
+               ) -> dict[str, Any]:
+    """PUT a layout to the controller (it programs every switch)."""
     status, body = ctl.request("PUT", "/layout", layout.model_dump(), timeout_s=timeout_s)
     if status != 200:
         raise RuntimeError(f"controller refused the layout: {status} {body}")
@@ -90,7 +102,6 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
     network's port if given, else on any free port the controller binds itself; the
     REST API on the host's loopback. The switches are pointed at the bound port.
     """
-    import time
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -112,30 +123,39 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
                 net.ovs.vsctl("set-controller", s.node, ctl.openflow)
                 net.ovs.vsctl("set", "controller", s.node, f"inactivity_probe={probe_ms}")
         attach_layout(ctl, net, timeout_s=timeout_s)
-        want = {int(s.dpid, 16) for s in net.plan.switches}
-        deadline = time.monotonic() + timeout_s
-        body: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            status, body = ctl.request("GET", "/health")
-            if status == 200 and want <= set(body["synced"]):
-                return ctl
-            time.sleep(0.05)
-        names = {int(s.dpid, 16): s.node for s in net.plan.switches}
-
-        def named(dpids: set[int]) -> str:
-            return ", ".join(sorted(names[d] for d in dpids)) or "none"
-
-        if not isinstance(body, dict):  # the last answer was not JSON (an error page)
-            body = {}
-        connected = set(body.get("switches", ()))
-        raise RuntimeError(f"switches did not all connect to the controller within "
-                           f"{timeout_s:.0f} s: not connected: {named(want - connected)}; "
-                           f"connected but not synced: "
-                           f"{named((want & connected) - set(body.get('synced', ())))} "
-                           f"(see {ctl.log_path})")
+        wait_synced(ctl, net.plan, timeout_s)
+        return ctl
     except BaseException:
         ctl.stop()
         raise
+
+
+def wait_synced(ctl: ControllerProcess, plan: EmuPlan, timeout_s: float) -> None:
+    """Wait until every switch of the plan is connected and holds the controller's rules
+    (RuntimeError naming those that are not)."""
+    import time
+
+    want = {int(s.dpid, 16) for s in plan.switches}
+    deadline = time.monotonic() + timeout_s
+    body: Any = {}
+    while time.monotonic() < deadline:
+        status, body = ctl.request("GET", "/health")
+        if status == 200 and want <= set(body["synced"]):
+            return
+        time.sleep(0.05)
+    names = {int(s.dpid, 16): s.node for s in plan.switches}
+
+    def named(dpids: set[int]) -> str:
+        return ", ".join(sorted(names[d] for d in dpids)) or "none"
+
+    if not isinstance(body, dict):  # the last answer was not JSON (an error page)
+        body = {}
+    connected = set(body.get("switches", ()))
+    raise RuntimeError(f"switches did not all connect to the controller within "
+                       f"{timeout_s:.0f} s: not connected: {named(want - connected)}; "
+                       f"connected but not synced: "
+                       f"{named((want & connected) - set(body.get('synced', ())))} "
+                       f"(see {ctl.log_path})")
 
 
 def controller_address() -> str:

@@ -284,7 +284,9 @@ def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, st
     if ctl is not None:  # requests (and fibre events) through the controller
         say(f"emu: replay: requests through the SDN controller (about "
             f"{rp.scenario.emulation.replay_s:g} s) ...", opts.quiet)
-        replayed = run_replay(ctl, net, rp.scenario, stage)
+        from testbed.emu.events import link_switch
+
+        replayed = run_replay(ctl, link_switch(net), rp.scenario, stage)
         if rp.scenario.events:  # DC-pair lightpaths the replayed events moved: their RTT
             from testbed.emu.reroute import check_lightpaths, moved_lightpaths
 

@@ -4,9 +4,11 @@ The two stand-in machines of test_cluster_up (each a network namespace with a Dr
 server, a state root of its own, a data network for the tunnels). A ring of 4 optical
 nodes, a DC of one host on each, two DCs per stand-in, and one 4-stage pipeline job with
 a stage in every DC: its workers run on both machines through their worker agents, a
-real Prometheus here scrapes them at the machines' addresses, the records come back on
+real Prometheus here scrapes them at the machines' addresses, one os-ken controller here
+programs both machines' switches through the agents' sessions, the records come back on
 one clock in the one-machine shape, and nothing is left on either machine afterwards,
-also when the driver is killed with SIGKILL while the workers run.
+also when the driver (and with it the controller) is killed with SIGKILL while the
+workers run.
 """
 
 from __future__ import annotations
@@ -72,7 +74,19 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
           f"(load {os.getloadavg()[0]:.1f})")
     assert p.returncode == 0, (so, se)
     s = json.loads((out / "summary.json").read_text())
-    assert s["backend"] == "emu" and s["forwarding"] == "static"
+    assert s["backend"] == "emu" and s["forwarding"] == "controller"
+    # One controller here; both machines' switches reached it through their agents,
+    # it synced them all and set up the plan's lightpaths, and every DC pair answered
+    # again on its rules.
+    cr = s["controller_run"]
+    assert sorted(cr["switches"]) == ["m-a", "m-b"] and all(cr["switches"].values())
+    assert cr["lightpaths"] == 6 and cr["pairs_answered"] == cr["pairs_planned"] == 6, cr
+    for m, st in cr["relay_stats"].items():
+        assert st["channels_opened"] >= len(cr["switches"][m]), (m, st)
+        assert st["bytes_from_switches"] > 0 and st["bytes_to_switches"] > 0, (m, st)
+    assert s["controller"]["pid"] > 0 and "token" not in s["controller"]
+    assert (out / "cluster_rtt_controller.json").is_file() and (out / "controller.log"
+                                                                ).is_file()
     cl = s["cluster"]
     assert cl["machines"] == ["m-a", "m-b"] and cl["pairs_within_band"] == 6
     assert set(cl["clock_offsets"]) == {"m-a", "m-b"}
@@ -107,6 +121,50 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
     assert a.left() == [] and b.left() == []
 
 
+def _requests_ring(path: Path) -> Path:
+    """The stand-ins' ring with the quickstart's workload (lightpath requests through the
+    controller) and a cut and repair of n2-n3, the fibre that crosses to m-b."""
+    sc = ring(4, [("a", "n1", 1), ("b", "n2", 1), ("c", "n3", 1), ("d", "n4", 1)])
+    data = sc.model_dump(mode="json", exclude_none=True)
+    data["workload"] = {**data["workload"], "requests": 400}
+    data["events"] = [{"at_s": 0.5, "kind": "fiber_cut", "link": ["n2", "n3"]},
+                      {"at_s": 1.5, "kind": "fiber_repair", "link": ["n2", "n3"]}]
+    data["emulation"] = {**data.get("emulation", {}), "hosts_per_dc": 1,
+                         "max_requests": 30, "replay_s": 6}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@need
+def test_emu_cluster_replays_requests_and_a_cut_through_one_controller(
+        machines: tuple[list[StandIn], Path], tmp_path: Path) -> None:
+    """The quickstart's workload across the stand-ins: its requests through the one
+    controller, which programs both machines' switches; the cut of the crossing fibre is
+    its emulator's links set down on the machine that emulates it, and the controller
+    hears it from that machine's switch (through the relay) and restores."""
+    (a, b), f = machines
+    two = _cluster_subset(f, ["m-a", "m-b"])
+    spec, out = _requests_ring(tmp_path / "req-ring.yaml"), tmp_path / "out-req"
+    place = [w for p in PLACE for w in ("--place", p)]
+    t0 = time.monotonic()
+    p = _emu(str(spec), "--cluster", str(two), "--out", str(out), *place, "--link-mode",
+             "userspace", "--datapath", "user", "-q")
+    so, se = p.communicate(timeout=900)
+    print(f"\n{so}{se}emu --cluster (requests), 2 stand-ins: {time.monotonic() - t0:.1f} s")
+    assert p.returncode == 0, (so, se)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["forwarding"] == "controller" and s["workload"] == "lightpath_requests"
+    assert s["controller_run"]["pairs_answered"] == 6
+    rows = list(csv.DictReader((out / "requests.csv").open()))
+    assert len(rows) == 30 and any(r["accepted"] in ("1", "True", "true") for r in rows)
+    cut, repair = s["events"]
+    assert cut["kind"] == "fiber_cut" and cut["via"] == "port_status", cut
+    assert cut["cut_to_restored_s"] > 0 and repair["via"] == "port_status", repair
+    assert s["agreement"] is not None
+    assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
+    assert a.left() == [] and b.left() == []
+
+
 @need
 def test_emu_cluster_kill_9_of_the_driver_leaves_nothing(
         machines: tuple[list[StandIn], Path], tmp_path: Path) -> None:
@@ -127,12 +185,14 @@ def test_emu_cluster_kill_9_of_the_driver_leaves_nothing(
 
         wait_until(training, "the workers on both machines iterating", timeout_s=600)
         assert a.runs() and b.runs()
+        assert any("controllers.launcher" in x for x in _naming(out)), _naming(out)
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
     wait_until(lambda: a.left() == [] and b.left() == [], "both machines left with nothing",
                timeout_s=180)
-    # The driver's own Prometheus (no run state records it) ends with the driver too.
+    # The driver's own Prometheus and controller (no run state records them) end with the
+    # driver too.
     wait_until(lambda: _naming(out) == [], "no process left that names the run directory",
                timeout_s=60)
 

@@ -13,13 +13,17 @@
 #  1. `lightpipe cluster check` with the quickstart: both guests fit;
 #  2. the quickstart across the guests (`cluster up`: 4 DCs, 2 on each): every DC pair
 #     answers within its band, tunnels' latency calibrated in; `cluster down`;
-#  3. `lightpipe emu scenarios/pp-cluster.yaml --cluster`: one pipeline job with two stages
-#     on each guest, the one-machine records, one Prometheus scraping both guests and the
-#     run registered with lp1's long-lived monitor (Grafana's datasource);
-#  4. `lightpipe clean --cluster` and nothing of LightPipe's runs left on either guest;
-#  5. Ray across the guests: the head on lp1 (no CPUs, token authentication), a worker on
+#  3. `lightpipe emu scenarios/quickstart.yaml --cluster`: the quickstart's requests
+#     replayed through one SDN controller on lp1 that programs both guests' switches
+#     (OpenFlow over the worker agents' SSH sessions), every DC pair answering on its rules;
+#  4. `lightpipe emu scenarios/pp-cluster.yaml --cluster`: one pipeline job with two stages
+#     on each guest on the controller's lightpaths, the one-machine records, one
+#     Prometheus scraping both guests and the run registered with lp1's long-lived
+#     monitor (Grafana's datasource);
+#  5. `lightpipe clean --cluster` and nothing of LightPipe's runs left on either guest;
+#  6. Ray across the guests: the head on lp1 (no CPUs, token authentication), a worker on
 #     lp2; `lightpipe sweep --ray-address` on lp1 runs every point on lp2;
-#  6. `vagrant destroy -f`, and nothing of it left (domains, volumes, pool, networks).
+#  7. `vagrant destroy -f`, and nothing of it left (domains, volumes, pool, networks).
 # Every step prints its time ("cluster-vm: STEP took N s").
 #
 # Environment: LP_CPUS (2), LP_MEMORY_MB (4096) per guest, LIGHTPIPE_CLUSTERVM_TIMEOUT_S
@@ -156,6 +160,12 @@ echo "$out" >&2
 prefix="$(sed -n 's/^prefix \(lp[0-9a-f]*\)$/\1/p' <<<"$out")"
 [ -n "$prefix" ] || die "no run prefix in cluster_run.json"
 on lp1 "lightpipe cluster down --cluster $CLUSTER $prefix" >&2 || die "cluster down failed"
+done_step
+
+step "lightpipe emu scenarios/quickstart.yaml --cluster $CLUSTER (requests through one controller)"
+on lp1 "lightpipe emu scenarios/quickstart.yaml --cluster $CLUSTER --out $WORK/replay" 2>&1 |
+  stamp >&2 || die "emu --cluster of the quickstart failed"
+check lp1 replay "$WORK/replay" >&2 || die "the replay's records"
 done_step
 
 step "lightpipe emu scenarios/pp-cluster.yaml --cluster $CLUSTER"

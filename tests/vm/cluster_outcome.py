@@ -2,8 +2,11 @@
 
     cluster_outcome.py up DIR          `cluster up`'s records: every DC pair answered and
                                        within its band; prints the run prefix last
+    cluster_outcome.py replay DIR      `emu --cluster` of the quickstart: requests through one
+                                       controller that programs both machines' switches
     cluster_outcome.py emu DIR         `emu --cluster`'s run: stages on both machines, the
-                                       one-machine records, teardown, Prometheus series
+                                       controller, the one-machine records, teardown,
+                                       Prometheus series
     cluster_outcome.py sweep DIR ADDR  a sweep on Ray: every point ran on the node at ADDR
     cluster_outcome.py left            nothing of LightPipe's runs left on this machine
 
@@ -70,6 +73,7 @@ def check_emu(out: Path) -> None:
     need(s["verified"] is True, "a DC pair did not answer")
     print(f"  DC pairs within the band: {cl['pairs_within_band']} of 6 (rtt_ok "
           f"{s.get('rtt_ok')}, {s.get('rtt_recalibrations')} recalibration(s))")
+    check_controller(s)
     need(s["failed_jobs"] == [], f"failed jobs {s['failed_jobs']}")
     job = s["worker_jobs"][0]
     need(job["ok"], f"job {job.get('job')} failed")
@@ -107,6 +111,42 @@ def check_emu(out: Path) -> None:
         print(f"  the long-lived monitor ({prom['monitor_url']}): {n} worker series of run "
               f"{prom['run']}")
         need(n == 4, "the long-lived monitor did not scrape every worker")
+
+
+def check_controller(s: dict[str, Any]) -> None:
+    """One controller on lp1 programmed both guests' switches and every DC pair answered
+    on its rules."""
+    need(s["forwarding"] == "controller", f"forwarding {s['forwarding']}")
+    cr = s["controller_run"]
+    n = {m: len(sw) for m, sw in cr["switches"].items()}
+    print(f"  controller: switches {n} synced in {cr['synced_s']} s, {cr['lightpaths']} "
+          f"lightpaths, {cr['pairs_answered']}/{cr['pairs_planned']} DC pairs on its rules "
+          f"({cr['pairs_within_band']} within the band); relay {cr.get('relay_stats')}")
+    need(sorted(n) == MACHINES and all(n.values()), f"switches {n}")
+    need(cr["pairs_answered"] == cr["pairs_planned"], "a DC pair did not answer on the "
+         "controller's rules")
+    for m, st in cr.get("relay_stats", {}).items():
+        need(st["bytes_from_switches"] > 0 and st["bytes_to_switches"] > 0,
+             f"no OpenFlow relayed for {m}")
+
+
+def check_replay(out: Path) -> None:
+    s = load(out / "summary.json")
+    cl = s["cluster"]
+    print(f"emu --cluster (quickstart): wall {s['wall_s']} s, link mode {s['link_mode']}, "
+          f"datapath {s['datapath']}, {cl['pairs_within_band']} DC pairs within the band")
+    need(s["workload"] == "lightpath_requests", f"workload {s.get('workload')}")
+    need(cl["machines"] == MACHINES, f"machines {cl['machines']}")
+    need(s["verified"] is True, "a DC pair did not answer")
+    check_controller(s)
+    rows = list(csv.DictReader((out / "requests.csv").open()))
+    accepted = sum(1 for r in rows if r["accepted"] in ("1", "True", "true"))
+    print(f"  requests replayed: {len(rows)}, accepted {accepted}; blocking "
+          f"{s.get('blocking_ratio')} (sim {s.get('sim_blocking_ratio')}); agreement "
+          f"{json.dumps(s.get('agreement'))[:200]}")
+    need(bool(rows) and accepted > 0, "no request accepted")
+    need(all(v == "ok" for v in s["teardown"].values()), f"teardown {s['teardown']}")
+    need(load(out / "manifest.json")["status"] == "finished", "the run did not finish")
 
 
 def check_sweep(out: Path, address: str) -> None:
@@ -157,6 +197,8 @@ def main(argv: list[str]) -> int:
             check_up(Path(argv[1]))
         elif argv[:1] == ["emu"] and len(argv) == 2:
             check_emu(Path(argv[1]))
+        elif argv[:1] == ["replay"] and len(argv) == 2:
+            check_replay(Path(argv[1]))
         elif argv[:1] == ["sweep"] and len(argv) == 3:
             check_sweep(Path(argv[1]), argv[2])
         elif argv == ["left"]:

@@ -1,0 +1,112 @@
+"""The SDN controller of a cluster run: one os-ken controller beside the driver, every
+machine's switches reaching it through their agents, the layout of the whole plan.
+
+The steps (`start_cluster_controller`), each an existing piece:
+
+    start       testbed.orchestrate.ctl_process.start_controller here, OpenFlow and REST
+                on this machine's loopback only, a fresh token, tied to the driver (the
+                kernel ends it with the driver, even on SIGKILL: no run state here
+                records it)
+    relay       testbed.cluster.ofrelay through each agent: the share holder points its
+                switches at the run's relay socket and answers with their port numbers
+    layout      testbed.orchestrate.glue.layout_from_plan on every machine's port map
+                merged (a switch lives on one machine); the fibres have no capacity
+                control here (each emulator keeps the per-lightpath caps of the plan)
+    sync        every switch of the plan connected and holding the controller's rules
+                (the static rules it forwarded on until then are replaced in place)
+    lightpaths  the plan's DC-pair lightpaths set up through POST /lightpaths, as on one
+                machine (testbed.orchestrate.controller.setup_plan_lightpaths)
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+
+def merged_ports(replies: dict[str, dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """(switch, neighbour) -> OpenFlow port from every machine's reply (RuntimeFailure
+    naming the machine whose reply is not ok or names a switch twice)."""
+    ports: dict[tuple[str, str], int] = {}
+    owner: dict[str, str] = {}
+    for machine, r in sorted(replies.items()):
+        if not r.get("ok"):
+            raise RuntimeFailure(f"machine {machine}: OpenFlow relay: "
+                                 f"{str(r.get('why') or 'refused')[:300]}")
+        for sw in r.get("switches", []):
+            if owner.setdefault(str(sw), machine) != machine:
+                raise RuntimeFailure(f"switch {sw} answered by machines {owner[str(sw)]} "
+                                     f"and {machine}")
+        for row in r.get("ports", []):
+            if not (isinstance(row, list) and len(row) == 3 and isinstance(row[2], int)):
+                raise RuntimeFailure(f"machine {machine}: OpenFlow relay: a bad port row")
+            ports[(str(row[0]), str(row[1]))] = int(row[2])
+    return ports
+
+
+def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: float
+                             ) -> tuple[Any, Any, dict[str, Any]]:
+    """Start the controller, relay every machine's switches to it, give it the layout and
+    set up the plan's lightpaths (see the module docstring). Returns (controller, the plan
+    with the controller's lightpaths, the record for the summary); RuntimeFailure naming
+    the step, the controller stopped."""
+    import time
+
+    from testbed.orchestrate.controller import (
+        controller_available,
+        setup_plan_lightpaths,
+        write_spec,
+    )
+    from testbed.orchestrate.ctl_process import start_controller
+    from testbed.orchestrate.glue import layout_from_plan, put_layout, wait_synced
+
+    ok, why = controller_available()
+    if not ok:
+        raise RuntimeFailure(why)
+    t0 = time.monotonic()
+    spec = write_spec(up.scenario, run_dir / "controller-scenario.yaml")
+    try:
+        ctl = start_controller(spec, run_dir / "controller.db",
+                               token=secrets.token_urlsafe(18),
+                               log_path=run_dir / "controller.log", timeout_s=timeout_s,
+                               die_with_parent=True)
+    except RuntimeError as exc:
+        raise RuntimeFailure(f"controller start-up failed: {exc}") from None
+    try:
+        # As on one machine: probe as slowly as we wait (a slow guest answers late).
+        probe_ms = max(5000, int(timeout_s * 1000 / 4))
+        replies = workers.relay_openflow(ctl.of_port, probe_ms)
+        ports = merged_ports(replies)
+        layout = layout_from_plan(up.plan, ports, {})
+        try:
+            put_layout(ctl, layout, timeout_s=timeout_s)
+            wait_synced(ctl, up.plan, timeout_s)
+        except RuntimeError as exc:
+            raise RuntimeFailure(f"controller: {exc}") from None
+        synced_s = time.monotonic() - t0
+        plan = setup_plan_lightpaths(ctl, up.plan)
+    except BaseException:
+        ctl.stop()
+        raise
+    moved = [f"{a.dc_a}-{a.dc_b}" for a, b in zip(up.plan.lightpaths, plan.lightpaths,
+                                                   strict=True) if a.path != b.path]
+    rates = [f"{a.dc_a}-{a.dc_b}" for a, b in zip(up.plan.lightpaths, plan.lightpaths,
+                                                   strict=True)
+             if abs(a.rate_mbps - b.rate_mbps) > 1e-9]
+    record = {"switches": {m: r.get("switches", []) for m, r in sorted(replies.items())},
+              "synced_s": round(synced_s, 3),
+              "ready_s": round(time.monotonic() - t0, 3),
+              "lightpaths": len(plan.lightpaths),
+              "rerouted": moved,
+              # The fibre emulators keep the plan's per-lightpath caps (no capacity control
+              # across machines): a lightpath whose rate the controller changed is capped
+              # at the plan's rate.
+              "rate_differs": rates,
+              "relay": "the agents' SSH sessions (testbed.cluster.ofrelay)"}
+    return ctl, plan, record
