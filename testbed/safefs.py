@@ -1,11 +1,13 @@
 """Directories and files LightPipe trusts: the ones it makes are private, the ones it is
-given are checked, and files it opens there are regular files opened without links."""
+given are checked, files it opens there are regular files opened without links, and the
+Unix sockets it serves are private and checked as its own before use."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import InputError
 
@@ -130,3 +132,23 @@ def read_regular(path: str | os.PathLike[str], cap_bytes: int,
     if len(data) > cap_bytes:
         raise ValueError(f"{path} is larger than {cap_bytes} bytes")
     return data
+
+
+def own_socket(path: str | os.PathLike[str]) -> bool | None:
+    """Whether path is a Unix socket owned by this user (not through a link); None when
+    nothing is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def bind_private_socket(sock: Any, path: str | os.PathLike[str]) -> None:
+    """Bind a Unix socket at path with mode 0600 (umask 0177 around the bind: no moment
+    at which others may connect)."""
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)

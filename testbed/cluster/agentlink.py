@@ -192,6 +192,8 @@ class AgentSession:
         """Send a request whose answer is a message of the same op; that answer, or
         {ok: False, why} when none comes in time."""
         op = str(msg["op"])
+        if self.lost:
+            return {"ok": False, "why": "the session ended"}
         with self._asking[op]:
             self._answered[op].clear()
             self._answers[op] = None

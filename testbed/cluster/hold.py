@@ -164,16 +164,14 @@ def attach_switches(net: Any, probe_ms: int) -> dict[str, Any]:
     """Point the share's switches at the run's OpenFlow relay socket (served by the worker
     agent, testbed.cluster.ofrelay; fail-mode secure, so they keep forwarding on their
     rules until the controller replaces them); the reply with their port numbers."""
-    import stat as stat_
-
     from testbed.cluster.ofrelay import socket_path
+    from testbed.safefs import own_socket
 
     path = socket_path(net.state_dir)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    mine = own_socket(path)
+    if mine is None:
         return {"ok": False, "error": "no OpenFlow relay socket (the agent serves it)"}
-    if not stat_.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+    if not mine:
         return {"ok": False, "error": f"{path} is not the run's relay socket"}
     target = f"unix:{path}"
     local = sorted(net.local_switches)

@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import socket
-import stat
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any
 from testbed.emu.links import LinkEmulator
 from testbed.errors import InputError
 from testbed.names import NODE_NAME_RE
+from testbed.safefs import bind_private_socket, own_socket
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +155,7 @@ class ControlServer:
         self.hooks = dict(hooks or {})
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.path.unlink(missing_ok=True)
-        old = os.umask(0o177)
-        try:
-            self.sock.bind(str(self.path))
-        finally:
-            os.umask(old)
+        bind_private_socket(self.sock, self.path)
         self.sock.listen(4)
         self.lock = threading.Lock()
         self.links: Any = None  # testbed.metrics.links.LinkExporter, once asked for
@@ -247,11 +243,10 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
     """The client's side: send a validated request to the run's holder; its reply.
     The socket must be a socket owned by this user (never a link)."""
     path = state_dir / SOCK_NAME
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    mine = own_socket(path)
+    if mine is None:
         return {"ok": False, "error": "the share's holder has no control socket"}
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+    if not mine:
         return {"ok": False, "error": f"{path} is not the holder's socket"}
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout_s)

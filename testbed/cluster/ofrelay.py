@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from testbed.safefs import bind_private_socket, own_socket
+
 log = logging.getLogger(__name__)
 
 SOCK_NAME = "openflow.sock"
@@ -178,22 +180,13 @@ class MachineEnd(Channels):
         self.path = socket_path(state_dir)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._next = 0
-        try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
-            pass
-        else:  # a socket left by an earlier agent of this run: ours, never a link or file
-            import stat
-
-            if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
-                self.listener.close()
-                raise OSError(f"{self.path} exists and is not this run's socket")
+        mine = own_socket(self.path)
+        if mine is False:  # a file, a link or another user's: never taken over
+            self.listener.close()
+            raise OSError(f"{self.path} exists and is not this run's socket")
+        if mine:  # a socket left by an earlier agent of this run
             self.path.unlink()
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(str(self.path))
-        finally:
-            os.umask(old)
+        bind_private_socket(self.listener, self.path)
         self.listener.listen(16)
         threading.Thread(target=self._accept, daemon=True, name="openflow-accept").start()
 

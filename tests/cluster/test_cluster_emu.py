@@ -59,20 +59,26 @@ def _emu(*argv: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-@need
-def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], Path],
-                                                  tmp_path: Path) -> None:
-    (a, b), f = machines
-    two = _cluster_subset(f, ["m-a", "m-b"])
-    spec, out = _pp_ring(tmp_path / "pp-ring.yaml"), tmp_path / "out"
+def _run_on_both(cluster_file: Path, spec: Path, out: Path) -> None:
+    """`emu SPEC --cluster` on the two stand-ins (two DCs each, user-space links and
+    datapath), to its end; its output printed, exit 0 asserted."""
+    two = _cluster_subset(cluster_file, ["m-a", "m-b"])
     place = [w for p in PLACE for w in ("--place", p)]
     t0 = time.monotonic()
     p = _emu(str(spec), "--cluster", str(two), "--out", str(out), *place, "--link-mode",
              "userspace", "--datapath", "user", "-q")
     so, se = p.communicate(timeout=900)
-    print(f"\n{so}{se}emu --cluster, 2 stand-ins: {time.monotonic() - t0:.1f} s "
+    print(f"\n{so}{se}emu --cluster {spec.name}, 2 stand-ins: {time.monotonic() - t0:.1f} s "
           f"(load {os.getloadavg()[0]:.1f})")
     assert p.returncode == 0, (so, se)
+
+
+@need
+def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], Path],
+                                                  tmp_path: Path) -> None:
+    (a, b), f = machines
+    out = tmp_path / "out"
+    _run_on_both(f, _pp_ring(tmp_path / "pp-ring.yaml"), out)
     s = json.loads((out / "summary.json").read_text())
     assert s["backend"] == "emu" and s["forwarding"] == "controller"
     # One controller here; both machines' switches reached it through their agents,
@@ -143,15 +149,8 @@ def test_emu_cluster_replays_requests_and_a_cut_through_one_controller(
     its emulator's links set down on the machine that emulates it, and the controller
     hears it from that machine's switch (through the relay) and restores."""
     (a, b), f = machines
-    two = _cluster_subset(f, ["m-a", "m-b"])
-    spec, out = _requests_ring(tmp_path / "req-ring.yaml"), tmp_path / "out-req"
-    place = [w for p in PLACE for w in ("--place", p)]
-    t0 = time.monotonic()
-    p = _emu(str(spec), "--cluster", str(two), "--out", str(out), *place, "--link-mode",
-             "userspace", "--datapath", "user", "-q")
-    so, se = p.communicate(timeout=900)
-    print(f"\n{so}{se}emu --cluster (requests), 2 stand-ins: {time.monotonic() - t0:.1f} s")
-    assert p.returncode == 0, (so, se)
+    out = tmp_path / "out-req"
+    _run_on_both(f, _requests_ring(tmp_path / "req-ring.yaml"), out)
     s = json.loads((out / "summary.json").read_text())
     assert s["forwarding"] == "controller" and s["workload"] == "lightpath_requests"
     assert s["controller_run"]["pairs_answered"] == 6
