@@ -184,3 +184,15 @@ def test_holder_fibre_event_request_is_validated() -> None:
                 b'{"fibre": ["1", "3"]}'):
         with pytest.raises(InputError, match="fibre"):
             parse_request(bad)
+
+
+def test_a_closed_driver_end_refuses_new_channels_quietly() -> None:
+    sent: list[Mapping[str, Any]] = []
+
+    def never() -> socket.socket:
+        raise AssertionError("a closed end must not connect")
+
+    end = Channels(sent.append, never)
+    end.close()
+    end.handle({"op": "of_open", "ch": 4})
+    assert sent == [{"op": "of_close", "ch": 4}] and end.stats()["channels_open"] == 0

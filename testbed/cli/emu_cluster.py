@@ -155,6 +155,7 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
             if ctl is not None:
                 from testbed.orchestrate.controller import describe
 
+                cw.stop_openflow()
                 ctl.stop()
                 result["controller"] = describe(ctl, with_token=False)
                 result["controller_run"]["relay_stats"] = cw.openflow_stats()

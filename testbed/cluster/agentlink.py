@@ -391,6 +391,13 @@ class ClusterWorkers:
                     for n, s in self.sessions.items()}
             return {n: f.result() for n, f in futs.items()}
 
+    def stop_openflow(self) -> None:
+        """No more switch connections to the controller (before it stops: the switches'
+        reconnections are refused quietly)."""
+        for s in self.sessions.values():
+            if s.of is not None:
+                s.of.close()
+
     def openflow_stats(self) -> dict[str, dict[str, int]]:
         """Per machine: the relay's channels and bytes (seen from the driver's end)."""
         return {n: s.of.stats() for n, s in self.sessions.items() if s.of is not None}

@@ -103,6 +103,9 @@ class Channels:
 
     def _open(self, ch: int) -> None:
         assert self.connect is not None
+        if self.closed:  # the run is ending: the switch retries until it is taken down
+            self.send({"op": "of_close", "ch": ch})
+            return
         try:
             s = self.connect()
         except OSError as exc:
