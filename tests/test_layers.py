@@ -37,6 +37,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("testbed.cli",),
 )
 PACKAGE_ROOT = "testbed"  # testbed/__init__.py (the version) sits below every layer
+# What the package's init runs before anything else loads (NumPy's CPU work-around): with
+# it, below every layer, so it may import nothing of the tree.
+ROOT_LAYER = (PACKAGE_ROOT, "testbed.cpuquirks")
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -94,7 +97,7 @@ def import_graph(root: Path) -> nx.DiGraph:
 
 
 def layer_of(module: str) -> int | None:
-    if module == PACKAGE_ROOT:
+    if module in ROOT_LAYER:
         return -1
     for rank, prefixes in enumerate(LAYERS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
