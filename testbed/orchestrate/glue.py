@@ -102,7 +102,6 @@ def attach_controller(net: LiveNetwork, spec: str | Path, run_dir: str | Path, *
     network's port if given, else on any free port the controller binds itself; the
     REST API on the host's loopback. The switches are pointed at the bound port.
     """
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if of_port is None and str(net.controller).startswith("tcp:"):
