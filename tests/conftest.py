@@ -52,7 +52,7 @@ def ppjobs() -> dict[str, Any]:
 # Root tests that build no emulated network and time no packets (second users, file
 # modes, `vagrant validate`): they may run beside other tests under xdist.
 ROOT_BUT_NOT_TIMED = frozenset({"test_security_report", "test_security_fault",
-                                "test_security_monitor",
+                                "test_security_monitor", "test_sockbuf",
                                 "test_vagrant"})
 
 # Root tests that build emulated networks but assert no timing (that a run completes,

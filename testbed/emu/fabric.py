@@ -23,11 +23,29 @@ GSO_FRAME_S = 0.0025      # a host's GSO frames: at most 2.5 ms of its NIC's rat
 MIN_GSO_BYTES = 9000      # ... but several segments (one-MSS frames cost the switch 44x)
 MAX_GSO_BYTES = 65536     # the kernel's own limit
 UNLIMITED_GBPS = 1e6      # a link without a rate in the routing graph
+# The user-space switch's send socket of a shaped port holds every frame its qdisc holds
+# (testbed.emu.sockbuf): its buffer must outgrow the port's FIFOs, counted as the kernel
+# charges frames (truesize: a 1514-byte frame takes a 4 kB page, ~3.3x), with room to spare.
+SOCKET_TRUESIZE_FACTOR = 4
+MIN_SWITCH_SNDBUF_BYTES = 4 << 20
 
 
 def htb_burst_bytes(rate_mbps: float) -> int:
     """HTB burst: >= 15 kB, and 1 ms at the rate (keeps 1 Gb/s accurate on veths)."""
     return max(15000, int(rate_mbps * 1e6 / 8 * 0.001))
+
+
+def switch_fifo_bytes(rate_mbps: float) -> int:
+    """Byte limit of one FIFO of a switch port: QUEUE_S at its rate, >= one GSO frame."""
+    return max(MIN_QUEUE_BYTES, int(rate_mbps * 1e6 / 8 * QUEUE_S))
+
+
+def switch_sndbuf_bytes(rate_mbps: float, n_sources: int) -> int:
+    """Send buffer a shaped switch port's socket needs (testbed.emu.sockbuf): all of its
+    FIFOs (one per source host and one for the rest, or one) x SOCKET_TRUESIZE_FACTOR."""
+    fifos = n_sources + 1 if n_sources else 1
+    return max(MIN_SWITCH_SNDBUF_BYTES,
+               SOCKET_TRUESIZE_FACTOR * fifos * switch_fifo_bytes(rate_mbps))
 
 
 def nic_gso_bytes(rate_mbps: float) -> int:
@@ -68,7 +86,7 @@ def htb_script(intf: str, rate_mbps: float, nic: bool = False,
         gso = f"ip link set dev {intf} gso_max_size {nic_gso_bytes(rate_mbps)} && "
     else:
         burst = max(burst, SWITCH_BURST_BYTES)
-        fifo = f"bfifo limit {max(MIN_QUEUE_BYTES, int(rate_mbps * 1e6 / 8 * QUEUE_S))}"
+        fifo = f"bfifo limit {switch_fifo_bytes(rate_mbps)}"
     rate = f"{rate_mbps:.6f}mbit"
     cmds = [f"tc qdisc replace dev {intf} root handle 1: htb default 1 r2q 100",
             f"tc class add dev {intf} parent 1: classid 1:1 htb rate {rate} ceil {rate} "

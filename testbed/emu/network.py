@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from testbed.emu import links as linkemu
-from testbed.emu.fabric import htb_script
+from testbed.emu.fabric import htb_script, switch_sndbuf_bytes
 from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
 from testbed.emu.live import RestClient
 from testbed.emu.netns import create_named, enter_netns, leave_netns
@@ -155,6 +155,7 @@ class EmuNetwork:
         self.controller_client: RestClient | None = None  # attach_controller_client
         # (node, interface, rate_mbps, is a host's NIC, its DC's host IPs): HTB
         self.shaped: list[tuple[Any, str, float, bool, tuple[str, ...]]] = []
+        self.switch_sndbuf: dict[str, Any] = {}  # _size_switch_sockets' outcome
         self._back_fd: int | None = None
         self._saved_env: dict[str, str | None] = {}
         self.timings_s: dict[str, float] = {}
@@ -227,6 +228,7 @@ class EmuNetwork:
         self._start_switches()
         self._configure_hosts()
         self._shape_links()
+        self._size_switch_sockets()
         for emu in self.emulators.values():
             emu.wait_ready(self.startup_timeout_s)
         self.state.phase = "up"
@@ -380,6 +382,34 @@ class EmuNetwork:
             out = node.cmd(htb_script(intf, rate_mbps, nic=nic, sources=sources))
             if "tc-error" in out:
                 raise RuntimeFailure(f"tc htb on {intf}: {out.strip()[:200]}")
+
+    def _size_switch_sockets(self) -> None:
+        """The user-space switch's send socket of each shaped switch port, sized to hold
+        what the port's FIFOs hold (testbed.emu.sockbuf: else ovs-vswitchd drops, uncounted,
+        what the default buffer cannot take); `switch_sndbuf` records the outcome."""
+        want = {intf: switch_sndbuf_bytes(rate_mbps, len(sources))
+                for _, intf, rate_mbps, nic, sources in self.shaped if not nic}
+        if not want or self.datapath != "user" or self.ovs is None or self.state is None:
+            return
+        from testbed.emu.sockbuf import size_send_buffers
+
+        rec = next((r for r in self.state.procs if r.role == "ovs-vswitchd"), None)
+        try:
+            if rec is None:
+                raise OSError("ovs-vswitchd is not in the run's state")
+            done = size_send_buffers(rec.pid, rec.start_ticks, want)
+        except OSError as exc:
+            log.warning("the switch's port send buffers stay at the kernel's default (%s): "
+                        "frames a shared fabric link queues past it are dropped uncounted",
+                        exc)
+            self.switch_sndbuf = {"sized": 0, "ports": len(want), "error": str(exc)[:200]}
+            return
+        if done.skipped:
+            log.warning("switch send buffers: %d of %d ports not sized (%s)",
+                        len(want) - len(done.sized), len(want),
+                        "; ".join(f"{k}: {v}" for k, v in list(done.skipped.items())[:3]))
+        self.switch_sndbuf = {"sized": len(done.sized), "ports": len(want),
+                              "min_bytes": min(done.sized.values(), default=0)}
 
     def _start_link_emulation(self, wait: bool = True) -> None:
         p = self.plan
