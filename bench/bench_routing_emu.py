@@ -30,11 +30,17 @@ def one_run(out: Path) -> dict[str, object]:
                        timeout=1200, check=False)
     if r.returncode != 0:
         return {"rc": r.returncode, "error": r.stderr.strip()[-500:]}
-    emu = json.loads((out / "emu" / "summary.json").read_text())["allreduce"]
+    summary = json.loads((out / "emu" / "summary.json").read_text())
+    emu = summary["allreduce"]
+    fidelity = summary.get("fidelity", {})
+    tcp = next((i for i in fidelity.get("invariants", []) if i["name"] == "tcp_retransmits"),
+               {})
     rounds = json.loads((out / "emu" / "allreduce.json").read_text())["rounds"]
     return {"rc": 0, "rounds": [{k: x[k] for k in ("policy", "round", "job", "emu_s",
                                                    "sim_s", "rel_error", "paths")}
                                 for x in rounds],
+            "faithful": bool(fidelity.get("faithful")),
+            "retransmit_share": tcp.get("value"), "retransmits": tcp.get("detail", ""),
             "ratio_emu": emu["greedy"]["mean_emu_s"] / emu["ecmp"]["mean_emu_s"],
             "ratio_model": emu["greedy"]["mean_sim_s"] / emu["ecmp"]["mean_sim_s"]}
 
@@ -56,7 +62,9 @@ def main() -> int:
             runs.append(res)
             print(f"run {i + 1}: " + (f"FAILED rc={res['rc']} {res['error']}" if res["rc"] else
                                       f"greedy/ecmp {res['ratio_emu']:.3f} (model "
-                                      f"{res['ratio_model']:.3f})"), flush=True)
+                                      f"{res['ratio_model']:.3f}); faithful "
+                                      f"{res['faithful']}, TCP retransmits "
+                                      f"{res['retransmits']}"), flush=True)
     ok = [r for r in runs if not r["rc"]]
     for policy in ("ecmp", "greedy"):
         errs = [abs(x["rel_error"]) for r in ok for x in r["rounds"]  # type: ignore[union-attr]
@@ -66,6 +74,9 @@ def main() -> int:
                   f"p90 {_q(errs, 0.9):.3f}, worst {max(errs):.3f}, "
                   f"{sum(e <= 0.6 for e in errs)} within 0.6")
     if ok:
+        shares = [r["retransmit_share"] for r in ok if r["retransmit_share"] is not None]
+        print(f"faithful runs: {sum(bool(r['faithful']) for r in ok)} of {len(ok)}; "
+              f"unexplained TCP retransmits: worst {max(shares, default=0):.4f} of segments")
         rel = [abs(r["ratio_emu"] / r["ratio_model"] - 1) for r in ok]  # type: ignore[operator]
         print(f"greedy/ecmp ratio vs model: |error| median {statistics.median(rel):.3f}, "
               f"worst {max(rel):.3f} over {len(ok)} runs")

@@ -231,25 +231,25 @@ def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) 
 
 # Behaviour with a margin for a busy machine, not the fidelity figure (bench/
 # bench_routing_emu.py measures that over 50 rounds per policy; docs/routing-testbed.md):
-# on the shared 2-core machine, emulated rounds came within a median 3-5 % of the model
-# (greedy) and 5-15 % (ECMP, where TCP shares links), the worst of 100 rounds 55 %. A wrong
-# path or rate model is a 2x error (100 %) in every round, and a stalled round (a
-# retransmission time-out chain: 2.6x once in CI before the fabric's fix) is past
-# STALL_TOLERANCE; what a uniform slow-down cannot hide is checked relatively: greedy's
-# emulated round time over ECMP's matches the model's ratio within RATIO_TOLERANCE.
-# A run whose own fidelity verdict says it was not faithful (summary.json `fidelity`:
-# e.g. TCP retransmitting 4.1 % of its segments while ECMP's flows shared a link on a
-# loaded machine, CI 2026-11-28: ECMP's rounds a median 54 % over the model, greedy's 2 %)
-# has said so, with its reasons; it is held to UNFAITHFUL_MEDIAN_TOLERANCE, which a wrong
-# model (2x, 100 %) still fails, and its ratio to UNFAITHFUL_RATIO_TOLERANCE (CI
-# 2026-11-28, 4aee3ca: TCP retransmitting 4.0 %, ECMP's rounds a median 47 % over the
-# model, greedy's 1.5 %: greedy/ECMP 0.35 against the model's 0.5, 31 % off). Emulation
-# with no gain from greedy routing (a ratio of 1 against 0.5: 100 % off) fails both.
+# on the shared 2-core machine, emulated rounds came within a median 6-8 % of the model,
+# p90 17-22 %, the worst of 100 rounds 34 % (2026-11-28). A wrong path or rate model is a
+# 2x error (100 %) in every round, and a stalled round (a retransmission time-out chain:
+# 2.6x once in CI before the fabric's fix) is past STALL_TOLERANCE; what a uniform
+# slow-down cannot hide is checked relatively: greedy's emulated round time over ECMP's
+# matches the model's ratio within RATIO_TOLERANCE (measured: 3-24 % off over 5 runs;
+# emulation with no gain from greedy routing, a ratio of 1 against 0.5, is 100 % off).
+# TCP retransmits nothing the model's queues did not drop: until the switch's send socket
+# was sized to its ports' queues (testbed/emu/sockbuf.py), ovs-vswitchd dropped, counted
+# nowhere, what ECMP's shared links queued past 208 kB (retransmits 1.5-4.1 % of the
+# segments, and CI reds on this test when ECMP's rounds ran 47-54 % over the model);
+# since, 1-7 retransmitted of ~400,000 in 5 of 5 runs. A run whose own fidelity verdict
+# says it was not faithful for another reason (a CPU share on a loaded machine) has said
+# so, with its reasons; it is held to UNFAITHFUL_MEDIAN_TOLERANCE, which a wrong model
+# (2x, 100 %) still fails.
 MEDIAN_TOLERANCE = 0.5
 UNFAITHFUL_MEDIAN_TOLERANCE = 0.8
 STALL_TOLERANCE = 1.0
-RATIO_TOLERANCE = 0.3
-UNFAITHFUL_RATIO_TOLERANCE = 0.5
+RATIO_TOLERANCE = 0.5
 
 
 def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> None:
@@ -275,6 +275,11 @@ def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> N
         measured = {i["name"] for i in fidelity["invariants"] if i["measured"]}
         failed = {i["name"] for i in fidelity["invariants"] if not i["ok"]}
         assert fidelity["reasons"] and failed and failed <= measured, fidelity
+    # the switch's send socket holds what its shaped ports queue: nothing lost uncounted
+    sndbuf = fidelity["switch_send_buffers"]
+    assert sndbuf.get("sockets") == 1 and sndbuf["bytes"] >= sndbuf["wanted_bytes"], sndbuf
+    tcp = next(i for i in fidelity["invariants"] if i["name"] == "tcp_retransmits")
+    assert tcp["measured"] and tcp["ok"], tcp
     tolerance = MEDIAN_TOLERANCE if fidelity["faithful"] else UNFAITHFUL_MEDIAN_TOLERANCE
     for policy in ("ecmp", "greedy"):
         e = emu[policy]
@@ -287,8 +292,7 @@ def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> N
         assert emu["greedy"]["mean_emu_s"] < emu["ecmp"]["mean_emu_s"]
     ratio_emu = emu["greedy"]["mean_emu_s"] / emu["ecmp"]["mean_emu_s"]
     ratio_sim = emu["greedy"]["mean_sim_s"] / emu["ecmp"]["mean_sim_s"]
-    ratio_tol = RATIO_TOLERANCE if fidelity["faithful"] else UNFAITHFUL_RATIO_TOLERANCE
-    assert abs(ratio_emu / ratio_sim - 1.0) <= ratio_tol, (
+    assert abs(ratio_emu / ratio_sim - 1.0) <= RATIO_TOLERANCE, (
         ratio_emu, ratio_sim, fidelity["reasons"],
         [(r["policy"], r["job"], r["rel_error"]) for r in rounds])
     assert len(rounds) == 20 and all(r["emu_s"] > 0 for r in rounds)

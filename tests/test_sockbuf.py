@@ -1,4 +1,4 @@
-"""testbed.emu.sockbuf: another process's packet sockets' send buffers, by PID and start."""
+"""testbed.emu.sockbuf: another process's send socket's buffer, by PID and start time."""
 
 from __future__ import annotations
 
@@ -18,71 +18,75 @@ from testbed.emu.fabric import (
 from testbed.emu.sockbuf import size_send_buffers
 from testbed.emu.state import proc_start_ticks
 
-# A child holding one AF_PACKET socket bound to lo and one UDP socket; each line it reads
-# makes it print both sockets' send buffers as the kernel keeps them.
+# A child holding sockets as ovs-vswitchd does (an unbound AF_PACKET socket it sends
+# through, one bound to a port it receives on) and a UDP socket; each line it reads makes
+# it print the three sockets' send buffers as the kernel keeps them.
 CHILD = """
 import socket, sys
-p = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-p.bind(("lo", 0))
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-print("ready", flush=True)
+send = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+port = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+port.bind(("lo", 0))
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print(send.fileno(), flush=True)
 for _ in sys.stdin:
-    print(p.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-          u.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF), flush=True)
+    print(*(s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) for s in (send, port, udp)),
+          flush=True)
 """
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="AF_PACKET needs root")
 
 
 @pytest.fixture
-def child() -> Iterator[subprocess.Popen[str]]:
+def child() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The child and the fd number of its send socket."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    yield proc
+    assert proc.stdout is not None
+    send_fd = int(proc.stdout.readline())
+    yield proc, send_fd
     proc.kill()
     proc.wait()
 
 
-def buffers(proc: subprocess.Popen[str]) -> tuple[int, int]:
+def buffers(proc: subprocess.Popen[str]) -> list[int]:
+    """[send socket, bound port socket, UDP socket] send buffers."""
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write("\n")
     proc.stdin.flush()
-    packet, udp = proc.stdout.readline().split()
-    return int(packet), int(udp)
+    return [int(x) for x in proc.stdout.readline().split()]
 
 
 @needs_root
-def test_the_packet_socket_bound_to_the_interface_is_enlarged_and_nothing_else(
-        child: subprocess.Popen[str]) -> None:
-    packet0, udp0 = buffers(child)
-    want = 8 * packet0 + 12_345
-    done = size_send_buffers(child.pid, proc_start_ticks(child.pid) or 0,
-                             {"lo": want, "nosuch0": want})
-    packet, udp = buffers(child)
-    assert packet >= want and done.sized == {"lo": packet}
-    assert udp == udp0  # not a packet socket: untouched
-    assert "nosuch0" in done.skipped and "lo" not in done.skipped
+def test_the_unbound_packet_socket_is_enlarged_and_nothing_else(
+        child: tuple[subprocess.Popen[str], int]) -> None:
+    proc, send_fd = child
+    send0, port0, udp0 = buffers(proc)
+    want = 8 * send0 + 12_345
+    done = size_send_buffers(proc.pid, proc_start_ticks(proc.pid) or 0, want)
+    send, port, udp = buffers(proc)
+    assert send >= want and done.sized == {send_fd: send} and not done.skipped
+    assert (port, udp) == (port0, udp0)  # bound to a port (receives), or not a packet one
     # never lowered
-    again = size_send_buffers(child.pid, proc_start_ticks(child.pid) or 0, {"lo": 1024})
-    assert buffers(child)[0] == packet and again.sized == {"lo": packet}
+    again = size_send_buffers(proc.pid, proc_start_ticks(proc.pid) or 0, 1024)
+    assert buffers(proc)[0] == send and again.sized == {send_fd: send}
 
 
 @needs_root
 def test_a_process_that_is_not_the_one_started_is_refused(
-        child: subprocess.Popen[str]) -> None:
-    packet0, _ = buffers(child)
-    ticks = proc_start_ticks(child.pid) or 0
+        child: tuple[subprocess.Popen[str], int]) -> None:
+    proc, _ = child
+    before = buffers(proc)
+    ticks = proc_start_ticks(proc.pid) or 0
     with pytest.raises(OSError, match="not the switch"):
-        size_send_buffers(child.pid, ticks + 1, {"lo": 64 * packet0})
-    assert buffers(child)[0] == packet0
+        size_send_buffers(proc.pid, ticks + 1, 64 * before[0])
+    assert buffers(proc) == before
 
 
 def test_a_gone_process_is_an_oserror() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     with pytest.raises(OSError):
-        size_send_buffers(proc.pid, 1, {"lo": 1 << 20})
+        size_send_buffers(proc.pid, 1, 1 << 20)
 
 
 def test_switch_send_buffer_outgrows_the_port_fifos() -> None:

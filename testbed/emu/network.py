@@ -384,11 +384,11 @@ class EmuNetwork:
                 raise RuntimeFailure(f"tc htb on {intf}: {out.strip()[:200]}")
 
     def _size_switch_sockets(self) -> None:
-        """The user-space switch's send socket of each shaped switch port, sized to hold
-        what the port's FIFOs hold (testbed.emu.sockbuf: else ovs-vswitchd drops, uncounted,
-        what the default buffer cannot take); `switch_sndbuf` records the outcome."""
-        want = {intf: switch_sndbuf_bytes(rate_mbps, len(sources))
-                for _, intf, rate_mbps, nic, sources in self.shaped if not nic}
+        """The user-space switch's send socket, sized to hold what all the shaped switch
+        ports' FIFOs hold (testbed.emu.sockbuf: else ovs-vswitchd drops, uncounted, what
+        the default 208 kB cannot take); `switch_sndbuf` records the outcome."""
+        want = sum(switch_sndbuf_bytes(rate_mbps, len(sources))
+                   for _, _, rate_mbps, nic, sources in self.shaped if not nic)
         if not want or self.datapath != "user" or self.ovs is None or self.state is None:
             return
         from testbed.emu.sockbuf import size_send_buffers
@@ -398,18 +398,38 @@ class EmuNetwork:
             if rec is None:
                 raise OSError("ovs-vswitchd is not in the run's state")
             done = size_send_buffers(rec.pid, rec.start_ticks, want)
+            if not done.sized:  # it opens its send socket with its first frame sent
+                self._send_one_frame()
+                done = size_send_buffers(rec.pid, rec.start_ticks, want)
+            if not done.sized:
+                raise OSError("no send socket found" + "".join(
+                    f"; fd {fd}: {why}" for fd, why in list(done.skipped.items())[:2]))
         except OSError as exc:
-            log.warning("the switch's port send buffers stay at the kernel's default (%s): "
-                        "frames a shared fabric link queues past it are dropped uncounted",
+            log.warning("the switch's send socket stays at the kernel's default buffer (%s): "
+                        "frames that shaped fabric ports queue past it are dropped uncounted",
                         exc)
-            self.switch_sndbuf = {"sized": 0, "ports": len(want), "error": str(exc)[:200]}
+            self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
             return
-        if done.skipped:
-            log.warning("switch send buffers: %d of %d ports not sized (%s)",
-                        len(want) - len(done.sized), len(want),
-                        "; ".join(f"{k}: {v}" for k, v in list(done.skipped.items())[:3]))
-        self.switch_sndbuf = {"sized": len(done.sized), "ports": len(want),
-                              "min_bytes": min(done.sized.values(), default=0)}
+        self.switch_sndbuf = {"wanted_bytes": want, "bytes": min(done.sized.values()),
+                              "sockets": len(done.sized)}
+        log.debug("switch send socket(s) sized: %s", self.switch_sndbuf)
+
+    def _send_one_frame(self) -> None:
+        """Make the user-space switch send one frame (a broadcast of the local
+        experimental EtherType 0x88b5, which a host's kernel discards) out of a port that
+        faces a host, so that it opens its send socket."""
+        hosts = {h.node for h in self.plan.hosts}
+        port = next(((sw, no) for (sw, other), no in self.ports.items() if other in hosts),
+                    None)
+        if port is None:
+            return
+        frame = "ff" * 6 + "020000000000" + "88b5" + "00" * 46
+        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "packet-out", port[0],
+                            "CONTROLLER", f"output:{int(port[1])}", frame],
+                           capture_output=True, text=True, timeout=self.startup_timeout_s,
+                           check=False)
+        if r.returncode != 0:
+            log.debug("ovs-ofctl packet-out %s: %s", port[0], r.stderr.strip()[:200])
 
     def _start_link_emulation(self, wait: bool = True) -> None:
         p = self.plan

@@ -1,18 +1,19 @@
-"""Send buffers of the user-space switch's port sockets, sized to the queues behind them.
+"""The user-space switch's send socket, sized to hold what its shaped ports' queues hold.
 
-ovs-vswitchd's userspace datapath sends each port's frames through one AF_PACKET socket.
-A frame sent stays charged to that socket until the port's qdisc has sent it, so the
-socket's send buffer (net.core.wmem_default, 208 kB) caps what a shaped port can queue:
-a 50 Mbit/s switch port whose HTB FIFOs hold 50 ms (312 kB each) queued at most ~200 kB
-of frames' truesize, and ovs-vswitchd dropped the rest when the send failed. Those drops
-are counted nowhere (not by tc, not in OVS's interface statistics): two rings sharing a
-spine link retransmitted 3.4 % of their TCP segments with no drop in any counter
-(docs/routing-testbed.md, "The switch's send buffers").
+ovs-vswitchd's userspace datapath receives through one AF_PACKET socket per port but
+sends every port's frames through a single unbound AF_PACKET socket. A frame sent stays
+charged to that socket until the port's qdisc has sent it, so the socket's send buffer
+(net.core.wmem_default, 208 kB) caps what ALL the shaped ports together can queue: at
+50 Mbit/s, about 30 ms of one port's rate, where the HTB FIFOs behind it hold 50 ms per
+class. When it is full, the send fails and ovs-vswitchd drops the frame, counted nowhere
+(not by tc, not in OVS's interface statistics, no kernel drop reason): two all-reduce
+rings sharing a spine link retransmitted 3.4 % of their TCP segments with no drop in any
+counter (docs/routing-testbed.md, "The switch's send socket").
 
-`size_send_buffers` takes a duplicate of each of those sockets from the switch process
+`size_send_buffers` takes a duplicate of that socket from the switch process
 (pidfd_getfd, Linux >= 5.6; the process is named by PID and start time, and pinned by its
-pidfd while it is touched) and sets SO_SNDBUFFORCE, so that the qdisc, not the socket,
-is the port's queue. Nothing else of the process is read or changed.
+pidfd while it is touched) and sets SO_SNDBUFFORCE, so that the qdiscs, not the socket,
+are the ports' queues. Nothing else of the process is read or changed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import ctypes
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,11 @@ SNDBUF_MAX_BYTES = 1 << 30  # the kernel keeps sk_sndbuf an int; far beyond any 
 
 @dataclass(frozen=True)
 class SizedSockets:
-    """What size_send_buffers did: sockets set per interface name, those left alone."""
+    """What size_send_buffers did: the send sockets' buffers now (bytes, as the kernel
+    keeps them, by the switch's fd number), and the sockets it could not touch (why)."""
 
-    sized: dict[str, int]        # ifname -> send buffer now (bytes, as the kernel keeps it)
-    skipped: dict[str, str]      # ifname or fd -> why
+    sized: dict[int, int]
+    skipped: dict[int, str]
 
 
 def _pidfd_getfd(pidfd: int, fd: int) -> int:
@@ -66,20 +68,22 @@ def _socket_fds(pid: int) -> list[int]:
     return sorted(out)
 
 
-def size_send_buffers(pid: int, start_ticks: int, want_bytes: Mapping[str, int],
+def size_send_buffers(pid: int, start_ticks: int, want_bytes: int,
                       start_ticks_of: Callable[[int], int | None] | None = None
                       ) -> SizedSockets:
-    """Set the send buffer of each AF_PACKET socket of process `pid` bound to an
-    interface in want_bytes to at least that many bytes (never lowered).
+    """Set the send buffer of process `pid`'s send sockets (AF_PACKET sockets bound to
+    no interface: ovs-vswitchd sends every port's frames through one such socket, and
+    receives through one bound socket per port) to at least want_bytes (never lowered).
 
     The process must still be the one that started at start_ticks (checked after its
-    pidfd is open, so the PID cannot be reused while the sockets are touched); else
-    OSError and nothing changed."""
+    pidfd is open, so the PID cannot be reused while its sockets are touched); else
+    OSError and nothing changed. No send socket yet (nothing sent so far): empty `sized`."""
     if start_ticks_of is None:
         from testbed.emu.state import proc_start_ticks as start_ticks_of
+    want = min(int(want_bytes), SNDBUF_MAX_BYTES)
     pidfd = os.pidfd_open(pid)
-    sized: dict[str, int] = {}
-    skipped: dict[str, str] = {}
+    sized: dict[int, int] = {}
+    skipped: dict[int, str] = {}
     try:
         if start_ticks_of(pid) != start_ticks:
             raise OSError(f"process {pid} is not the switch this run started")
@@ -87,28 +91,21 @@ def size_send_buffers(pid: int, start_ticks: int, want_bytes: Mapping[str, int],
             try:
                 local = _pidfd_getfd(pidfd, fd)
             except OSError as exc:
-                skipped[f"fd {fd}"] = str(exc)
+                skipped[fd] = str(exc)
                 continue
             sock = socket.socket(fileno=local)
             try:
-                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) != socket.AF_PACKET:
+                if (sock.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) != socket.AF_PACKET
+                        or sock.getsockname()[0]):  # bound to a port: receives only
                     continue
-                ifname = sock.getsockname()[0]  # resolved in the socket's own namespace
-                want = want_bytes.get(ifname)
-                if want is None:
-                    continue
-                want = min(int(want), SNDBUF_MAX_BYTES)
-                have = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-                if have < want:  # the kernel doubles what it is given
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < want:
+                    # the kernel doubles what it is given
                     sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, (want + 1) // 2)
-                sized[ifname] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+                sized[fd] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
             except OSError as exc:
-                skipped[f"fd {fd}"] = str(exc)
+                skipped[fd] = str(exc)
             finally:
                 sock.close()  # our duplicate only: the switch's own fd stays open
     finally:
         os.close(pidfd)
-    for ifname in want_bytes:
-        if ifname not in sized:
-            skipped.setdefault(ifname, "no packet socket of the switch is bound to it")
     return SizedSockets(sized, skipped)
