@@ -271,7 +271,7 @@ def test_cluster_up_calibrates_again_while_pairs_are_out_of_band(
         calls.append(1)
         return {"enabled": True, "settled": False, "corrections_applied": 2}
 
-    monkeypatch.setattr(cluster_cmd, "_check_pairs", check)
+    monkeypatch.setattr(cluster_cmd, "check_pairs", check)
     monkeypatch.setattr(cluster_cmd, "_calibrate", calibrate)
     up = cluster_cmd.UpRun(None, None, type("P", (), {"prefix": "lp0001"})(), None, {}, [],
                            {}, {"enabled": True})

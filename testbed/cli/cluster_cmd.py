@@ -360,7 +360,7 @@ def _check_and_recheck(up: UpRun, probes: list[Any], record: dict[str, Any], out
     from testbed.orchestrate.run import RTT_RECHECKS
 
     rechecks: list[dict[str, Any]] = []
-    failure, doc = _check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration)
+    failure, doc = check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration)
     while (not failure and up.calibration.get("enabled") and len(rechecks) < RTT_RECHECKS
            and doc["pairs_within_band"] < doc["pairs_planned"]):
         outside = [str(r["pair"]) for r in doc["pairs"]
@@ -374,12 +374,12 @@ def _check_and_recheck(up: UpRun, probes: list[Any], record: dict[str, Any], out
         rechecks.append({"out_of_band": outside,
                          "calibration_settled": bool(up.calibration.get("settled")),
                          "corrections_applied": up.calibration.get("corrections_applied")})
-        failure, doc = _check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration,
+        failure, doc = check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration,
                                     rechecks)
     return failure
 
 
-def _check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
+def check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
                  calibration: dict[str, Any] | None = None,
                  rechecks: list[dict[str, Any]] | None = None,
                  name: str = "cluster_rtt.json") -> tuple[str, dict[str, Any]]:

@@ -167,7 +167,7 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
 def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> tuple[Any, Any, dict[str, Any]]:
     """The run's controller across the machines (testbed.cluster.ctlrun) and every DC pair
     pinged on its rules; (controller, the plan with its lightpaths, the record)."""
-    from testbed.cli.cluster_cmd import _check_pairs
+    from testbed.cli.cluster_cmd import check_pairs
     from testbed.cluster.ctlrun import start_cluster_controller
     from testbed.cluster.sharedoc import pair_probes
     from testbed.envprobe import startup_timeout_s
@@ -181,7 +181,7 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> tuple[Any, Any, d
         say(f"emu: controller: {n} switches on {len(rec['switches'])} machine(s) synced in "
             f"{rec['synced_s']:.2f} s through the agents; {rec['lightpaths']} lightpath(s) "
             f"set up", quiet)
-        failure, doc = _check_pairs(up.cluster, plan.prefix, pair_probes(plan, up.placement),
+        failure, doc = check_pairs(up.cluster, plan.prefix, pair_probes(plan, up.placement),
                                     stage, up.calibration, name="cluster_rtt_controller.json")
         rec["pairs_answered"] = doc["pairs_answered"]
         rec["pairs_within_band"] = doc["pairs_within_band"]

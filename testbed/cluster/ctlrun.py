@@ -21,7 +21,6 @@ The steps (`start_cluster_controller`), each an existing piece:
 from __future__ import annotations
 
 import logging
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -58,26 +57,14 @@ def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: fl
     the step, the controller stopped."""
     import time
 
-    from testbed.orchestrate.controller import (
-        controller_available,
-        setup_plan_lightpaths,
-        write_spec,
-    )
+    from testbed.orchestrate.controller import launch_controller, setup_plan_lightpaths
     from testbed.orchestrate.ctl_process import start_controller
     from testbed.orchestrate.glue import layout_from_plan, put_layout, wait_synced
 
-    ok, why = controller_available()
-    if not ok:
-        raise RuntimeFailure(why)
     t0 = time.monotonic()
-    spec = write_spec(up.scenario, run_dir / "controller-scenario.yaml")
-    try:
-        ctl = start_controller(spec, run_dir / "controller.db",
-                               token=secrets.token_urlsafe(18),
-                               log_path=run_dir / "controller.log", timeout_s=timeout_s,
-                               die_with_parent=True)
-    except RuntimeError as exc:
-        raise RuntimeFailure(f"controller start-up failed: {exc}") from None
+    ctl = launch_controller(up.scenario, run_dir, lambda spec, token: start_controller(
+        spec, run_dir / "controller.db", token=token, log_path=run_dir / "controller.log",
+        timeout_s=timeout_s, die_with_parent=True))
     try:
         # As on one machine: probe as slowly as we wait (a slow guest answers late).
         probe_ms = max(5000, int(timeout_s * 1000 / 4))

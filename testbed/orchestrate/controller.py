@@ -17,6 +17,7 @@ import dataclasses
 import importlib.util
 import logging
 import secrets
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,24 +73,32 @@ def plan_lightpaths_refused(scenario: Scenario, plan: EmuPlan) -> str | None:
     return None
 
 
-def start_run_controller(net: LiveNetwork, scenario: Scenario, run_dir: Path,
-                         token: str | None = None) -> ControllerProcess:
-    """Start and attach the controller for a started EmuNetwork; set up its lightpaths."""
-    from testbed.orchestrate.glue import attach_controller
-
+def launch_controller(scenario: Scenario, run_dir: Path,
+                      start: Callable[[Path, str], ControllerProcess],
+                      token: str | None = None) -> ControllerProcess:
+    """What every run does to start its controller: check os-ken is there, write the
+    scenario it serves into run_dir, and call start(spec, token) with a fresh token
+    (unless one is given); RuntimeFailure naming what failed."""
     ok, why = controller_available()
     if not ok:
         raise RuntimeFailure(why)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = write_spec(scenario, run_dir / "controller-scenario.yaml")
-    token = token or secrets.token_urlsafe(18)
     try:
-        # issue 14: scaled with the machine (or the scenario's startup_timeout_s)
-        ctl = attach_controller(net, spec, run_dir, token=token,
-                                timeout_s=net.startup_timeout_s)
+        return start(spec, token or secrets.token_urlsafe(18))
     except RuntimeError as exc:
         raise RuntimeFailure(f"controller start-up failed: {exc}") from None
+
+
+def start_run_controller(net: LiveNetwork, scenario: Scenario, run_dir: Path,
+                         token: str | None = None) -> ControllerProcess:
+    """Start and attach the controller for a started EmuNetwork; set up its lightpaths."""
+    from testbed.orchestrate.glue import attach_controller
+
+    # issue 14: scaled with the machine (or the scenario's startup_timeout_s)
+    ctl = launch_controller(scenario, run_dir, lambda spec, tok: attach_controller(
+        net, spec, Path(run_dir), token=tok, timeout_s=net.startup_timeout_s), token)
     if net.state is not None:
         net.state.add_proc(ctl.proc.pid, "controller", "os-ken")
     net.attach_controller_client(ctl)  # for workload steps that call the REST API
