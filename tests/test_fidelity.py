@@ -49,7 +49,8 @@ def good_inputs() -> dict:
             "forwarder_stats": [fwd_stats()],
             "tcp": {"h0": {"TcpOutSegs": 10_000, "TcpRetransSegs": 10}},
             "jobs": [{"job": "job0", "cpu_share_median": 0.95, "op_overrun_median": 0.01}],
-            "host": {"steal_frac": 0.0}}
+            "host": {"steal_frac": 0.0},
+            "send_socket": {"wanted_bytes": 1000, "bytes": 1000, "sockets": 1}}
 
 
 def by_name(v: dict) -> dict[str, dict]:
@@ -63,7 +64,7 @@ def test_a_run_within_every_bound_is_faithful() -> None:
     assert set(inv) == {"rtt_median_error", "rtt_p99_error", "forwarder_cpu_share",
                         "switch_cpu_share", "worker_cpu_share", "worker_compute_share",
                         "worker_timer_slack", "forwarder_timer_slack", "emulator_drops",
-                        "tcp_retransmits", "host_steal"}
+                        "tcp_retransmits", "switch_send_socket", "host_steal"}
     assert all(i["measured"] and i["ok"] for i in inv.values())
     assert inv["rtt_median_error"]["value"] == pytest.approx(0.2)  # a~b, |+0.2| > |-0.2|
     assert inv["rtt_p99_error"]["value"] == pytest.approx(0.9)  # p99 of 20 = the largest
@@ -161,6 +162,23 @@ def test_the_switch_sockets_drops_are_the_emulators_not_tcps() -> None:
     assert fid.verdict(Scale(), **good_inputs())["faithful"]  # none dropped: no change
 
 
+def test_the_switch_send_socket_must_hold_the_ports_fifos() -> None:
+    """Sized to what was wanted: passes, with the figures; smaller, or not sized at all
+    (the error named): fails, so a run whose switch may drop uncounted is not faithful."""
+    d = good_inputs()
+    v = fid.verdict(Scale(), **d)
+    inv = by_name(v)["switch_send_socket"]
+    assert v["faithful"] and inv["measured"] and inv["detail"] == "1000 of 1000 bytes"
+    assert v["switch_send_buffers"]["sockets"] == 1
+    d["send_socket"] = {"wanted_bytes": 1000, "bytes": 500}
+    small = fid.verdict(Scale(), **d)
+    assert not small["faithful"] and small["reasons"][0].startswith("switch_send_socket 50")
+    d["send_socket"] = {"wanted_bytes": 1000, "error": "no send socket found"}
+    failed = fid.verdict(Scale(), **d)
+    assert not failed["faithful"]
+    assert failed["reasons"] == ["switch_send_socket: not sized (no send socket found)"]
+
+
 def test_a_threads_run_time_stays_counted_after_it_exits() -> None:
     """schedstat is per thread and leaves /proc with it: the sums keep an exited thread's
     last figures, so a process's run time never falls between readings (a worker's did,
@@ -216,7 +234,8 @@ def test_unmeasured_parts_are_listed_not_failed() -> None:
     inv = by_name(v)
     assert not inv["worker_cpu_share"]["measured"] and inv["worker_cpu_share"]["ok"]
     assert not inv["emulator_drops"]["measured"]
-    assert "2 of 11 invariants measured" in fid.verdict_line(v)
+    assert not inv["switch_send_socket"]["measured"]  # no shaped switch port
+    assert "2 of 12 invariants measured" in fid.verdict_line(v)
 
 
 def test_nearly_idle_processes_are_judged_together() -> None:
@@ -345,7 +364,7 @@ def test_report_section_shows_the_verdict_each_invariant_and_the_parts(tmp_path)
     assert "time_factor 10" in sec.text
     invs, lps, procs = sec.tables
     rows = {r[0]: r for r in invs.rows}
-    assert len(rows) == 11
+    assert len(rows) == 12
     assert rows["forwarder_cpu_share"][1:5] == ["60.0 %", ">=", "90.0 %", "FAIL"]
     assert rows["rtt_median_error"][4] == "pass"
     assert [r[0] for r in lps.rows] == ["a~b", "a~c"] and lps.rows[0][3] == pytest.approx(0.02)

@@ -45,7 +45,7 @@ SCENARIO: dict[str, Any] = {
 EVERY_INVARIANT = {"rtt_median_error", "rtt_p99_error", "forwarder_cpu_share",
                    "switch_cpu_share", "worker_cpu_share", "worker_compute_share",
                    "worker_timer_slack", "forwarder_timer_slack", "emulator_drops",
-                   "tcp_retransmits", "host_steal"}
+                   "tcp_retransmits", "switch_send_socket", "host_steal"}
 
 
 def _skip_reason() -> str | None:
@@ -90,7 +90,9 @@ def test_every_invariant_is_measured_on_a_pipeline_run(spec: Path, tmp_path: Pat
     inv = {i["name"]: i for i in v["invariants"]}
     assert set(inv) == EVERY_INVARIANT
     unmeasured = [n for n, i in inv.items() if not i["measured"]]
-    assert not unmeasured, unmeasured
+    # no shaped switch port here (WAN fibres only): the switch's send socket is left as
+    # it is; test_routing_emu measures it on a shaped leaf-spine fabric
+    assert unmeasured == ["switch_send_socket"], unmeasured
     assert v["faithful"] == all(i["ok"] for i in inv.values())
     assert bool(v["reasons"]) != v["faithful"]  # reasons exactly when not faithful
     # each part, measured on this run's own processes and namespaces

@@ -282,6 +282,22 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
     return [slack_inv, drop_inv, tcp_inv]
 
 
+def send_socket_invariant(sndbuf: Mapping[str, Any] | None) -> Invariant:
+    """The user-space switch's send socket holds what its shaped ports' FIFOs hold
+    (testbed.emu.sockbuf; `sndbuf` is the network's `switch_sndbuf`): else ovs-vswitchd
+    drops, counted nowhere, what they queue past its buffer. Not measured where nothing
+    needed it (no shaped switch port, kernel datapath); failed where it could not be done."""
+    sndbuf = sndbuf or {}
+    want = sndbuf.get("wanted_bytes")
+    have = sndbuf.get("bytes")
+    value = have / want if want and have is not None else None
+    return Invariant("switch_send_socket", value, 1.0, "min", "share",
+                     f"{have} of {want} bytes" if value is not None else "",
+                     "no frame a shaped switch port queues is dropped uncounted by the "
+                     "switch's one send socket",
+                     missing=(f"not sized ({sndbuf['error']})" if sndbuf.get("error") else ""))
+
+
 # ---- the verdict -------------------------------------------------------------------------
 def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             procs: Sequence[Mapping[str, Any]] = (),
@@ -290,7 +306,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             jobs: Sequence[Mapping[str, Any]] = (),
             host: Mapping[str, Any] | None = None,
             fabric: Mapping[str, int] | None = None,
-            switch: Mapping[str, int] | None = None) -> dict[str, Any]:
+            switch: Mapping[str, int] | None = None,
+            send_socket: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """summary.json `fidelity`: faithful or not, the reasons (failed invariants), every
     invariant as a record, and what was measured (per lightpath, per process).
 
@@ -302,7 +319,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     machine's load (testbed.metrics.hostload summary: steal_frac); fabric: the shaped DC
     fabric links' queue drops (testbed.emu.fidelity_probe.fabric_drops); switch: the
     user-space switch's receive socket drops (testbed.emu.fidelity_probe.
-    switch_socket_drops)."""
+    switch_socket_drops); send_socket: its send socket's sizing (the network's
+    switch_sndbuf, testbed.emu.sockbuf)."""
     errors = lightpath_rtt_errors(rtt_rows, scale)
     tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
     invs = [*rtt_invariants(errors),
@@ -314,6 +332,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
                             "the workers had a CPU when they wanted one"),
             _worst_job(jobs, 0), _worst_job(jobs, 1),
             *link_invariants(tot, tcp or {}, scale, fabric, switch),
+            send_socket_invariant(send_socket),
             steal_invariant(host)]
     failed = [i for i in invs if not i.ok]
     return {"faithful": not failed, "reasons": [i.reason() for i in failed],
@@ -322,7 +341,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             "lightpaths": errors, "processes": list(procs),
             "forwarders": {k: v for k, v in (tot or {}).items() if v is not None},
             "tcp": dict(tcp or {}), "fabric_drops": dict(fabric or {}),
-            "switch_socket_drops": dict(switch or {})}
+            "switch_socket_drops": dict(switch or {}),
+            **({"switch_send_buffers": dict(send_socket)} if send_socket else {})}
 
 
 def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:

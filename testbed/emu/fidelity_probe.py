@@ -184,13 +184,10 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
     for p in procs:  # a forwarder by its fibre (the link exporter's label)
         if p["role"] == "forwarder" and p["name"] in fibre_of:
             p["name"] = fibre_of[p["name"]]
-    v = verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
-                host_tcp_counters(net), list(work.get("worker_jobs", [])),
-                host if host is not None else work.get("host_load"), fabric_drops(net),
-                switch_socket_drops(net))
-    if getattr(net, "switch_sndbuf", None):  # testbed.emu.sockbuf's outcome, at start
-        v["switch_send_buffers"] = dict(net.switch_sndbuf)
-    return v
+    return verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
+                   host_tcp_counters(net), list(work.get("worker_jobs", [])),
+                   host if host is not None else work.get("host_load"), fabric_drops(net),
+                   switch_socket_drops(net), getattr(net, "switch_sndbuf", None))
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any
