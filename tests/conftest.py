@@ -94,6 +94,32 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.stress)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test's pytest-timeout (its own `timeout` mark, else pyproject's `timeout`)
+    scaled as its deadlines are (tests.waiting.time_scale: a machine slower than the
+    reference gets proportionally longer): the whole-test limit only stops a hang, and a
+    fixed one killed a test whose scaled steps were all within their own deadlines
+    (test_readme_slow_commands, 900 s, on a machine 1.7x slower, 2026-11-28)."""
+    from tests.waiting import time_scale
+
+    scale = time_scale()
+    if scale == 1.0:
+        return
+    try:
+        default = float(config.getini("timeout") or 0)
+    except (ValueError, TypeError):
+        default = 0.0
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        base = default
+        kwargs: dict[str, Any] = {}
+        if mark is not None:
+            kwargs = {k: v for k, v in mark.kwargs.items() if k != "timeout"}
+            base = float(mark.args[0] if mark.args else mark.kwargs.get("timeout", 0) or 0)
+        if base > 0:
+            item.add_marker(pytest.mark.timeout(base * scale, **kwargs), append=False)
+
+
 _THREADS_LEFT: list[tuple[str, list[str]]] = []  # (test, threads it left running)
 
 

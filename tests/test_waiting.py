@@ -1,5 +1,5 @@
 """tests/waiting.py: wait_until returns the predicate's value, names what it waited for, and
-scales its deadline by LIGHTPIPE_TEST_TIME_SCALE."""
+scales its deadline by LIGHTPIPE_TEST_TIME_SCALE, else by the machine's measured slowness."""
 
 from __future__ import annotations
 
@@ -32,8 +32,13 @@ def test_alive_stops_the_wait_with_its_reason() -> None:
 
 
 def test_scale_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed import envprobe
+
     monkeypatch.delenv(SCALE_ENV, raising=False)
-    assert scaled(30) == 30
+    monkeypatch.setattr(envprobe, "machine_slowness", lambda: 1.7)
+    assert scaled(30) == pytest.approx(51)  # a machine 1.7x slower than the reference
+    monkeypatch.setattr(envprobe, "machine_slowness", lambda: 0.5)
+    assert scaled(30) == 30  # never shorter than written
     monkeypatch.setenv(SCALE_ENV, "2.5")
     assert scaled(30) == 75
     for bad in ("fast", "0", "-1", "inf", "nan"):

@@ -16,11 +16,17 @@ DEFAULT_TIMEOUT_S = 60.0
 
 
 def time_scale() -> float:
-    """The factor every test deadline is multiplied by: LIGHTPIPE_TEST_TIME_SCALE (default 1).
+    """The factor every test deadline is multiplied by: LIGHTPIPE_TEST_TIME_SCALE if set,
+    else how much slower than the reference machine this one runs Python
+    (testbed.envprobe.machine_slowness, >= 1; LIGHTPIPE_TIMEOUT_SCALE overrides it).
 
-    A slower or busier machine (CI under load, a VM under software emulation) raises it
-    instead of editing tests; a deadline only stops a broken run from hanging."""
-    raw = os.environ.get(SCALE_ENV, "1")
+    A slower or busier machine (CI under load, a VM under software emulation) gets longer
+    deadlines instead of edited tests; a deadline only stops a broken run from hanging."""
+    raw = os.environ.get(SCALE_ENV)
+    if raw is None:
+        from testbed import envprobe
+
+        return max(1.0, envprobe.machine_slowness())
     try:
         scale = float(raw)
     except ValueError:
@@ -31,7 +37,7 @@ def time_scale() -> float:
 
 
 def scaled(seconds: float) -> float:
-    """A deadline in seconds, scaled by LIGHTPIPE_TEST_TIME_SCALE."""
+    """A deadline in seconds, scaled by time_scale()."""
     return seconds * time_scale()
 
 
