@@ -23,8 +23,8 @@ GSO_FRAME_S = 0.0025      # a host's GSO frames: at most 2.5 ms of its NIC's rat
 MIN_GSO_BYTES = 9000      # ... but several segments (one-MSS frames cost the switch 44x)
 MAX_GSO_BYTES = 65536     # the kernel's own limit
 UNLIMITED_GBPS = 1e6      # a link without a rate in the routing graph
-# The user-space switch's send socket of a shaped port holds every frame its qdisc holds
-# (testbed.emu.sockbuf): its buffer must outgrow the port's FIFOs, counted as the kernel
+# The user-space switch's one send socket holds every frame its shaped ports' qdiscs hold
+# (testbed.emu.sockbuf): its buffer must outgrow all their FIFOs, counted as the kernel
 # charges frames (truesize: a 1514-byte frame takes a 4 kB page, ~3.3x), with room to spare.
 SOCKET_TRUESIZE_FACTOR = 4
 MIN_SWITCH_SNDBUF_BYTES = 4 << 20
@@ -41,8 +41,9 @@ def switch_fifo_bytes(rate_mbps: float) -> int:
 
 
 def switch_sndbuf_bytes(rate_mbps: float, n_sources: int) -> int:
-    """Send buffer a shaped switch port's socket needs (testbed.emu.sockbuf): all of its
-    FIFOs (one per source host and one for the rest, or one) x SOCKET_TRUESIZE_FACTOR."""
+    """What one shaped switch port needs of the switch's send socket (testbed.emu.sockbuf;
+    the network sums it over its ports): all of the port's FIFOs (one per source host and
+    one for the rest, or one) x SOCKET_TRUESIZE_FACTOR, at least MIN_SWITCH_SNDBUF_BYTES."""
     fifos = n_sources + 1 if n_sources else 1
     return max(MIN_SWITCH_SNDBUF_BYTES,
                SOCKET_TRUESIZE_FACTOR * fifos * switch_fifo_bytes(rate_mbps))

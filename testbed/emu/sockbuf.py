@@ -19,13 +19,10 @@ are the ports' queues. Nothing else of the process is read or changed.
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-
-log = logging.getLogger(__name__)
 
 SO_SNDBUFFORCE = 32       # asm-generic/socket.h (socket module lacks it on 3.11)
 SYS_PIDFD_GETFD = {"x86_64": 438, "aarch64": 438}  # the same on the generic table
@@ -93,7 +90,12 @@ def size_send_buffers(pid: int, start_ticks: int, want_bytes: int,
             except OSError as exc:
                 skipped[fd] = str(exc)
                 continue
-            sock = socket.socket(fileno=local)
+            try:
+                sock = socket.socket(fileno=local)
+            except OSError as exc:  # a family Python cannot wrap: not ours to touch
+                os.close(local)
+                skipped[fd] = str(exc)
+                continue
             try:
                 if (sock.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) != socket.AF_PACKET
                         or sock.getsockname()[0]):  # bound to a port: receives only
