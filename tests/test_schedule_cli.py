@@ -97,7 +97,7 @@ def test_reproduce_crosspipe_quick(tmp_path: Path) -> None:
     # consistently; the schedules it found must still beat or equal every baseline (below:
     # the solver starts from the best heuristic and never returns anything worse).
     assert s["all_optimal"] == (s["max_gap"] == 0.0), s
-    assert 0.0 <= s["max_gap"] < 1.0
+    assert 0.0 <= s["max_gap"] <= 1.0
     assert s["opt_never_beaten_at_equal_bytes"]
     assert s["max_reduction_vs_1f1b_same_memory_pct"] > 10
     for g in s["reductions"]:

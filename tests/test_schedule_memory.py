@@ -143,6 +143,10 @@ def test_optimum_out_of_time_falls_back_to_the_best_heuristic(mm: MemoryModel) -
     mine = measure(prob, mm, opt, budget)
     assert mine.fits and mine.iteration_time_ms <= hint.iteration_time_ms + 1e-9
     assert opt.info["unsplit_opt_ms"] is not None
+    # an answer the solver did not prove says so: a gap against its bound, never "none"
+    if opt.info["solver_status"] != "OPTIMAL":
+        assert opt.info["gap"] is not None and 0.0 < opt.info["gap"] <= 1.0, opt.info
+        assert opt.info["objective_ms"] is not None
 
 
 def test_registry_opt_with_split_backward_never_loses_to_zb_h1() -> None:

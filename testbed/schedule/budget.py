@@ -127,8 +127,20 @@ def optimal(problem: PipelineProblem, memory: MemoryModel,
                 hint=hint.schedule.name, hint_ms=hint.iteration_time_ms,
                 unsplit_opt_ms=u.iteration_time_ms,
                 unsplit_status=unsplit.info.get("solver_status"),
-                gap=max(0.0, (exact - bound) / exact) if bound is not None and exact else None)
+                gap=_proven_gap(info.get("solver_status"), exact, bound))
+    # proven: the solver said so, or its bound already meets the schedule returned
+    info["proven_optimal"] = info["gap"] == 0.0
     return Schedule(name, res.schedule.actions, res.schedule.virtual_stages, info)
+
+
+def _proven_gap(status: object, exact_ms: float, bound_ms: float | None) -> float:
+    """The gap between the schedule returned and the solver's bound: 0.0 when proven
+    optimal, 1.0 when there is no bound (nothing proven)."""
+    if status == "OPTIMAL":
+        return 0.0
+    if bound_ms is None or exact_ms <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (exact_ms - bound_ms) / exact_ms))
 
 
 def _fits_caps(problem: PipelineProblem, schedule: Schedule) -> bool:
