@@ -10,6 +10,7 @@ hang fails the test instead of hanging it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pwd
@@ -295,7 +296,7 @@ def test_clean_with_its_state_dir_removes_a_held_run_and_dry_run_lists_it_all(
     """The proof that works: a run holding its namespaces (bind mounts in its state dir).
     --dry-run lists each process (pid, command, why), namespace and file and touches
     nothing; clean then kills exactly those and releases the references."""
-    from testbed.emu.netns import create_named
+    from testbed.emu.netns import enter_new_named, leave_netns
     from testbed.emu.state import new_state
 
     state = state_root(tmp_path)
@@ -303,9 +304,8 @@ def test_clean_with_its_state_dir_removes_a_held_run_and_dry_run_lists_it_all(
     prefix = new_prefix(state)
     st = new_state(prefix)
     st.netns = prefix
-    create_named(prefix)
+    leave_netns(enter_new_named(prefix, lambda path: st.hold_netns("netns", path)))
     try:
-        st.hold_netns("netns", f"/run/netns/{prefix}")
         node = ready(["unshare", "-n", "sh", "-c", "echo ready; exec sleep 300"])
         st.add_proc(node.pid, "host-shell", "h1")
         st.hold_netns("h1", f"/proc/{node.pid}/ns/net")
@@ -535,3 +535,54 @@ def test_directories_and_records_made_under_umask_000_are_not_writable_by_others
     files = [p for p in out.rglob("*") if p.is_file()]
     assert files and all(stat.S_IMODE(p.stat().st_mode) & 0o022 == 0 for p in files), \
         {p.name: oct(p.stat().st_mode) for p in files}
+
+
+@need_root
+def test_a_run_namespace_is_held_before_it_is_named(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill between naming and holding left /run/netns/<prefix> that no run could prove
+    its own (CI, 2026-11-28: lp1d84). The hold comes first; a failed hold names nothing
+    and leaves the thread in its own namespace; teardown deletes a name only when held."""
+    from testbed.emu.netns import enter_new_named, leave_netns
+    from testbed.emu.nsref import held, ns_ident, release_all
+    from testbed.emu.state import named_is_held, new_state
+
+    state = state_root(tmp_path)
+    monkeypatch.setenv("LIGHTPIPE_STATE_DIR", str(state))
+    home = ns_ident("/proc/thread-self/ns/net")
+    prefix = new_prefix(state)
+    seen: list[bool] = []
+
+    def refuse(path: str) -> None:
+        seen.append(Path("/run/netns", prefix).exists())
+        raise OSError(errno.EPERM, "refused")
+
+    with pytest.raises(OSError, match="refused"):
+        enter_new_named(prefix, refuse)
+    assert seen == [False] and not Path("/run/netns", prefix).exists()
+    assert ns_ident("/proc/thread-self/ns/net") == home
+
+    st = new_state(prefix)
+
+    def hold(path: str) -> None:
+        seen.append(Path("/run/netns", prefix).exists())
+        st.hold_netns("netns", path)
+
+    back = enter_new_named(prefix, hold)
+    inside = ns_ident("/proc/thread-self/ns/net")
+    leave_netns(back)
+    try:
+        assert seen == [False, False] and ns_ident("/proc/thread-self/ns/net") == home
+        assert ns_ident(Path("/run/netns", prefix)) == inside != home
+        assert held(Path(st.state_dir)) == {"netns": inside}
+        assert named_is_held(Path(st.state_dir), prefix)
+        # a namespace the run does not hold is not its own
+        other = new_prefix(state)
+        subprocess.run(["ip", "netns", "add", other], check=True)
+        try:
+            assert not named_is_held(Path(st.state_dir), other)
+        finally:
+            subprocess.run(["ip", "netns", "del", other], check=False)
+    finally:
+        subprocess.run(["ip", "netns", "del", prefix], check=False)
+        release_all(Path(st.state_dir))

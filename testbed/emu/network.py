@@ -30,7 +30,7 @@ from testbed.emu import links as linkemu
 from testbed.emu.fabric import htb_script, switch_sndbuf_bytes
 from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
 from testbed.emu.live import RestClient
-from testbed.emu.netns import create_named, enter_netns, leave_netns
+from testbed.emu.netns import enter_new_named, leave_netns
 from testbed.emu.ovs import PrivateOVS
 from testbed.emu.plan import EmuPlan, LightpathPlan
 from testbed.emu.state import (
@@ -39,6 +39,7 @@ from testbed.emu.state import (
     delete_netns,
     kill_in_held,
     kill_procs,
+    named_is_held,
     new_state,
     release_held,
     signal_if,
@@ -205,11 +206,10 @@ class EmuNetwork:
         self.state = new_state(p.prefix)
         self.state.netns = p.prefix
         self.state.save()
-        create_named(p.prefix)
-        # Held by a bind mount under the state dir until teardown: the proof `clean`
-        # needs that /run/netns/<prefix> is this run's (testbed.emu.nsref).
-        self.state.hold_netns("netns", f"/run/netns/{p.prefix}")
-        self._back_fd = enter_netns(f"/run/netns/{p.prefix}")
+        # Held by a bind mount under the state dir (before it is named) until teardown:
+        # the proof `clean` needs that /run/netns/<prefix> is this run's (testbed.emu.nsref).
+        state = self.state
+        self._back_fd = enter_new_named(p.prefix, lambda path: state.hold_netns("netns", path))
         subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
         self.ovs = PrivateOVS(self.state_dir, userspace_tso=self.datapath == "user",
                               timeout_s=self.startup_timeout_s)
@@ -485,8 +485,8 @@ class EmuNetwork:
                 os.environ[key] = value
         self._saved_env.clear()
         if st is not None:
-            if st.netns:
-                delete_netns(st.netns)
+            if st.netns and named_is_held(Path(st.state_dir), st.netns):
+                delete_netns(st.netns)  # never a same-named namespace this run did not make
             import shutil
 
             if release_held(Path(st.state_dir)):  # else `clean` finds them held

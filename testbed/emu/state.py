@@ -251,6 +251,17 @@ def delete_netns(name: str) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def named_is_held(state_dir: Path, name: str) -> bool:
+    """True when /run/netns/<name> is a namespace the run in state_dir holds."""
+    from testbed.emu.nsref import held, ns_ident
+
+    try:
+        ident = ns_ident(Path("/run/netns", name))
+    except OSError:
+        return False
+    return ident in held(Path(state_dir)).values()
+
+
 def release_held(state_dir: Path) -> bool:
     from testbed.emu.nsref import release_all
 
