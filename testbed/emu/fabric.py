@@ -8,7 +8,7 @@ plan's leaf-spine DC into the directed capacitated graph that testbed.routing ro
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
@@ -41,12 +41,18 @@ def switch_fifo_bytes(rate_mbps: float) -> int:
 
 
 def switch_sndbuf_bytes(rate_mbps: float, n_sources: int) -> int:
-    """What one shaped switch port needs of the switch's send socket (testbed.emu.sockbuf;
-    the network sums it over its ports): all of the port's FIFOs (one per source host and
-    one for the rest, or one) x SOCKET_TRUESIZE_FACTOR, at least MIN_SWITCH_SNDBUF_BYTES."""
+    """What one shaped switch port needs of the switch's send socket (testbed.emu.sockbuf):
+    all of the port's FIFOs (one per source host and one for the rest, or one) x
+    SOCKET_TRUESIZE_FACTOR."""
     fifos = n_sources + 1 if n_sources else 1
-    return max(MIN_SWITCH_SNDBUF_BYTES,
-               SOCKET_TRUESIZE_FACTOR * fifos * switch_fifo_bytes(rate_mbps))
+    return SOCKET_TRUESIZE_FACTOR * fifos * switch_fifo_bytes(rate_mbps)
+
+
+def switch_socket_sndbuf_bytes(ports: Iterable[tuple[float, int]]) -> int:
+    """The switch's one send socket for all its shaped ports ((rate_mbps, n_sources)
+    each): their needs summed, at least MIN_SWITCH_SNDBUF_BYTES; 0 without a port."""
+    total = sum(switch_sndbuf_bytes(rate, n) for rate, n in ports)
+    return max(MIN_SWITCH_SNDBUF_BYTES, total) if total else 0
 
 
 def nic_gso_bytes(rate_mbps: float) -> int:

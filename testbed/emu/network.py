@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from testbed.emu import links as linkemu
-from testbed.emu.fabric import htb_script, switch_sndbuf_bytes
+from testbed.emu.fabric import htb_script, switch_socket_sndbuf_bytes
 from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
 from testbed.emu.live import RestClient
 from testbed.emu.netns import enter_new_named, leave_netns
@@ -387,8 +387,9 @@ class EmuNetwork:
         """The user-space switch's send socket, sized to hold what all the shaped switch
         ports' FIFOs hold (testbed.emu.sockbuf: else ovs-vswitchd drops, uncounted, what
         the default 208 kB cannot take); `switch_sndbuf` records the outcome."""
-        want = sum(switch_sndbuf_bytes(rate_mbps, len(sources))
-                   for _, _, rate_mbps, nic, sources in self.shaped if not nic)
+        want = switch_socket_sndbuf_bytes((rate_mbps, len(sources))
+                                          for _, _, rate_mbps, nic, sources in self.shaped
+                                          if not nic)
         if not want or self.datapath != "user" or self.ovs is None or self.state is None:
             return
         from testbed.emu.sockbuf import size_send_buffers
