@@ -9,7 +9,7 @@ OUT ?= runs/demo
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock scripts/setup.sh
+$(STAMP): pyproject.toml requirements.lock scripts/setup.sh scripts/aptlib.sh
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 

@@ -20,18 +20,13 @@ SYS_PKGS=(mininet openvswitch-switch iperf3 ethtool iptables nftables prometheus
 
 log() { echo "setup: $*" >&2; }
 
+# shellcheck source=scripts/aptlib.sh
+source "$(dirname "$0")/aptlib.sh"  # apt_missing, apt_ensure
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  missing=()
-  for p in "${SYS_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing system packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=300 update -qq
-    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
-  else
+  if [ -z "$(apt_missing "${SYS_PKGS[@]}")" ]; then
     log "system packages present"
+  else
+    apt_ensure setup "${SYS_PKGS[@]}"
   fi
 else
   log "not root (or no apt-get): skipping system packages; emulation will be unavailable"

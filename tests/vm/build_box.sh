@@ -29,7 +29,7 @@ INCLUDE=systemd,systemd-sysv,systemd-resolved,dbus,udev,iproute2,kmod,ca-certifi
 # The apt lists are kept.
 PREINSTALL=(gnupg)
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-SETUP_FILES=(scripts/setup.sh requirements.lock)
+SETUP_FILES=(scripts/setup.sh scripts/aptlib.sh requirements.lock)
 GUEST_VENV=/lightpipe/.venv
 DISK_GB=12
 APT_PKGS=(debootstrap qemu-utils e2fsprogs linux-image-amd64 vagrant)
@@ -41,16 +41,9 @@ log() { echo "build-box: $*" >&2; }
 die() { echo "build-box: $*" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || die "run as root (debootstrap, mkfs)"
 
-missing=()
-for p in "${APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=300 update -qq
-  apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
-fi
+# shellcheck source=scripts/aptlib.sh
+source "$REPO/scripts/aptlib.sh"  # apt_ensure
+apt_ensure build-box "${APT_PKGS[@]}" || exit 2
 
 KERNEL="$(find /boot -maxdepth 1 -name 'vmlinuz-*' | sort -V | tail -n 1)"
 [ -n "$KERNEL" ] || die "no kernel in /boot (apt-get install linux-image-amd64)"

@@ -3,23 +3,16 @@
 # The host's packages and libvirt's daemons (no systemd here), a storage pool of the test's
 # own, and the removal of everything the test made in libvirt, by the test's own names.
 # The caller sets POOL, POOL_DIR, PREFIX (its domains' name prefix) and NETS (an array of
-# its libvirt networks), and defines log and die.
+# its libvirt networks) and REPO (the checkout), and defines log and die.
+# shellcheck source=scripts/aptlib.sh
+source "$REPO/scripts/aptlib.sh"  # apt_ensure
 VM_APT_PKGS=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu
              libvirt-clients qemu-utils qemu-system-x86 dnsmasq-base ebtables rsync
              openssh-client curl debootstrap linux-image-amd64)
 VIRSH=(virsh -q -c qemu:///system)
 
 host_setup() {
-  local missing=() p
-  for p in "${VM_APT_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=300 update -qq
-    apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  APT_QUIET=1 apt_ensure vm-host "${VM_APT_PKGS[@]}" || die "cannot install the host's packages"
   if ! "${VIRSH[@]}" version >/dev/null 2>&1; then
     [ -d /run/systemd/system ] && die "libvirtd is not running (systemctl start libvirtd)"
     pgrep -x virtlogd >/dev/null || virtlogd -d

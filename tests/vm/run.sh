@@ -36,19 +36,9 @@ log() { echo "vm-harness: $*" >&2; }
 now() { date +%s; }
 T0=$(now)
 
-missing=()
-for p in "${APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    log "missing packages ${missing[*]} (run as root to install them)"; exit 2
-  fi
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=300 update -qq
-  apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "${missing[@]}"
-fi
+# shellcheck source=scripts/aptlib.sh
+source "$REPO/scripts/aptlib.sh"  # apt_ensure
+apt_ensure vm-harness "${APT_PKGS[@]}" || exit 2
 if [ ! -x "$VENV/bin/vng" ]; then
   # The pin lives in pyproject.toml (dev extras); `make setup` installs it.
   pin="$(grep -o '"virtme-ng[^"]*"' pyproject.toml | tr -d '"')"
