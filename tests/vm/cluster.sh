@@ -51,33 +51,21 @@ NET=lightpipe-cluster
 DATA_NET=lightpipe-cluster-data
 PREFIX=lightpipe-cluster-
 NETS=("$NET" "$DATA_NET")
+TAG=cluster-vm
 # shellcheck source=tests/vm/libvirt_lib.sh
-source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left
+source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left, log, step, vagrant_env
 LP1=192.168.58.11 LP2=192.168.58.12
 CLUSTER=vagrant/cluster/cluster.yaml
 WORK=/var/tmp/lp-cluster-vm  # run directories, in the guests
 
-log() { echo "cluster-vm: $*" >&2; }
-die() { echo "cluster-vm: $*" >&2; exit 1; }
-now() { date +%s; }
-T_ALL=$(now)
-step_t=0 step_name=""
-step() { step_name="$1"; step_t=$(now); log "== $1"; }
-done_step() { log "$step_name took $(( $(now) - step_t )) s"; }
-
-[ "$(id -u)" = 0 ] || { echo "cluster-vm: run as root (libvirt, debootstrap)" >&2; exit 2; }
-export VAGRANT_HOME="${VAGRANT_HOME:-/var/tmp/lightpipe-vagrant.d}"
-export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_DEFAULT_PROVIDER=libvirt
-export LP_CPUS="${LP_CPUS:-2}" LP_MEMORY_MB="${LP_MEMORY_MB:-4096}"
-export LP_PROVISION_ARGS="--no-grafana" LP_FORWARD=0
-export LP_LIBVIRT_PREFIX="$PREFIX" LP_LIBVIRT_POOL="$POOL" LP_LIBVIRT_NETWORK="$NET"
+vagrant_env 4096
+export LP_FORWARD=0
 export LP_LIBVIRT_SUBNET=192.168.124.0/24 LP_LIBVIRT_DATA_NETWORK="$DATA_NET"
 KEYS="$(mktemp -d /tmp/lightpipe-cluster-keys.XXXXXX)"
 export LP_CLUSTER_KEYS="$KEYS"
 SSH_CFG="$KEYS/ssh_config"
 
 vagrant_() { (cd "$HERE" && vagrant "$@"); }
-stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
 # CMD as root on guest lp1 or lp2 (OpenSSH with Vagrant's configuration: no Ruby per call).
 on() { local vm="$1"; shift; ssh -F "$SSH_CFG" -q "$vm" "sudo bash -c $(printf '%q' "$*")"; }
 check() { on "$1" "/lightpipe/.venv/bin/python /lightpipe/tests/vm/cluster_outcome.py ${*:2}"; }

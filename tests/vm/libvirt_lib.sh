@@ -3,13 +3,35 @@
 # The host's packages and libvirt's daemons (no systemd here), a storage pool of the test's
 # own, and the removal of everything the test made in libvirt, by the test's own names.
 # The caller sets POOL, POOL_DIR, PREFIX (its domains' name prefix) and NETS (an array of
-# its libvirt networks) and REPO (the checkout), and defines log and die.
+# its libvirt networks), REPO (the checkout) and TAG (its log prefix). Also the harnesses'
+# shared steps: log, die, step/done_step (each step's time), stamp, vagrant_env.
 # shellcheck source=scripts/aptlib.sh
 source "$REPO/scripts/aptlib.sh"  # apt_ensure
 VM_APT_PKGS=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu
              libvirt-clients qemu-utils qemu-system-x86 dnsmasq-base ebtables rsync
              openssh-client curl debootstrap linux-image-amd64)
 VIRSH=(virsh -q -c qemu:///system)
+
+log() { echo "$TAG: $*" >&2; }
+die() { echo "$TAG: $*" >&2; exit 1; }
+now() { date +%s; }
+T_ALL=$(now)
+step_t=0 step_name=""
+step() { step_name="$1"; step_t=$(now); log "== $1"; }
+done_step() { log "$step_name took $(( $(now) - step_t )) s"; }
+# Seconds since the start in front of each line (where provisioning spends its time).
+stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
+
+# vagrant_env MEMORY_MB: root or exit 2; Vagrant on libvirt with the test's own box home,
+# pool, network and domain prefix; guests of LP_CPUS (2) CPUs and LP_MEMORY_MB (MEMORY_MB).
+vagrant_env() {
+  [ "$(id -u)" = 0 ] || { echo "$TAG: run as root (libvirt, debootstrap)" >&2; exit 2; }
+  export VAGRANT_HOME="${VAGRANT_HOME:-/var/tmp/lightpipe-vagrant.d}"
+  export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_DEFAULT_PROVIDER=libvirt
+  export LP_CPUS="${LP_CPUS:-2}" LP_MEMORY_MB="${LP_MEMORY_MB:-$1}"
+  export LP_PROVISION_ARGS="--no-grafana"
+  export LP_LIBVIRT_PREFIX="$PREFIX" LP_LIBVIRT_POOL="$POOL" LP_LIBVIRT_NETWORK="$NET"
+}
 
 host_setup() {
   APT_QUIET=1 apt_ensure vm-host "${VM_APT_PKGS[@]}" || die "cannot install the host's packages"

@@ -41,8 +41,9 @@ POOL_DIR=/var/tmp/lightpipe-userpath-pool
 NET=lightpipe-userpath
 PREFIX=lightpipe-userpath-
 NETS=("$NET")
+TAG=user-path
 # shellcheck source=tests/vm/libvirt_lib.sh
-source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left
+source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left, log, step, vagrant_env
 # Panels that monitor-demo cannot fill (as tests/test_monitor_emu.py's HONESTLY_EMPTY):
 # per-flow routing of DC fabrics (no leaf-spine fabric, no routing policy in the scenario)
 # and the training loss (shadow-mode workers train no model). `grafana check` names them
@@ -56,24 +57,9 @@ EXPECTED_EMPTY_NETEM=("optical: variable fibre" "optical: panel Per-fibre throug
                       "optical: panel Per-lightpath throughput" "optical: panel Queue depth"
                       "optical: panel Drops" "optical: panel Link emulator timer slack")
 
-log() { echo "user-path: $*" >&2; }
-die() { echo "user-path: $*" >&2; exit 1; }
-now() { date +%s; }
-T_ALL=$(now)
-step_t=0 step_name=""
-step() { step_name="$1"; step_t=$(now); log "== $1"; }
-done_step() { log "$step_name took $(( $(now) - step_t )) s"; }
-
-[ "$(id -u)" = 0 ] || { echo "user-path: run as root (libvirt, debootstrap)" >&2; exit 2; }
-export VAGRANT_HOME="${VAGRANT_HOME:-/var/tmp/lightpipe-vagrant.d}"
-export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_DEFAULT_PROVIDER=libvirt
-export LP_CPUS="${LP_CPUS:-2}" LP_MEMORY_MB="${LP_MEMORY_MB:-6144}"
-export LP_PROVISION_ARGS="--no-grafana"
-export LP_LIBVIRT_PREFIX="$PREFIX" LP_LIBVIRT_POOL="$POOL" LP_LIBVIRT_NETWORK="$NET"
+vagrant_env 6144
 
 vagrant_() { (cd "$REPO/vagrant" && vagrant "$@"); }
-# Seconds since the start in front of each line (where provisioning spends its time).
-stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
 in_vm() { vagrant_ ssh -c "$1" -- -q; }
 
 # PIDs of this checkout's Vagrant port forwards (ssh -N -L with our machine's key).
