@@ -10,8 +10,10 @@ port and is stopped by its own PID.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +28,8 @@ import pytest
 from testbed.cli.main import main
 from testbed.cluster.remote import check_cluster, check_machine
 from testbed.cluster.spec import load_cluster
+from testbed.emu.state import proc_start_ticks
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -87,9 +91,42 @@ class Server:
         return f"[{self.address}]:{self.port} {' '.join(key.split()[:2])}\n"
 
     def stop(self) -> None:
+        """End the server and every process it started: the per-connection children and
+        their sessions (setsid'd, so not its process group) outlive a SIGTERM to the
+        listener while a client still holds its connection (a killed driver's agents)."""
         if self.proc.poll() is None:
-            self.proc.terminate()
+            tree = [(p, t) for p in descendants(self.proc.pid)
+                    if (t := proc_start_ticks(p)) is not None]
+            for pid, _ in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
             self.proc.wait(timeout=10)
+            deadline = time.monotonic() + 5
+            left = tree
+            while left and time.monotonic() < deadline:
+                left = [(p, t) for p, t in left if proc_start_ticks(p) == t]
+                time.sleep(0.05)
+            for pid, _ in left:  # the same processes still (PID and start time)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and every process below it (by parent PID), parents first."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
 
 
 @pytest.fixture
@@ -220,3 +257,41 @@ def test_unknown_client_key_refused(servers: Callable[..., Server], tmp_path: Pa
     c = load_cluster(f)
     res = check_machine(c, c.machines[0])
     assert not res.reachable and "authentication refused" in res.line()
+
+
+@need
+def test_stopping_a_server_ends_its_live_sessions(servers: Callable[..., Server],
+                                                  tmp_path: Path) -> None:
+    """A client still connected (a killed driver's agent, a hung command) kept Dropbear's
+    per-connection child and its session after the listener's SIGTERM: the harness left
+    them behind. stop() ends the server's whole tree."""
+    srv = servers("127.0.0.1")
+    (tmp_path / "known_hosts").write_text(srv.known_hosts_line())
+    mark = f"lp-harness-{os.getpid()}-{time.monotonic_ns()}"
+    client = subprocess.Popen(
+        ["ssh", "-i", str(tmp_path / "id"), "-p", str(srv.port), "-o", "BatchMode=yes",
+         "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}", "root@127.0.0.1",
+         f"exec sh -c 'sleep 300; :' {mark}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        def session() -> list[int]:
+            return [p for p in descendants(srv.proc.pid)
+                    if mark.encode() in _cmdline(p)]
+
+        wait_until(lambda: bool(session()), "the session's command running", timeout_s=30)
+        tree = descendants(srv.proc.pid)
+        assert len(tree) >= 3, tree  # listener, connection child, the session's command
+        srv.stop()
+        assert all(proc_start_ticks(p) is None for p in tree), \
+            [(p, _cmdline(p)) for p in tree if proc_start_ticks(p) is not None]
+        assert client.wait(timeout=30) != 0  # its connection went with the server
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

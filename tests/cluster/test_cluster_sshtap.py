@@ -28,6 +28,8 @@ import pytest
 import test_cluster_tunnel as tunnel_harness
 from test_cluster_tunnel import UNDERLAY, WHY, Pair, sh
 
+from tests.cluster.test_cluster_ssh import descendants
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 pair_fixture = tunnel_harness.pair  # the two stand-in machines, with their VXLAN tunnels
 
@@ -49,23 +51,6 @@ def _why_skip() -> str | None:
 
 
 need = pytest.mark.skipif(_why_skip() is not None, reason=_why_skip() or "")
-
-
-def _descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -128,7 +113,7 @@ def ssh_tap(pair_fixture: Pair, tmp_path: Path) -> Iterator[tuple[Pair, list[int
             sh("ip", "-n", pair.outer[m], "link", "set", "tap9", "netns", pair.inner[m])
             sh("ip", "-n", pair.inner[m], "addr", "add", f"{addr}/24", "dev", "tap9")
             sh("ip", "-n", pair.inner[m], "link", "set", "tap9", "up")
-        yield pair, [client.pid, *_descendants(server.pid)]
+        yield pair, [client.pid, *descendants(server.pid)]
     finally:
         for p in (client, server):
             if p is not None and p.poll() is None:
