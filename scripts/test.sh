@@ -35,7 +35,7 @@ lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider --durations=12 "
 serial=$!
 lane root "$PY" -m pytest tests -m rootlane -p no:cacheprovider --durations=8 "$@" &
 rootlane=$!
-lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial and not rootlane" -n "$JOBS" \
+lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial and not rootlane" -n "$JOBS" --dist worksteal \
   -p no:cacheprovider --durations=12 "$@" &
 parallel=$!
 rc=0

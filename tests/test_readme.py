@@ -229,14 +229,32 @@ def _validate_example(tmp_path: Path, env: dict[str, str]) -> None:
     assert res.returncode == 2 and res.stderr.strip() == quoted
 
 
+def _slow_chains() -> list[list[str]]:
+    return _chains(_commands_for(SLOW))
+
+
+def test_readme_slow_commands_are_all_run() -> None:
+    """Every slow command of the README is in exactly one chain (each runs on its own, so
+    that pytest-xdist spreads them: in one test they took 935 s of one worker, CI of
+    380e161, the parallel lane's tail)."""
+    commands = _commands_for(SLOW)
+    assert len(commands) >= 6
+    assert sorted(c for ch in _slow_chains() for c in ch) == sorted(commands)
+
+
 @pytest.mark.slow
-def test_readme_slow_commands(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chain", _slow_chains(), ids=lambda ch: " ".join(ch[0].split()[:3]))
+def test_readme_slow_commands(tmp_path: Path, chain: list[str]) -> None:
     """The full reproductions, the routing benchmark and the sweep on a Ray instance it
-    starts, as the README runs them."""
+    starts, as the README runs them; what each names with --out is written."""
     env = _scratch(tmp_path)
-    for cmd in _commands_for(SLOW):
+    for cmd in chain:
         _sh(cmd, tmp_path, env, timeout_s=900)
-    assert (tmp_path / "runs/repro-cba/summary.json").is_file()
+        words = cmd.split()
+        for out in (words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"):
+            assert (tmp_path / out).exists(), (cmd, out)
+            if words[:2] == ["lightpipe", "reproduce"]:
+                assert (tmp_path / out / "summary.json").is_file(), cmd
 
 
 @pytest.mark.root
