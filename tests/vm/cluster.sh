@@ -127,6 +127,10 @@ if [ "$MODE" = cmd ]; then
 fi
 
 trap cleanup EXIT
+# timeout(1) ends the test with SIGTERM: without a trap bash dies of it and skips EXIT, and
+# the guests outlived the test (CI of d340887, 2026-11-28). Exit instead, so cleanup runs.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 up
 
 step "the data network: each guest reaches the other"
