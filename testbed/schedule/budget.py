@@ -92,7 +92,7 @@ def optimal(problem: PipelineProblem, memory: MemoryModel,
     exact byte constraint. info: solver_status, gap (proven, vs the split solve's
     bound), bound_ms, objective_ms, solve_s (both solves), hint (what the hint was).
     """
-    from testbed.schedule.cpsat import solve
+    from testbed.schedule.cpsat import proven_gap, solve
 
     free = problem.with_memory_cap(None)
     hint = best_fitting(problem, memory, budget_bytes)
@@ -127,20 +127,10 @@ def optimal(problem: PipelineProblem, memory: MemoryModel,
                 hint=hint.schedule.name, hint_ms=hint.iteration_time_ms,
                 unsplit_opt_ms=u.iteration_time_ms,
                 unsplit_status=unsplit.info.get("solver_status"),
-                gap=_proven_gap(info.get("solver_status"), exact, bound))
+                gap=proven_gap(info.get("solver_status"), exact, bound))
     # proven: the solver said so, or its bound already meets the schedule returned
     info["proven_optimal"] = info["gap"] == 0.0
     return Schedule(name, res.schedule.actions, res.schedule.virtual_stages, info)
-
-
-def _proven_gap(status: object, exact_ms: float, bound_ms: float | None) -> float:
-    """The gap between the schedule returned and the solver's bound: 0.0 when proven
-    optimal, 1.0 when there is no bound (nothing proven)."""
-    if status == "OPTIMAL":
-        return 0.0
-    if bound_ms is None or exact_ms <= 0:
-        return 1.0
-    return min(1.0, max(0.0, (exact_ms - bound_ms) / exact_ms))
 
 
 def _fits_caps(problem: PipelineProblem, schedule: Schedule) -> bool:

@@ -39,6 +39,17 @@ log = logging.getLogger(__name__)
 _STATUS = {0: "UNKNOWN", 1: "MODEL_INVALID", 2: "FEASIBLE", 3: "INFEASIBLE", 4: "OPTIMAL"}
 
 
+def proven_gap(status: object, objective: float, bound: float | None) -> float:
+    """The relative gap between a schedule's length and the solver's bound on it: 0.0 only
+    when the solver proved it OPTIMAL or its bound meets the schedule, 1.0 when there is
+    no bound (nothing proven)."""
+    if status == "OPTIMAL":
+        return 0.0
+    if bound is None or objective <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (objective - bound) / objective))
+
+
 def solve(problem: PipelineProblem, *, split_backward: bool = False, time_limit_s: float = 30.0,
           scale: float = 1000.0, hint: Schedule | None = None, workers: int = 2,
           name: str = "crosspipe-opt", memory: MemoryModel | None = None,
@@ -160,12 +171,12 @@ def solve(problem: PipelineProblem, *, split_backward: bool = False, time_limit_
         obj_ms = hint_timing.iteration_time_ms
         bound_ms = solver.BestObjectiveBound() / scale
         info.update(objective_ms=obj_ms, bound_ms=bound_ms,
-                    gap=max(0.0, (obj_ms - bound_ms) / obj_ms) if obj_ms > 0 else 1.0)
+                    gap=proven_gap(status_name, obj_ms, bound_ms))
         return Schedule(name, hint.actions, info=info)
     obj = solver.ObjectiveValue()
     bound = solver.BestObjectiveBound()
     info.update(objective_ms=obj / scale, bound_ms=bound / scale,
-                gap=0.0 if status == cp_model.OPTIMAL else (obj - bound) / obj if obj else 0.0)
+                gap=proven_gap(status_name, obj, bound))
     rows = []
     bk = "I" if split_backward else "B"
     for s in range(p):

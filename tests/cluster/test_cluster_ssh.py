@@ -10,10 +10,8 @@ port and is stopped by its own PID.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +26,7 @@ import pytest
 from testbed.cli.main import main
 from testbed.cluster.remote import check_cluster, check_machine
 from testbed.cluster.spec import load_cluster
-from testbed.emu.state import proc_start_ticks
+from testbed.emu.state import ProcRecord, kill_procs, proc_start_ticks
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -95,20 +93,9 @@ class Server:
         their sessions (setsid'd, so not its process group) outlive a SIGTERM to the
         listener while a client still holds its connection (a killed driver's agents)."""
         if self.proc.poll() is None:
-            tree = [(p, t) for p in descendants(self.proc.pid)
-                    if (t := proc_start_ticks(p)) is not None]
-            for pid, _ in tree:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
+            kill_procs([ProcRecord(p, t, "dropbear") for p in descendants(self.proc.pid)
+                        if (t := proc_start_ticks(p)) is not None], grace_s=5.0)
             self.proc.wait(timeout=10)
-            deadline = time.monotonic() + 5
-            left = tree
-            while left and time.monotonic() < deadline:
-                left = [(p, t) for p, t in left if proc_start_ticks(p) == t]
-                time.sleep(0.05)
-            for pid, _ in left:  # the same processes still (PID and start time)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
 
 
 def descendants(pid: int) -> list[int]:
