@@ -47,8 +47,8 @@ def ray_gcs() -> Iterator[str]:
     saved = dict(os.environ)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     with sweep_ray.signal_handlers_kept():  # Ray's shutdown resets SIGTERM in the kernel
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING)
+        sweep_ray.start_local(ray, 2, include_dashboard=False, log_to_driver=False,
+                              logging_level=logging.WARNING)
         try:
             yield ray.get_runtime_context().gcs_address
         finally:
@@ -108,6 +108,54 @@ def test_task_on_a_node_with_other_code_fails_named() -> None:
     assert row is None and code == 1 and files == {}
     assert error is not None and error.startswith("point 7 {'x': 1}: node ")
     assert "other LightPipe code" in error
+
+
+class StartsThenFails:
+    """Stands in for ray's init/shutdown in start_local: every init starts a child process
+    (as Ray's starts its GCS and raylet) and the first `failures` inits then give up as
+    Ray does when its raylet does not register within 30 s."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.children = failures, []  # type: ignore[var-annotated]
+
+    def init(self, num_cpus: int, **_: object) -> None:
+        self.children.append(subprocess.Popen(["sleep", "300"]))
+        if len(self.children) <= self.failures:
+            raise Exception("The current node timed out during startup. This could happen")
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_local_start_that_times_out_is_ended_and_tried_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    ray = StartsThenFails(failures=2)
+    try:
+        with caplog.at_level(logging.WARNING, logger=sweep_ray.__name__):
+            sweep_ray.start_local(ray, 2)
+        assert len(ray.children) == 3
+        # what each failed attempt started was ended; the instance that came up is kept
+        assert [c.wait(timeout=10) for c in ray.children[:2]] == [-15, -15]
+        assert ray.children[2].poll() is None
+        assert sum("attempt" in r.getMessage() for r in caplog.records) == 2
+    finally:
+        for c in ray.children:
+            c.kill()
+            c.wait()
+
+
+def test_a_local_start_that_never_comes_up_is_one_failure() -> None:
+    ray = StartsThenFails(failures=9)
+    try:
+        with pytest.raises(sweep_ray.RuntimeFailure) as err:
+            sweep_ray.start_local(ray, 2, attempts=2)
+        assert "cannot start a local Ray instance (2 attempts)" in str(err.value)
+        assert len(ray.children) == 2
+        assert [c.wait(timeout=10) for c in ray.children] == [-15, -15]
+    finally:
+        for c in ray.children:
+            c.kill()
+            c.wait()
 
 
 @pytest.mark.parametrize("text", ["", "host", "host:0", "host:70000", "host:x",

@@ -61,7 +61,7 @@ def check_state_root(root: Path) -> None:
     check_given_dir(root, root_field(), allow_sticky=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProcRecord:
     pid: int
     start_ticks: int   # /proc/PID/stat field 22: tells a reused PID apart
@@ -131,6 +131,24 @@ def proc_start_ticks(pid: int) -> int | None:
     if rest[0] in ("Z", "X"):
         return None
     return int(rest[19])
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and every process below it (by parent PID, from /proc), parents first."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
 
 
 def alive(rec: ProcRecord) -> bool:

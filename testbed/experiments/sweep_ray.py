@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.atomicio import atomic_write_bytes
+from testbed.emu.state import ProcRecord, descendants, kill_procs, proc_start_ticks
 from testbed.errors import InputError, RuntimeFailure
 from testbed.experiments.sweep import Result, Task, run_point_caught
 
@@ -41,6 +42,8 @@ JOIN_ENV = {"RAY_py_gcs_connect_timeout_s": "5", "RAY_gcs_server_port_wait_time_
 # only when asked to (RAY_AUTH_MODE=token): said with the error, as Ray's own is silent.
 AUTH_HINT = ("if the cluster uses token authentication, export RAY_AUTH_MODE=token with "
              "its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
+# Starting a local instance: tries in all (start_local).
+LOCAL_START_ATTEMPTS = 3
 # A point whose worker process died is tried once more (a lost node), not three times.
 MAX_RETRIES = 1
 
@@ -170,12 +173,7 @@ def _joined(ray: Any, address: str, num_cpus: int, common: dict[str, Any]
     if address == "local":
         # No usage report from an instance LightPipe starts (RAY_USAGE_STATS_ENABLED=1 wins).
         with _env_defaults({"RAY_USAGE_STATS_ENABLED": "0"}):
-            try:
-                ray.init(num_cpus=num_cpus, **common)
-            except Exception as exc:
-                _shutdown(ray)
-                raise RuntimeFailure(f"cannot start a local Ray instance: "
-                                     f"{_first_line(exc)}") from None
+            start_local(ray, num_cpus, **common)
     else:
         try:
             ray.init(address=address, **common)
@@ -191,6 +189,36 @@ def _joined(ray: Any, address: str, num_cpus: int, common: dict[str, Any]
         yield RayRunner()
     finally:
         _shutdown(ray)
+
+
+def start_local(ray: Any, num_cpus: int, attempts: int = LOCAL_START_ATTEMPTS,
+                **common: Any) -> None:
+    """ray.init() a local instance. Ray waits a fixed 30 s for its raylet to register and
+    gives up, which a busy 2-core machine can miss (CI, 2026-11-29: four test lanes beside
+    it); then what the attempt started (this process's new descendants, by PID and start
+    time: Ray's shutdown knows nothing of a node that never came up) is ended and the start
+    tried again, `attempts` times in all. RuntimeFailure when the last one fails."""
+    for attempt in range(1, attempts + 1):
+        before = _own_descendants()
+        try:
+            ray.init(num_cpus=num_cpus, **common)
+            return
+        except Exception as exc:
+            _shutdown(ray)
+            ended = kill_procs([r for r in _own_descendants() - before])
+            why = _first_line(exc)
+            if attempt == attempts:
+                raise RuntimeFailure(f"cannot start a local Ray instance ({attempts} "
+                                     f"attempts): {why}") from None
+            log.warning("ray: the local instance did not start (attempt %d of %d; %d "
+                        "process(es) it left ended): %s", attempt, attempts, ended, why)
+
+
+def _own_descendants() -> set[ProcRecord]:
+    """This process's descendants as (PID, start time) records."""
+    me = os.getpid()
+    return {ProcRecord(p, t, "ray") for p in descendants(me)[1:]
+            if (t := proc_start_ticks(p)) is not None}
 
 
 def _shutdown(ray: Any) -> None:

@@ -26,7 +26,7 @@ import pytest
 from testbed.cli.main import main
 from testbed.cluster.remote import check_cluster, check_machine
 from testbed.cluster.spec import load_cluster
-from testbed.emu.state import ProcRecord, kill_procs, proc_start_ticks
+from testbed.emu.state import ProcRecord, descendants, kill_procs, proc_start_ticks
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -96,24 +96,6 @@ class Server:
             kill_procs([ProcRecord(p, t, "dropbear") for p in descendants(self.proc.pid)
                         if (t := proc_start_ticks(p)) is not None], grace_s=5.0)
             self.proc.wait(timeout=10)
-
-
-def descendants(pid: int) -> list[int]:
-    """pid and every process below it (by parent PID), parents first."""
-    kids: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop(0)
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
 
 
 @pytest.fixture

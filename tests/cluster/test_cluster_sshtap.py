@@ -28,7 +28,7 @@ import pytest
 import test_cluster_tunnel as tunnel_harness
 from test_cluster_tunnel import UNDERLAY, WHY, Pair, sh
 
-from tests.cluster.test_cluster_ssh import descendants
+from testbed.emu.state import descendants
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 pair_fixture = tunnel_harness.pair  # the two stand-in machines, with their VXLAN tunnels
