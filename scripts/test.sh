@@ -35,8 +35,10 @@ lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider --durations=12 "
 serial=$!
 lane root "$PY" -m pytest tests -m rootlane -p no:cacheprovider --durations=8 "$@" &
 rootlane=$!
-lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial and not rootlane" -n "$JOBS" --dist worksteal \
-  -p no:cacheprovider --durations=12 "$@" &
+# --dist load in chunks of 2, the `cost`-marked tests first (tests/conftest.py): the longest
+# start first, each worker takes the next test when it is free.
+lane parallel nice -n 10 "$PY" -m pytest tests -m "not serial and not rootlane" -n "$JOBS" \
+  --dist load --maxschedchunk 2 -p no:cacheprovider --durations=12 "$@" &
 parallel=$!
 rc=0
 wait "$serial" || rc=1

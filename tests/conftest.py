@@ -95,13 +95,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test's pytest-timeout (its own `timeout` mark, else pyproject's `timeout`)
+    """The longest tests first (_longest_first); every test's pytest-timeout (its own
+    `timeout` mark, else pyproject's `timeout`)
     scaled as its deadlines are (tests.waiting.time_scale: a machine slower than the
     reference gets proportionally longer): the whole-test limit only stops a hang, and a
     fixed one killed a test whose scaled steps were all within their own deadlines
     (test_readme_slow_commands, 900 s, on a machine 1.7x slower, 2026-11-28)."""
     from tests.waiting import time_scale
 
+    _longest_first(items)
     scale = time_scale()
     if scale == 1.0:
         return
@@ -118,6 +120,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             base = float(mark.args[0] if mark.args else mark.kwargs.get("timeout", 0) or 0)
         if base > 0:
             item.add_marker(pytest.mark.timeout(base * scale, **kwargs), append=False)
+
+
+def _cost_s(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("cost")
+    return float(mark.args[0]) if mark is not None and mark.args else 0.0
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Tests marked `cost(seconds)` first, the longest first; the rest keep their order
+    (a stable sort). With `--dist load` and small chunks (scripts/test.sh) that is longest
+    processing time first: the README's routing reproduction (~800 s on a busy 2-core
+    machine) had started last on its worker and was the parallel lane's tail (CI of
+    d340887: lane 1680 s)."""
+    items.sort(key=lambda it: -_cost_s(it))
 
 
 _THREADS_LEFT: list[tuple[str, list[str]]] = []  # (test, threads it left running)

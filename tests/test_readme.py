@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -233,6 +234,18 @@ def _slow_chains() -> list[list[str]]:
     return _chains(_commands_for(SLOW))
 
 
+# Rough time of each slow chain (its first command) on a busy 2-core machine (CI of d340887,
+# lanes side by side), for tests/conftest.py's longest-first order; others count 60 s.
+SLOW_COST_S = {"lightpipe reproduce routing": 800, "lightpipe reproduce cba": 220,
+               "lightpipe sweep scenarios/quickstart.yaml": 125,
+               "lightpipe reproduce bace": 100, "lightpipe reproduce crosspipe": 85}
+
+
+def _slow_params() -> list[Any]:
+    return [pytest.param(ch, id=" ".join(ch[0].split()[:3]), marks=pytest.mark.cost(
+        SLOW_COST_S.get(" ".join(ch[0].split()[:3]), 60))) for ch in _slow_chains()]
+
+
 def test_readme_slow_commands_are_all_run() -> None:
     """Every slow command of the README is in exactly one chain (each runs on its own, so
     that pytest-xdist spreads them: in one test they took 935 s of one worker, CI of
@@ -243,7 +256,7 @@ def test_readme_slow_commands_are_all_run() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chain", _slow_chains(), ids=lambda ch: " ".join(ch[0].split()[:3]))
+@pytest.mark.parametrize("chain", _slow_params())
 def test_readme_slow_commands(tmp_path: Path, chain: list[str]) -> None:
     """The full reproductions, the routing benchmark and the sweep on a Ray instance it
     starts, as the README runs them; what each names with --out is written."""
