@@ -9,7 +9,7 @@ OUT ?= runs/demo
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock scripts/setup.sh scripts/aptlib.sh
+$(STAMP): pyproject.toml requirements.lock scripts/setup.sh scripts/aptlib.sh scripts/locked_installed.py
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 

@@ -29,7 +29,7 @@ INCLUDE=systemd,systemd-sysv,systemd-resolved,dbus,udev,iproute2,kmod,ca-certifi
 # The apt lists are kept.
 PREINSTALL=(gnupg)
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-SETUP_FILES=(scripts/setup.sh scripts/aptlib.sh requirements.lock)
+SETUP_FILES=(scripts/setup.sh scripts/aptlib.sh scripts/locked_installed.py requirements.lock)
 GUEST_VENV=/lightpipe/.venv
 DISK_GB=12
 APT_PKGS=(debootstrap qemu-utils e2fsprogs linux-image-amd64 vagrant)
