@@ -416,6 +416,41 @@ def test_events_clock_starts_with_training() -> None:
     assert held.stop()["events_clock_offset_s"] == 0.0
 
 
+def test_the_done_file_follows_the_last_event_and_the_settle_time(tmp_path: Path) -> None:
+    """emulation.iterate_through_events: the injector writes its done file only once
+    every event has run and `settle_s` more have passed, on the events' clock."""
+    from testbed.orchestrate.faults import FaultInjector
+
+    now = [0.0]
+    sc = parse_scenario(_with_events("monitor-demo.yaml", [
+        {"at_s": 0.1, "kind": "fiber_cut", "link": ["A", "B"]},
+        {"at_s": 0.5, "kind": "fiber_repair", "link": ["A", "B"]}]))
+    done = tmp_path / "events-done"
+    inj = FaultInjector(sc.events, scale=1.0, clock=lambda: now[0])
+    inj.set_done_file(done, settle_s=2.0)
+    training = _Training()
+    inj.attach_launcher(training)
+    inj.start(on_training=True)
+    time.sleep(0.3)
+    assert not done.exists()  # no training yet: nothing has run
+    training.started = True
+    wait_until(lambda: inj.clock_offset_s is not None, "the clock to start",
+               interval_s=0.01)
+    now[0] = 0.2
+    wait_until(lambda: len(inj.steps) == 1, "the cut", interval_s=0.01)
+    time.sleep(1.2)
+    assert not done.exists()  # the repair is still due
+    now[0] = 0.6
+    wait_until(lambda: len(inj.steps) == 2, "the repair", interval_s=0.01)
+    time.sleep(1.2)
+    now[0] = 2.0
+    time.sleep(1.2)
+    assert not done.exists()  # 1.4 s after the repair: settling
+    now[0] = 2.7
+    wait_until(done.exists, "the done file", interval_s=0.05)
+    inj.stop()
+
+
 # ---- emulation (root) -------------------------------------------------------------------
 def _skip_reason() -> str | None:
     if os.geteuid() != 0:

@@ -200,6 +200,47 @@ def test_model_mode_loss_falls_and_dead_worker_is_detected(tmp_path: Path) -> No
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:3]) / 3
 
 
+def _iterations(stage_records: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+    return [r for r in stage_records if r.get("type") == "iteration"]
+
+
+@pytest.mark.slow
+def test_jobs_go_on_iterating_until_the_events_are_done(tmp_path: Path) -> None:
+    """--go-on-until (emulation.iterate_through_events): two 3-stage jobs with 2 planned
+    iterations (+1 warm-up) go on until the file appears, every stage of a job the same
+    number of times (they agree on each further one), and then end cleanly."""
+    import time
+
+    prob = PipelineProblem.uniform(3, 2, 5.0, 10.0, activation_mb=0.01)
+    sched = build_schedule("1f1b", prob)
+    plans = [(shadow_plan(f"j{k}", prob, sched, iterations=2, bandwidth_divisor=1.0,
+                          time_factor=1.0), [LOCAL] * 3) for k in range(2)]
+    stop = tmp_path / "events-done"
+
+    def done(job: str) -> int:
+        return len(_iterations(read_records(tmp_path / "workers" / job / "stage0.jsonl")))
+
+    with Launcher(tmp_path, timeout_s=scaled(60), go_on_until=stop) as launcher:
+        launcher.start(plans)
+        wait_until(lambda: done("j0") >= 6 and done("j1") >= 6,
+                   "both jobs 6 iterations in, 3 beyond their plans", timeout_s=120)
+        t_stop = time.monotonic()
+        stop.touch()
+        launcher.wait(scaled(120))
+        outcome = launcher.outcome()
+        records = launcher.records()
+    assert all(o["ok"] for o in outcome.values()), outcome
+    for job, stages in records.items():
+        counts = {len(_iterations(st)) for st in stages}
+        assert len(counts) == 1, (job, counts)
+        (n,) = counts
+        assert n >= 6, (job, n)
+        # it stopped: at most the iteration under way and the one already agreed on
+        late = [r for r in _iterations(stages[0]) if r["start_s"] > t_stop]
+        assert len(late) <= 2, (job, len(late))
+        assert summarize_job(job, stages)["iterations_measured"] == n - 1
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
 
 log = logging.getLogger("workloads.worker")
+# --go-on-until: at most this many iterations beyond the plan's (the spec's own maximum).
+MAX_EXTRA_ITERATIONS = 10_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--duty", type=float, default=1.0,
                     help="share of an op's time spent in tensor work (rest: short pauses)")
     ap.add_argument("--nice", type=int, default=0, help="raise niceness (leave CPU to links)")
+    ap.add_argument("--go-on-until", type=Path, default=None,
+                    help="after the plan's iterations, go on iterating until this file "
+                    "exists (the run's events have all run); every stage of a job must be "
+                    "given it: the stages agree on each further iteration")
     return ap.parse_args(argv)
 
 
@@ -177,11 +183,20 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
                "calibration": calibration, "metrics_port": metrics_port})
     ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics)
     total = plan.warmup_iterations + plan.iterations
-    for it in range(total):
-        dist.barrier()
+    cap = total + MAX_EXTRA_ITERATIONS
+    it = 0
+    while it < total:
+        if args.go_on_until is not None and it + 1 == total < cap:
+            # The last iteration so far: the stages agree whether another follows (before
+            # it runs, as its receives for the next one are posted during it).
+            if go_on(args.go_on_until):
+                total += 1
+        else:
+            dist.barrier()
         rec = ex.run_iteration(it, total)
         _emit(fh, {"type": "iteration", "warmup": it < plan.warmup_iterations,
                    **rec.as_dict()})
+        it += 1
     final = scrapes.started  # every metric holds its final value from here on
     dist.barrier()
     _emit(fh, {"type": "done", "end_s": time.monotonic()})
@@ -192,6 +207,17 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         log.info("stage %d: final metrics %s after %.1f s", args.rank,
                  "scraped" if got else f"not scraped within {args.metrics_linger_s:.0f} s",
                  time.monotonic() - t0)
+
+
+def go_on(stop_file: Path) -> bool:
+    """One collective (a barrier too): True on every stage when none of them sees
+    stop_file yet, False on every stage once one does."""
+    import torch
+    import torch.distributed as dist
+
+    seen = torch.tensor([1 if stop_file.exists() else 0], dtype=torch.int32)
+    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    return int(seen.item()) == 0
 
 
 def main(argv: list[str] | None = None) -> int:

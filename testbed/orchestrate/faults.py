@@ -37,10 +37,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from testbed.orchestrate.replay import Client, LinkSwitch, _event
@@ -53,6 +55,9 @@ log = logging.getLogger(__name__)
 Action = Callable[[], None]
 RETRY_S = 0.1  # how often a worker_kill looks again for its worker
 SCRAPE_WAIT_S = 30.0  # longest wait for the first scrape after a Prometheus restart
+# set_done_file: after the last event, the workers go on this long (two of the run
+# monitor's 1 s scrapes see the state the events left).
+EVENTS_SETTLE_S = 2.0
 
 
 def _utc(t: float | None = None) -> str:
@@ -151,6 +156,9 @@ class FaultInjector:
         self.clock_offset_s: float | None = None  # start() to the clock's zero (s)
         self._worker_rows: list[tuple[dict[str, Any], Any]] = []
         self._chain: _Chain | None = None  # whose actions are being planned (apply_now)
+        self._done_file: Path | None = None  # written once every event has run (set_done_file)
+        self._done_settle_s = 0.0
+        self._idle_since: float | None = None
         for ev in sorted(events, key=lambda e: e.at_s):
             self._plan(ev)
 
@@ -208,6 +216,32 @@ class FaultInjector:
                  "(placement, worker launch and start-up)", self.clock_offset_s)
         return True
 
+    def set_done_file(self, path: Path, settle_s: float = EVENTS_SETTLE_S) -> None:
+        """Create `path` once every planned event has run (a flap's repairs and a killed
+        process's restart included) and its re-route checks have ended, and then settle_s
+        more (the monitor scrapes the state after the last event): workers started with
+        --go-on-until iterate until then (emulation.iterate_through_events)."""
+        self._done_file, self._done_settle_s = path, settle_s
+
+    def _note_idle(self) -> None:
+        """With nothing left to apply: write the done file once idle for the settle time."""
+        if self._done_file is None or self._gated:
+            return
+        if any(t.is_alive() for t in self._checks):
+            self._idle_since = None
+            return
+        now = self.clock()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since >= self._done_settle_s:
+            path, self._done_file = self._done_file, None
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+            except OSError as exc:  # the workers then stop at their deadline
+                log.error("events: cannot write %s: %s", path, exc)
+                return
+            log.info("events: every one has run; the workers stop iterating (%s)", path.name)
+
     def attach_launcher(self, launcher: Any) -> None:
         """The worker launcher of the run (worker_kill finds PIDs through it)."""
         self.launcher = launcher
@@ -243,9 +277,11 @@ class FaultInjector:
             with self._lock:
                 due = self._heap[0][0] if self._heap else None
             if due is None:
+                self._note_idle()
                 self._wake.clear()
                 self._wake.wait(0.5)
                 continue
+            self._idle_since = None
             wait = due - self.now_s()
             if wait > 0:
                 self._wake.clear()

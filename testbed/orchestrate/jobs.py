@@ -207,14 +207,16 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
                       duty: float | None = None,
                       placement: Sequence[Sequence[Host]] | None = None,
                       on_started: Callable[[Launcher], None] | None = None,
-                      remote: Any = None) -> dict[str, Any]:
+                      remote: Any = None,
+                      go_on_until: Path | None = None) -> dict[str, Any]:
     """Run every job's workers concurrently; write records; return the summary part.
 
     `placement`: the host of every stage of every job (e.g. the controller's); default
     round-robin over each DC's hosts (assign_hosts). `on_started(launcher)`: called once
     every worker is started (the fault injector kills workers through it). `remote`: the
     worker agents of a run across machines (testbed.cluster.agentlink.ClusterWorkers), for
-    hosts with a `machine`.
+    hosts with a `machine`. `go_on_until`: the jobs iterate beyond their plans until this
+    file exists (Launcher).
     `timeout_s` / `deadline_s`: default worker_time_limits_s() (scaled with the machine)."""
     out_dir = Path(out_dir)
     scaled_timeout_s, scaled_deadline_s = worker_time_limits_s()
@@ -231,7 +233,7 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         if prometheus is not None else 0.0
     with Launcher(out_dir, timeout_s=timeout_s, duty=duty,
                   metrics_netns_fd=metrics_netns_fd, metrics_linger_s=linger_s,
-                  remote=remote) as launcher:
+                  remote=remote, go_on_until=go_on_until) as launcher:
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
         if prometheus is not None:
             prometheus.set_targets("workers", launcher.metrics_targets())

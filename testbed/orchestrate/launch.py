@@ -87,12 +87,16 @@ class Launcher:
     def __init__(self, out_dir: Path, *, timeout_s: float = 120.0, duty: float | None = None,
                  nice: int = 0, python: str = sys.executable,
                  metrics_netns_fd: int | None = None, metrics_linger_s: float = 0.0,
-                 remote: Any = None) -> None:
+                 remote: Any = None, go_on_until: Path | None = None) -> None:
         """metrics_linger_s: how long each worker waits, after its last iteration, for a
         scrape of its final metrics (set it when a monitor scrapes the workers).
         remote: what starts stages on hosts of other machines (`Host.machine`): a
-        testbed.cluster.agentlink.ClusterWorkers."""
+        testbed.cluster.agentlink.ClusterWorkers. go_on_until: a file whose appearance
+        ends the jobs' iterations beyond their plans' (the run's events all ran; the
+        worker's --go-on-until); a job with a stage on another machine, which cannot see
+        the file, runs its plan's iterations only."""
         self.out_dir = Path(out_dir)
+        self.go_on_until = go_on_until
         self.timeout_s = timeout_s
         self.duty = duty
         self.nice = nice
@@ -138,6 +142,13 @@ class Launcher:
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"]
                                               if env.get("PYTHONPATH") else "")
         env["OMP_NUM_THREADS"] = "1"
+        go_on: list[str] = []
+        if self.go_on_until is not None:
+            if all(h.machine is None for h in hosts):
+                go_on = ["--go-on-until", str(self.go_on_until)]
+            else:
+                log.info("job %s: stages on other machines: its plan's %d iterations only "
+                         "(not through the events)", plan.job, plan.iterations)
         for stage, host in enumerate(hosts):
             if host.machine is not None:
                 self._start_remote(run, plan, stage, host, master, duty)
@@ -153,7 +164,7 @@ class Launcher:
                     "--out", str(rec), "--metrics-fd", str(lsock.fileno()),
                     "--timeout-s", str(self.timeout_s), "--duty", f"{duty:.4f}",
                     "--metrics-linger-s", f"{self.metrics_linger_s:.1f}",
-                    "--nice", str(self.nice)]
+                    "--nice", str(self.nice), *go_on]
             if host.iface:
                 argv += ["--iface", host.iface]
             with open(logp, "wb") as logf:

@@ -35,6 +35,9 @@ from workloads.metrics import METRIC_NAMES
 from workloads.plan import scaled_plan
 
 log = logging.getLogger(__name__)
+# emulation.iterate_through_events: the fault injector writes it (in the run's workers/) once
+# every event has run; the workers, started with --go-on-until, then stop iterating.
+EVENTS_DONE_FILE = "events-done"
 
 
 def on_emulated_links(job: EmuJob, emu_plan: EmuPlan, scenario: Scenario) -> EmuJob:
@@ -120,9 +123,15 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
             queues.update(tune_job_paths(net, jobs, by_name))
         result["placement_from"] = "controller" if client is not None else "emulator"
         result["lightpath_queue_bytes"] = queues
+        go_on_until = None
+        if faults is not None and scenario.emulation.iterate_through_events:
+            go_on_until = Path(out_dir) / "workers" / EVENTS_DONE_FILE
+            go_on_until.unlink(missing_ok=True)
+            faults.set_done_file(go_on_until)
         result.update(run_jobs_on_hosts(
             jobs, by_dc, Path(out_dir), prometheus=mon, metrics_netns_fd=home_fd,
-            placement=placement, on_started=None if faults is None else faults.attach_launcher))
+            placement=placement, on_started=None if faults is None else faults.attach_launcher,
+            go_on_until=go_on_until))
         if faults is not None:
             faults.drain()  # a Prometheus still down comes back for the last scrape
         mon.record_jobs(result)  # per-job gauges of the run exporter

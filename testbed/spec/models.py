@@ -511,6 +511,11 @@ class EmulationSpec(Frozen):
         default=3, description="pp_jobs: measured iterations each emulated job runs")
     worker_warmup_iterations: Annotated[int, Field(ge=0, le=100)] = Field(
         default=1, description="pp_jobs: iterations run first and left out of the timing")
+    iterate_through_events: bool = Field(
+        default=False, description="pp_jobs with events: after worker_iterations, the jobs "
+        "go on iterating until every event has run (and 2 s more), however long an "
+        "iteration takes on this machine; stages on other machines run worker_iterations "
+        "only")
     max_jobs: Annotated[int, Field(ge=1, le=64)] = Field(
         default=2, description="pp_jobs: emulate the first N placed jobs concurrently")
     forwarding: Literal["controller", "static"] = Field(
