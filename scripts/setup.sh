@@ -60,7 +60,9 @@ else
     "$VENV/bin/pip" install -q --no-deps --require-hashes -r "$LOCK"
   fi
   if [ "$DEPS_ONLY" = 1 ]; then log "done (--deps-only): $VENV"; exit 0; fi
-  "$VENV/bin/pip" install -q --no-deps -e .
+  # The build backend is the lock's own setuptools (no isolated build environment: that
+  # fetched the newest setuptools and wheel on every run, ~100 s in a software-emulated guest).
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
   "$VENV/bin/pip" check >/dev/null || { "$VENV/bin/pip" check >&2; exit 1; }
 fi
 bash "$(dirname "$0")/link_cli.sh" "$VENV"
