@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite in three lanes at once (tests/conftest.py sorts them):
-#   serial    root tests that build emulated networks and time packets, one at a time
-#             (and the README's routing reproduction, marked serial: CPU-heavy, untimed);
+#   serial    root tests that build emulated networks and time packets, one at a time;
 #   root      root tests that build networks but time nothing, one at a time beside them;
 #   parallel  the rest, on TEST_JOBS pytest-xdist workers at nice 10, so that on a 2-core
 #             machine the emulations get the CPU first.

@@ -241,22 +241,9 @@ SLOW_COST_S = {"lightpipe reproduce routing": 800, "lightpipe reproduce cba": 22
                "lightpipe reproduce bace": 100, "lightpipe reproduce crosspipe": 85}
 
 
-# Chains `make test` runs in its serial lane (scripts/test.sh), at normal priority and while
-# no timed test runs: the routing reproduction is ~200 s of CPU, which the parallel lane's
-# nice 10 beside two emulation lanes stretched to 1,219 s, the whole suite's tail (CI of
-# 6dcc62a, started first).
-SERIAL_LANE = {"lightpipe reproduce routing"}
-
-
 def _slow_params() -> list[Any]:
-    params = []
-    for ch in _slow_chains():
-        head = " ".join(ch[0].split()[:3])
-        marks = [pytest.mark.cost(SLOW_COST_S.get(head, 60))]
-        if head in SERIAL_LANE:
-            marks.append(pytest.mark.serial)
-        params.append(pytest.param(ch, id=head, marks=marks))
-    return params
+    return [pytest.param(ch, id=" ".join(ch[0].split()[:3]), marks=pytest.mark.cost(
+        SLOW_COST_S.get(" ".join(ch[0].split()[:3]), 60))) for ch in _slow_chains()]
 
 
 def test_readme_slow_commands_are_all_run() -> None:
