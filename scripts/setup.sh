@@ -51,7 +51,7 @@ else
   # that a fresh machine gets the same PyYAML, pydantic, ... as CI. torch on its own: the
   # CPU build where the machine has it (pip's find-links), PyPI's 2.13.0 elsewhere.
   # A venv that holds them already (a rerun; the Vagrant box's, built from this lock) is
-  # left as it is: pip's check of 130 satisfied pins took ~110 s in a software-emulated guest.
+  # left as it is (pip re-checking ~130 satisfied pins: ~20 s in a software-emulated guest).
   if "$VENV/bin/python" "$(dirname "$0")/locked_installed.py" "$LOCK" torch==2.13.0 2>/dev/null; then
     log "the locked dependencies (requirements.lock) and torch==2.13.0: installed already"
   else

@@ -194,7 +194,7 @@ def _joined(ray: Any, address: str, num_cpus: int, common: dict[str, Any]
 def start_local(ray: Any, num_cpus: int, attempts: int = LOCAL_START_ATTEMPTS,
                 **common: Any) -> None:
     """ray.init() a local instance. Ray waits a fixed 30 s for its raylet to register and
-    gives up, which a busy 2-core machine can miss (CI, 2026-11-29: four test lanes beside
+    gives up, which a busy 2-core machine can miss (CI of 4714e83: three test lanes beside
     it); then what the attempt started (this process's new descendants, by PID and start
     time: Ray's shutdown knows nothing of a node that never came up) is ended and the start
     tried again, `attempts` times in all. RuntimeFailure when the last one fails."""
