@@ -130,9 +130,10 @@ def _cost_s(item: pytest.Item) -> float:
 def _longest_first(items: list[pytest.Item]) -> None:
     """Tests marked `cost(seconds)` first, the longest first; the rest keep their order
     (a stable sort). With `--dist load` and small chunks (scripts/test.sh) that is longest
-    processing time first: the README's routing reproduction (~800 s on a busy 2-core
-    machine) had started last on its worker and was the parallel lane's tail (CI of
-    d340887: lane 1680 s)."""
+    processing time first. Measured: the README's routing reproduction, started last, was
+    the parallel lane's tail (CI of d340887, lane 1,680 s); started first it still was (CI
+    of 6dcc62a, 1,219 s of the lane's 1,704 s), being CPU-starved at nice 10 rather than
+    late."""
     items.sort(key=lambda it: -_cost_s(it))
 
 
