@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,7 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
                 "emulated_iteration_time_s": 0.2, "simulated_iteration_time_s": 0.21}],
                 "agreement": [{"job": "job0", "relative_error": 0.05}]})
             assert mon.flush(timeout_s=scaled(120))
+            flushed_s = time.time()  # (the served copy below is queried at this time)
             for url in (st["url"], mon.prom.url):
                 info = wait_for(url, f'lightpipe_run_info{{run="{mon.run_id}"}}',
                                 timeout_s=scaled(120))
@@ -198,8 +200,10 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
         try:
             line = proc.stdout.readline() if proc.stdout else ""
             url = line.split(" at ")[1].split()[0]
+            # at its time: an instant query now looks back 5 minutes only, and under load
+            # more than that passed since the flush (CI red of 2026-11-29)
             got = wait_for(url, f'lightpipe_job_agreement_relative_error{{run="{mon.run_id}"}}'
-                           , timeout_s=scaled(120))
+                           , timeout_s=scaled(120), at_s=flushed_s)
             assert float(got[0]["value"][1]) == pytest.approx(0.05)
         finally:
             proc.send_signal(signal.SIGINT)
@@ -211,6 +215,49 @@ def test_monitor_up_run_registration_and_serve(tmp_path: Path) -> None:
         assert _cli("monitor", "down", "--dir", str(mdir)).returncode == 0
     res = _cli("monitor", "status", "--dir", str(mdir))
     assert res.returncode == 1 and "down" in res.stdout
+
+
+def test_monitor_serve_of_an_hour_old_run_names_its_window(tmp_path: Path) -> None:
+    """A finished run's samples are older than the 5-minute lookback of an instant query
+    evaluated now: `monitor serve` prints the run's time range and a query at a time
+    inside it finds the data."""
+    promtool = shutil.which("promtool")
+    if promtool is None or shutil.which("prometheus") is None:
+        pytest.skip("prometheus and promtool not installed")
+    from testbed.metrics.query import query, wait_for
+
+    end_s = float(int(time.time()) - 3600)
+    start_s = end_s - 120.0
+    om = tmp_path / "series.om"
+    om.write_text("# TYPE lightpipe_job_agreement_relative_error gauge\n" + "".join(
+        f'lightpipe_job_agreement_relative_error{{run="old"}} 0.25 {t:.0f}\n'
+        for t in range(int(start_s), int(end_s) + 1, 15)) + "# EOF\n")
+    run = tmp_path / "run"
+    (run / "prometheus" / "data").mkdir(parents=True)
+    res = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om),
+                          str(run / "prometheus" / "data")], capture_output=True, text=True,
+                         timeout=scaled(120))
+    assert res.returncode == 0, res.stderr
+    (run / "manifest.json").write_text(json.dumps({"started_unix_s": start_s,
+                                                   "ended_unix_s": end_s}))
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY, "monitor", "serve", str(run),
+                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        url = line.split(" at ")[1].split()[0]
+        fmt = "%Y-%m-%dT%H:%M:%SZ"
+        assert (f"(data of {time.strftime(fmt, time.gmtime(start_s))} to "
+                f"{time.strftime(fmt, time.gmtime(end_s))})") in line, line
+        promql = 'lightpipe_job_agreement_relative_error{run="old"}'
+        got = wait_for(url, promql, timeout_s=scaled(120), at_s=end_s)
+        assert float(got[0]["value"][1]) == pytest.approx(0.25)
+        assert float(got[0]["value"][0]) == pytest.approx(end_s)
+        assert query(url, promql) == []  # now: nothing within the lookback
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(scaled(60))
+    assert proc.returncode == 0
 
 
 def test_monitor_cli_input_errors(tmp_path: Path) -> None:

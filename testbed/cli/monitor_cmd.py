@@ -103,12 +103,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from testbed.errors import RuntimeFailure
-    from testbed.monitor.serve import serving
+    from testbed.monitor.serve import serving, window_text
 
     with serving(args.run_dir, args.port, args.listen) as started:
         try:  # (Ctrl-C right after the line below is printed ends it as well: exit 0)
             signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM = Ctrl-C
-            print(f"serving {args.run_dir}/prometheus/data at {started.url} (Ctrl-C stops)")
+            print(f"serving {args.run_dir}/prometheus/data at {started.url} "
+                  f"{window_text(args.run_dir)}(Ctrl-C stops)")
             sys.stdout.flush()
             code = started.proc.wait()
         except KeyboardInterrupt:

@@ -30,9 +30,13 @@ def _get(url: str, path: str, params: dict[str, str], timeout_s: float) -> Any:
     return body["data"]
 
 
-def query(url: str, promql: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """Instant query; returns the result vector ([{'metric': {...}, 'value': [t, 'v']}])."""
-    data = _get(url, "/api/v1/query", {"query": promql}, timeout_s)
+def query(url: str, promql: str, timeout_s: float = 10.0,
+          at_s: float | None = None) -> list[dict[str, Any]]:
+    """Instant query evaluated now, or at the Unix time at_s (a finished run's TSDB holds
+    nothing "now": an instant query looks back 5 minutes only); returns the result vector
+    ([{'metric': {...}, 'value': [t, 'v']}])."""
+    params = {"query": promql} if at_s is None else {"query": promql, "time": f"{at_s:.3f}"}
+    data = _get(url, "/api/v1/query", params, timeout_s)
     result = data.get("result", [])
     if data.get("resultType") == "scalar":
         return [{"metric": {}, "value": result}]
@@ -52,12 +56,13 @@ def values(result: list[dict[str, Any]]) -> list[float]:
 
 
 def wait_for(url: str, promql: str, timeout_s: float = 30.0,
-             interval_s: float = 0.5) -> list[dict[str, Any]]:
-    """Poll an instant query until it returns data; RuntimeFailure on timeout."""
+             interval_s: float = 0.5, at_s: float | None = None) -> list[dict[str, Any]]:
+    """Poll an instant query (evaluated now, or at at_s: see query) until it returns
+    data; RuntimeFailure on timeout."""
     end = time.monotonic() + timeout_s
     while True:
         try:
-            res = query(url, promql)
+            res = query(url, promql, at_s=at_s)
         except RuntimeFailure:
             res = []
         if res:

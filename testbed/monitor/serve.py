@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,24 @@ def run_tsdb(d: DirReader) -> DirReader:
                          + (f"; skipped {why}" if why else "") + "): only emulation runs "
                          "record one")
     return data
+
+
+def window_text(run_dir: Path) -> str:
+    """'(data of START to END UTC) ' from the run's manifest, '' when unknown: an
+    instant query evaluated now finds nothing older than 5 minutes, so a reader of a
+    finished run needs its time range (Grafana's time picker, the API's time=)."""
+    from testbed.report.prom import run_window
+
+    try:
+        with DirReader.open(Path(run_dir), "RUNDIR") as d:
+            start, end = run_window(d)
+    except (InputError, OSError):
+        return ""
+    if not start:
+        return ""
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    return (f"(data of {time.strftime(fmt, time.gmtime(start))} to "
+            f"{time.strftime(fmt, time.gmtime(end))}) ")
 
 
 @contextmanager

@@ -195,6 +195,24 @@ def _seconds(v: Any) -> float:
     return x if 0.0 <= x < 1e11 else 0.0
 
 
+def run_window(d: DirReader) -> tuple[float, float]:
+    """The run's (start, end) in Unix seconds from its manifest (and summary), (0, 0) when
+    unknown or implausible (longer than 90 days)."""
+    from testbed.report.readers import read_json
+
+    man = read_json(d, "manifest.json")
+    summ = read_json(d, "summary.json")
+    man = man if isinstance(man, dict) else {}
+    summ = summ if isinstance(summ, dict) else {}
+    # (the manifest is written when the run starts, and again with ended_unix_s at its end)
+    start = _seconds(man.get("started_unix_s"))
+    end = _seconds(man.get("ended_unix_s")) or (
+        start + _seconds(summ.get("wall_s")) if start else 0.0)
+    if end < start or end - start > 90 * 86400:
+        return 0.0, 0.0
+    return start, end
+
+
 def prometheus_figures(run_dir: Path | DirReader) -> list[Figure]:
     """prometheus_charts without its note."""
     return prometheus_charts(run_dir)[0]
@@ -205,22 +223,13 @@ def prometheus_charts(run_dir: Path | DirReader) -> tuple[list[Figure], str]:
     when there is none or no prometheus binary. The temporary copy is removed whatever
     happens."""
     from testbed.metrics.prometheus import find_binary
-    from testbed.report.readers import open_run, read_json
+    from testbed.report.readers import open_run
 
     d = open_run(run_dir)
     tsdb = find_tsdb(d)
     if tsdb is None or find_binary() is None:
         return [], ""
-    man = read_json(d, "manifest.json")
-    summ = read_json(d, "summary.json")
-    man = man if isinstance(man, dict) else {}
-    summ = summ if isinstance(summ, dict) else {}
-    # (the manifest is written when the run starts, and again with ended_unix_s at its end)
-    start = _seconds(man.get("started_unix_s"))
-    end = _seconds(man.get("ended_unix_s")) or (
-        start + _seconds(summ.get("wall_s")) if start else 0.0)
-    if end - start > 90 * 86400:
-        start = end = 0.0
+    start, end = run_window(d)
     tmp = tempfile.mkdtemp(prefix="lightpipe-report-")
     try:
         return _charts(tsdb, Path(tmp), start, end)
