@@ -52,7 +52,7 @@ def ppjobs() -> dict[str, Any]:
 # Root tests that build no emulated network and time no packets (second users, file
 # modes, `vagrant validate`): they may run beside other tests under xdist.
 ROOT_BUT_NOT_TIMED = frozenset({"test_security_report", "test_security_fault",
-                                "test_security_monitor", "test_sockbuf",
+                                "test_security_monitor", "test_sockbuf", "test_emu_priority",
                                 "test_vagrant"})
 
 # Root tests that build emulated networks but assert no timing (that a run completes,
@@ -87,7 +87,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     elif root and module not in ROOT_BUT_NOT_TIMED:
         # `make test` (scripts/test.sh) runs the `serial` tests one at a time in a lane of
         # their own: they time packets, and two emulations at once on a 2-core machine
-        # would measure each other. The `rootlane` tests run one at a time beside them,
+        # would measure each other. The `rootlane` tests run one at a time beside them
+        # (at nice 5, their network elements not in the real-time class: test.sh),
         # the rest on pytest-xdist workers at nice 10.
         item.add_marker(pytest.mark.serial)
     if root or module.startswith("test_controller_"):

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.emu import priority
 from testbed.emu.slack import SlackHistogram
 
 log = logging.getLogger("lightpipe.forwarder")
@@ -539,21 +540,6 @@ def _packet_socket(ifname: str) -> socket.socket:
     return s
 
 
-def _raise_priority() -> None:
-    """Emulated fibres must not wait behind the workload: SCHED_RR where allowed, else nice.
-
-    Real-time throttling (kernel.sched_rt_runtime_us) still leaves the machine 5 %.
-    """
-    if os.environ.get("LIGHTPIPE_FORWARDER_RT", "1") != "0":
-        try:
-            os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(10))
-            return
-        except (OSError, AttributeError):
-            pass
-    with contextlib.suppress(OSError):
-        os.nice(-10)
-
-
 def control_request(path: str, req: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
     """Send one JSON request to a forwarder's control socket and return its reply."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -615,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    _raise_priority()
+    priority.raise_priority(0, 10)  # this thread: not the metrics thread started above
     if args.ready_file:
         with open(args.ready_file, "w", encoding="utf-8") as fh:
             fh.write(str(os.getpid()))

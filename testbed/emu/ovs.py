@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed.emu import priority
 from testbed.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -29,22 +30,6 @@ def _bin(name: str) -> str:
     if path is None:
         raise RuntimeFailure(f"{name} not found (install openvswitch-switch)")
     return path
-
-
-def raise_priority(pid: int) -> None:
-    """The switches are part of the emulated network: run them ahead of the workload."""
-    import contextlib
-
-    if os.environ.get("LIGHTPIPE_FORWARDER_RT", "1") != "0":
-        try:
-            # Every thread of the daemon (handlers, revalidators) gets SCHED_RR.
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setscheduler(int(tid), os.SCHED_RR, os.sched_param(5))
-            return
-        except (OSError, AttributeError):
-            pass
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, -10)
 
 
 class PrivateOVS:
@@ -104,7 +89,8 @@ class PrivateOVS:
                   f"--log-file={self.dir}/ovs-vswitchd.log",
                   f"--unixctl={self.dir}/ovs-vswitchd.ctl")
         self.pids["ovs-vswitchd"] = self._pid("ovs-vswitchd")
-        raise_priority(self.pids["ovs-vswitchd"])
+        # the switches are part of the emulated network: ahead of the workload
+        priority.raise_priority(self.pids["ovs-vswitchd"], 5)
         self.vsctl("show")  # waits until vswitchd answers through the db
         log.info("private OVS up in %s (pids %s)", self.dir, self.pids)
 

@@ -1,0 +1,68 @@
+"""LIGHTPIPE_EMU_PRIORITY: the emulated network's processes in the real-time class, at
+nice -10, or left as started (the background lane of `make test`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testbed.emu import priority
+
+ROOT = os.geteuid() == 0
+
+CHILD = ("import os, sys, threading, time\n"
+         "from testbed.emu import priority\n"
+         "t = threading.Thread(target=time.sleep, args=(30,), daemon=True); t.start()\n"
+         "print(priority.raise_priority(int(sys.argv[1]) if sys.argv[1] != 'self' else "
+         "os.getpid(), 7), flush=True)\n"
+         "print(os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), "
+         "os.sched_getscheduler(t.native_id), flush=True)\n")
+
+
+def _run(env_value: str | None, who: str = "self",
+         extra: dict[str, str] | None = None) -> tuple[str, list[int]]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (priority.ENV, "LIGHTPIPE_FORWARDER_RT")}
+    if env_value is not None:
+        env[priority.ENV] = env_value
+    env.update(extra or {})
+    out = subprocess.run(["nice", "-n", "5", sys.executable, "-c", CHILD, who],
+                         capture_output=True, text=True, env=env, timeout=120, check=True)
+    got, nums = out.stdout.splitlines()
+    return got, [int(x) for x in nums.split()]
+
+
+def test_choice_reads_the_variable_and_the_older_switch(monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture
+                                                        ) -> None:
+    monkeypatch.delenv(priority.ENV, raising=False)
+    monkeypatch.delenv("LIGHTPIPE_FORWARDER_RT", raising=False)
+    assert priority.choice() == "realtime"
+    monkeypatch.setenv("LIGHTPIPE_FORWARDER_RT", "0")
+    assert priority.choice() == "nice"
+    monkeypatch.setenv(priority.ENV, " Inherit ")
+    assert priority.choice() == "inherit"  # the new variable wins
+    monkeypatch.setenv(priority.ENV, "turbo")
+    assert priority.choice() == "realtime"
+    assert "LIGHTPIPE_EMU_PRIORITY='turbo' is not one of realtime, nice, inherit" in caplog.text
+
+
+def test_inherit_leaves_the_process_as_started() -> None:
+    got, (policy, nice, _thread) = _run("inherit")
+    assert got == "inherit" and policy == os.SCHED_OTHER and nice == min(19, os.nice(0) + 5)
+
+
+@pytest.mark.skipif(not ROOT, reason="SCHED_RR and a negative nice need root")
+def test_realtime_and_nice_as_root() -> None:
+    # every thread of another process, the caller's only when it names itself with 0
+    got, (policy, _nice, thread) = _run("realtime")
+    assert got == "realtime" and policy == os.SCHED_RR and thread == os.SCHED_RR
+    got, (policy, _nice, thread) = _run(None, who="0")
+    assert got == "realtime" and policy == os.SCHED_RR and thread == os.SCHED_OTHER
+    got, (policy, nice, _thread) = _run("nice")
+    assert got == "nice" and policy == os.SCHED_OTHER and nice == priority.NICE
+    got, (_policy, nice, _thread) = _run(None, extra={"LIGHTPIPE_FORWARDER_RT": "0"})
+    assert got == "nice" and nice == priority.NICE
