@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.atomicio import atomic_write_json, check_out_target, make_stage
-from testbed.boundedio import CSV_MAX_BYTES, DirReader
+from testbed.boundedio import CSV_MAX_BYTES, RUNDIR_JSON_MAX_BYTES, DirReader
 from testbed.errors import InputError
 from testbed.outdir import (
     install_dir,
@@ -302,3 +302,27 @@ def describe_unfinished(path: str | os.PathLike[str] | DirReader) -> str | None:
     finally:
         if opened:
             d.close()
+
+
+def _unix_s(v: Any) -> float:
+    try:
+        x = float(v or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if 0.0 <= x < 1e11 else 0.0
+
+
+def run_window(d: DirReader) -> tuple[float, float]:
+    """The run's (start, end) in Unix seconds from its manifest (and summary), (0, 0) when
+    unknown or implausible (longer than 90 days)."""
+    man = d.read_json("manifest.json", RUNDIR_JSON_MAX_BYTES)
+    summ = d.read_json("summary.json", RUNDIR_JSON_MAX_BYTES)
+    man = man if isinstance(man, dict) else {}
+    summ = summ if isinstance(summ, dict) else {}
+    # (the manifest is written when the run starts, and again with ended_unix_s at its end)
+    start = _unix_s(man.get("started_unix_s"))
+    end = _unix_s(man.get("ended_unix_s")) or (
+        start + _unix_s(summ.get("wall_s")) if start else 0.0)
+    if end < start or end - start > 90 * 86400:
+        return 0.0, 0.0
+    return start, end

@@ -32,7 +32,9 @@ from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError
 from testbed.metrics.hostload import HostLoad
 from testbed.orchestrate.results import read_records
+from workloads import zygote
 from workloads.plan import JobPlan
+from workloads.zygote import ZygoteProc
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +109,8 @@ class Launcher:
         self.metrics_linger_s = metrics_linger_s
         self.remote = remote
         self._load = HostLoad()
+        self._zygote: zygote.Zygote | None = None
+        self._zygote_failed = False
 
     def __enter__(self) -> Launcher:
         return self
@@ -167,13 +171,40 @@ class Launcher:
                     "--nice", str(self.nice), *go_on]
             if host.iface:
                 argv += ["--iface", host.iface]
+            t_spawn = time.monotonic()  # (the zygote's start, at the first, counts)
             with open(logp, "wb") as logf:
-                proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
-                                        pass_fds=(lsock.fileno(),), start_new_session=True)
+                proc = self._forked(argv, host, env, logf.fileno(), lsock.fileno())
+                if proc is None:
+                    proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
+                                            pass_fds=(lsock.fileno(),),
+                                            start_new_session=True)
             run.workers.append(Worker(plan.job, stage, host, proc, rec, logp,
-                                      int(lsock.getsockname()[1]), time.monotonic()))
+                                      int(lsock.getsockname()[1]), t_spawn))
             log.info("job %s stage %d: pid %d on %s", plan.job, stage, proc.pid, host.name)
+
+    def _forked(self, argv: list[str], host: Host, env: dict[str, str], log_fd: int,
+                metrics_fd: int) -> ZygoteProc | None:
+        """The worker forked by this launcher's zygote (started at the first worker: one
+        torch import for all; workloads.zygote), or None where it does not apply (turned
+        off, another python, a host prefix other than `mnexec -a PID`)."""
+        netns = zygote.netns_of_prefix(host.prefix)
+        if (netns is False or not zygote.enabled() or self.python != sys.executable
+                or self._zygote_failed):
+            return None
+        if self._zygote is None:
+            try:
+                self._zygote = zygote.Zygote(self.python, env, REPO_ROOT,
+                                             self.out_dir / "workers" / "zygote.log",
+                                             self.timeout_s).start()
+            except (RuntimeError, OSError) as exc:
+                log.warning("workers start one by one: %s", exc)
+                self._zygote_failed = True
+                return None
+        tail = argv[argv.index("workloads.worker") + 1:]
+        tail[tail.index("--metrics-fd") + 1] = "@fd:0"
+        return self._zygote.spawn(tail, env, REPO_ROOT, log_fd, (metrics_fd,),
+                                  netns if isinstance(netns, str) else None)
 
     def _start_remote(self, run: JobRun, plan: JobPlan, stage: int, host: Host,
                       master: str, duty: float) -> None:
@@ -211,6 +242,9 @@ class Launcher:
                 if w.exit_code is None:
                     w.exit_code = w.proc.poll()
             failed = [w for w in run.workers if w.exit_code not in (None, 0)]
+            # the first to exit is the cause, the others its peers (where known: forked
+            # workers' exits come in order, processes of their own in stage order)
+            failed.sort(key=lambda w: getattr(w.proc, "exit_seq", 0))
             if failed and run.failure is None:
                 run.failure = self._describe(failed[0])
                 run.failed_s = time.monotonic()
@@ -284,6 +318,9 @@ class Launcher:
         for s in self._sockets:
             s.close()
         self._sockets = []
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     # -- faults (testbed.orchestrate.faults) --------------------------------------------
     def worker(self, job: int | str, stage: int) -> Worker:

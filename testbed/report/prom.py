@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed import rundir
 from testbed.boundedio import DirReader, copy_tree
 from testbed.report.page import Figure
 
@@ -187,32 +188,6 @@ def series_charts_with_notes(url: str, start_s: float, end_s: float
     return figs, note.strip()
 
 
-def _seconds(v: Any) -> float:
-    try:
-        x = float(v or 0.0)
-    except (TypeError, ValueError):
-        return 0.0
-    return x if 0.0 <= x < 1e11 else 0.0
-
-
-def run_window(d: DirReader) -> tuple[float, float]:
-    """The run's (start, end) in Unix seconds from its manifest (and summary), (0, 0) when
-    unknown or implausible (longer than 90 days)."""
-    from testbed.report.readers import read_json
-
-    man = read_json(d, "manifest.json")
-    summ = read_json(d, "summary.json")
-    man = man if isinstance(man, dict) else {}
-    summ = summ if isinstance(summ, dict) else {}
-    # (the manifest is written when the run starts, and again with ended_unix_s at its end)
-    start = _seconds(man.get("started_unix_s"))
-    end = _seconds(man.get("ended_unix_s")) or (
-        start + _seconds(summ.get("wall_s")) if start else 0.0)
-    if end < start or end - start > 90 * 86400:
-        return 0.0, 0.0
-    return start, end
-
-
 def prometheus_figures(run_dir: Path | DirReader) -> list[Figure]:
     """prometheus_charts without its note."""
     return prometheus_charts(run_dir)[0]
@@ -229,7 +204,7 @@ def prometheus_charts(run_dir: Path | DirReader) -> tuple[list[Figure], str]:
     tsdb = find_tsdb(d)
     if tsdb is None or find_binary() is None:
         return [], ""
-    start, end = run_window(d)
+    start, end = rundir.run_window(d)
     tmp = tempfile.mkdtemp(prefix="lightpipe-report-")
     try:
         return _charts(tsdb, Path(tmp), start, end)

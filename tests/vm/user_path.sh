@@ -179,8 +179,9 @@ done_step
 step "vagrant ssh -c 'lightpipe run scenarios/monitor-demo.yaml'"
 RUN_LOG="$(mktemp)"
 run_rc=0
-vagrant_ ssh -c 'lightpipe run scenarios/monitor-demo.yaml' -- -q 2>&1 | tee "$RUN_LOG" >&2 ||
-  run_rc=$?
+# (each line stamped with the test's clock: where the run's time goes, phase by phase)
+vagrant_ ssh -c 'lightpipe run scenarios/monitor-demo.yaml' -- -q 2>&1 | tee "$RUN_LOG" |
+  stamp >&2 || run_rc=$?
 run_id="$(sed -n 's/.*prometheus: run \([^,]*\),.*/\1/p' "$RUN_LOG" | head -n 1)"
 run_dir="$(sed -n 's/^lightpipe: no --out: writing to \(\/var\/lib\/lightpipe\/runs\/[A-Za-z0-9._-]*\)$/\1/p' "$RUN_LOG" | head -n 1)"
 is_emu=0
