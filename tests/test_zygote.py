@@ -77,6 +77,31 @@ def _waiting_stage(tmp_path: Path) -> list[str]:
             "--out", str(tmp_path / "s1.jsonl"), "--timeout-s", "600"]
 
 
+def _signal_masks(pid: int) -> dict[str, str]:
+    rows = (ln.split(":", 1) for ln in open(f"/proc/{pid}/status"))
+    return {k: v.strip() for k, v in rows if k in ("SigIgn", "SigBlk")}
+
+
+def test_a_fork_has_a_fresh_interpreters_signal_dispositions(zyg: zygote.Zygote,
+                                                              tmp_path: Path) -> None:
+    """SIGPIPE and SIGXFSZ ignored, nothing blocked, as in `python -m workloads.worker`: a
+    fork with SIGPIPE at its default died when a scrape's connection closed (2026-11-29)."""
+    proc, _logp = _spawn(zyg, tmp_path, _waiting_stage(tmp_path))
+    fresh = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+    try:
+        pipe = 1 << (signal.SIGPIPE - 1)
+        wait_until(lambda: int(_signal_masks(fresh.pid)["SigIgn"], 16) & pipe,
+                   "the fresh interpreter's start-up", timeout_s=scaled(30))
+        assert _signal_masks(proc.pid) == _signal_masks(fresh.pid)
+        assert int(_signal_masks(proc.pid)["SigIgn"], 16) & pipe
+    finally:
+        fresh.kill()
+        fresh.wait()
+        proc.kill()
+        proc.wait(scaled(60))
+
+
 def test_a_signal_reaches_the_worker_and_its_death_is_reported(zyg: zygote.Zygote,
                                                                tmp_path: Path) -> None:
     proc, _logp = _spawn(zyg, tmp_path, _waiting_stage(tmp_path))

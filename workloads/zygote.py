@@ -80,8 +80,9 @@ def _child(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> None:
     code = 1
     try:
         os.setsid()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
+        # (signal dispositions stay a fresh interpreter's, as the zygote is one: SIGPIPE
+        # and SIGXFSZ ignored, so a peer that hangs up is an EPIPE error and not a death;
+        # the user-path guest's workers died of SIGPIPE while Prometheus timed out scrapes)
         sock.close()
         log_fd, passed = fds[0], fds[1:]
         null = os.open(os.devnull, os.O_RDONLY)
@@ -206,7 +207,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s zygote %(message)s")
     sock = socket.socket(fileno=args.control_fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     return serve(sock)
 
 
