@@ -203,8 +203,13 @@ class Launcher:
                 return None
         tail = argv[argv.index("workloads.worker") + 1:]
         tail[tail.index("--metrics-fd") + 1] = "@fd:0"
-        return self._zygote.spawn(tail, env, REPO_ROOT, log_fd, (metrics_fd,),
-                                  netns if isinstance(netns, str) else None)
+        try:
+            return self._zygote.spawn(tail, env, REPO_ROOT, log_fd, (metrics_fd,),
+                                      netns if isinstance(netns, str) else None)
+        except (RuntimeError, OSError) as exc:  # (the zygote died: the rest one by one)
+            log.warning("workers start one by one from now: %s", exc)
+            self._zygote_failed = True
+            return None
 
     def _start_remote(self, run: JobRun, plan: JobPlan, stage: int, host: Host,
                       master: str, duty: float) -> None:
