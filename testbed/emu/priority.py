@@ -5,7 +5,7 @@
             machine the network elements should not queue behind the workload;
   nice      nice -10, no real-time class (`LIGHTPIPE_FORWARDER_RT=0` says the same);
   inherit   left as started: an emulation that times nothing, run in the background
-            beside one that does (`make test`'s root lane, at nice 10), must not take
+            beside one that does (`make test`'s root lane, at nice 5), must not take
             the CPU from the measured one.
 """
 
