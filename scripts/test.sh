@@ -6,7 +6,8 @@
 #   parallel  the rest, on TEST_JOBS pytest-xdist workers at nice 10, so that on a 2-core
 #             machine the emulations get the CPU first.
 # Each line is prefixed with its lane, and each lane ends with its slowest tests (where the
-# time goes); every lane's exit status counts. Extra arguments
+# time goes); every lane's exit status counts, and the last lines recap each lane's exit
+# status and failed tests. Extra arguments
 # go to every pytest run.
 #   bash scripts/test.sh [PYTEST ARGS...]      (VENV=.venv TEST_JOBS=2)
 set -uo pipefail
@@ -27,9 +28,10 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exi
   local name="$1"
   shift
   set +e
-  "$@" 2>&1 | sed -u "s/^/[$name] /"
+  "$@" 2>&1 | tee "$leakdir/$name.log" | sed -u "s/^/[$name] /"
   local rc="${PIPESTATUS[0]}"
   echo "[$name] exit $rc after $(( $(date +%s) - t0 )) s"
+  echo "$rc" > "$leakdir/$name.rc"
   return "$rc"
 }
 lane serial "$PY" -m pytest tests -m serial -p no:cacheprovider --durations=12 "$@" &
@@ -50,5 +52,11 @@ wait "$serial" || rc=1
 wait "$rootlane" || rc=1
 wait "$parallel" || rc=1
 "$PY" -m tests.leaks "$leakdir/before" "$leakdir/windows" || rc=1
+# The recap, last, because a CI log is often read from its tail only: each lane's exit
+# status and the tests it failed (pytest's -ra summary lines).
+for name in serial root parallel; do
+  echo "test: $name lane exit $(cat "$leakdir/$name.rc" 2>/dev/null || echo '?')"
+  grep -E '^(FAILED|ERROR) ' "$leakdir/$name.log" 2>/dev/null | cut -c1-300 | sed "s/^/test:   /"
+done
 echo "test: all lanes done in $(( $(date +%s) - t0 )) s: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
 exit "$rc"
