@@ -144,3 +144,38 @@ def test_run_auto_falls_back_to_sim_with_reason() -> None:
     assert choose_backend("sim", load_scenario(SCENARIOS / "quickstart.yaml"))[0] == ["sim"]
     assert choose_backend("both", load_scenario(SCENARIOS / "quickstart.yaml"))[0] == \
         ["sim", "emu"]
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on() -> None:
+    """`kill -USR1` on a command that seems stuck: every thread's stack on its stderr, and
+    it goes on (main() registers it for every command)."""
+    import signal
+    import time
+
+    code = ("import faulthandler, signal, sys, threading, time\n"
+            "from testbed.cli.main import main\n"
+            "assert main(['validate', sys.argv[1]]) == 0\n"
+            "threading.Thread(target=time.sleep, args=(60,), name='helper', daemon=True)"
+            ".start()\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "print('went on', flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, str(SCENARIOS / "quickstart.yaml")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        assert "ok" in p.stdout.readline()  # validate's line
+        assert p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)  # the dump is written by the signal handler, then the process waits
+        p.stdin.write("\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and out.strip() == "went on"
+    assert err.count("hread 0x") >= 2  # "Current thread" (main) and "Thread" (helper)
+    assert "File \"<string>\"" in err and "in _bootstrap" in err

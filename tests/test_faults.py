@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -377,8 +378,11 @@ class _Training:
     def training_started(self) -> bool:
         return self.started
 
+    def not_ready(self) -> list[str]:
+        return [] if self.started else ["j0/stage1"]
 
-def test_events_clock_starts_with_training() -> None:
+
+def test_events_clock_starts_with_training(caplog: pytest.LogCaptureFixture) -> None:
     """pp_jobs events are timed from the start of training, not from the launch: a cut
     at 0.1 s does not fire while the workers start up, then fires 0.1 s after training
     starts; the offset is recorded."""
@@ -390,9 +394,13 @@ def test_events_clock_starts_with_training() -> None:
     inj = FaultInjector(sc.events, scale=1.0, clock=lambda: now[0]).start(on_training=True)
     training = _Training()
     inj.attach_launcher(training)
+    caplog.set_level(logging.INFO, logger="testbed.orchestrate.faults")
     now[0] = 30.0  # a slow start-up: far past the event's time, but no training yet
     time.sleep(0.3)
     assert inj.steps == [] and inj.now_s() == 0.0
+    # the log says what the clock waits for, every GATE_LOG_S
+    assert "clock not started, 30 s in: waiting for training: j0/stage1 not joined yet" \
+        in caplog.text
     training.started = True
     wait_until(lambda: inj.clock_offset_s is not None, "the clock to start",
                interval_s=0.01)
@@ -414,6 +422,28 @@ def test_events_clock_starts_with_training() -> None:
     # a held network's clock starts with start()
     held = FaultInjector([], scale=1.0).start()
     assert held.stop()["events_clock_offset_s"] == 0.0
+
+
+def test_an_injector_that_fails_says_so_and_still_stops(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An exception in the injector's thread is logged with its traceback and kept in
+    the summary's errors (it once ended the thread unseen: no event ran, nothing said)."""
+    from testbed.orchestrate.faults import FaultInjector
+
+    class Broken(_Training):
+        def training_started(self) -> bool:
+            raise OSError("records unreadable")
+
+    sc = parse_scenario(_with_events("monitor-demo.yaml", [
+        {"at_s": 0.1, "kind": "fiber_cut", "link": ["A", "B"]}]))
+    inj = FaultInjector(sc.events, scale=1.0)
+    inj.attach_launcher(Broken())
+    inj.start(on_training=True)
+    wait_until(lambda: inj.errors, "the injector's error", interval_s=0.01)
+    assert inj.errors == ["injector: records unreadable"]
+    assert "events: the injector stopped: records unreadable" in caplog.text
+    assert "Traceback" in caplog.text
+    assert inj.stop()["events_applied"] == 0
 
 
 def test_the_done_file_follows_the_last_event_and_the_settle_time(tmp_path: Path) -> None:

@@ -180,11 +180,26 @@ def restore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` prints every thread's Python stack to the command's stderr and
+    the command goes on: what a run that seems stuck is doing (README, CLI)."""
+    import faulthandler
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and sys.stderr is not None:
+        try:
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        except (ValueError, OSError, AttributeError):  # stderr without a file descriptor
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 runtime failure, 2 bad input)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     restore_sigint()
+    stacks_on_sigusr1()
     try:
         parser = build_parser()
         try:

@@ -58,6 +58,7 @@ SCRAPE_WAIT_S = 30.0  # longest wait for the first scrape after a Prometheus res
 # set_done_file: after the last event, the workers go on this long (two of the run
 # monitor's 1 s scrapes see the state the events left).
 EVENTS_SETTLE_S = 2.0
+GATE_LOG_S = 30.0  # while the clock waits for training: how often the log says for whom
 
 
 def _utc(t: float | None = None) -> str:
@@ -153,6 +154,7 @@ class FaultInjector:
         self._t0 = 0.0
         self._on_training = False
         self._gated = False  # the clock waits for training to start
+        self._gate_logged = 0.0  # when _open_gate last said what it waits for
         self.clock_offset_s: float | None = None  # start() to the clock's zero (s)
         self._worker_rows: list[tuple[dict[str, Any], Any]] = []
         self._chain: _Chain | None = None  # whose actions are being planned (apply_now)
@@ -197,7 +199,7 @@ class FaultInjector:
     def start(self, on_training: bool = False) -> FaultInjector:
         """Start the thread; the clock starts now, or with `on_training` once the
         attached launcher's training has started (see the module docstring)."""
-        self._t0 = self.clock()
+        self._t0 = self._gate_logged = self.clock()
         self._on_training = self._gated = on_training
         if not on_training:
             self.clock_offset_s = 0.0
@@ -205,8 +207,17 @@ class FaultInjector:
         return self
 
     def _open_gate(self) -> bool:
-        """Start the clock if training has started; False while it has not."""
+        """Start the clock if training has started; False while it has not (said in the
+        log every GATE_LOG_S, with the workers it waits for)."""
         if self.launcher is None or not self.launcher.training_started():
+            now = self.clock()
+            if now - self._gate_logged >= GATE_LOG_S:
+                self._gate_logged = now
+                who = ("the workers' launch" if self.launcher is None
+                       else "training: " + (", ".join(self.launcher.not_ready()[:8])
+                                            or "the jobs") + " not joined yet")
+                log.info("events: clock not started, %.0f s in: waiting for %s",
+                         now - self._t0, who)
             return False
         now = self.clock()
         self.clock_offset_s = round(now - self._t0, 3)
@@ -270,6 +281,13 @@ class FaultInjector:
         return row
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # said, not lost with the thread: no event runs after it
+            log.exception("events: the injector stopped: %s", exc)
+            self.errors.append(f"injector: {exc}")
+
+    def _loop(self) -> None:
         while not self._stop.is_set():
             if self._gated and not self._open_gate():
                 self._stop.wait(RETRY_S)

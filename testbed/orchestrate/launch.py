@@ -275,6 +275,11 @@ class Launcher:
         return bool(self.jobs) and all(w.ready for run in self.jobs.values()
                                        for w in run.workers)
 
+    def not_ready(self) -> list[str]:
+        """The workers training_started() still waits for ("JOB/stageN"), as it last saw."""
+        return [f"{w.job}/stage{w.stage}" for run in self.jobs.values()
+                for w in run.workers if not w.ready]
+
     def _describe(self, w: Worker) -> str:
         code = w.exit_code or 0
         how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
