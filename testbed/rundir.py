@@ -9,7 +9,8 @@ manifest (`"finished"`) are written atomically, and a record file may be rewritt
 whole (sorted) by its writer. A failed run says `"failed"` and why; a run killed with
 SIGKILL keeps `"running"`, and run_status() reports it as `"killed"` (nobody holds its
 lock). Every complete line of a record file parses; a torn last line is ignored by
-read_records and the report's readers.
+read_records and the report's readers. lightpipe.log holds the run's INFO lines
+(testbed.runlog).
 
 Bad input found while running (InputError) leaves `out` as it was before the run.
 """
@@ -40,6 +41,7 @@ from testbed.outdir import (
     remove_stale_siblings,
 )
 from testbed.records import manifest
+from testbed.runlog import run_log
 from testbed.spec import Scenario
 
 log = logging.getLogger(__name__)
@@ -163,7 +165,9 @@ def run_dir(out: str | os.PathLike[str], scenario: Scenario, backend: str,
             raise
         rd.path = target
         try:
-            yield rd
+            # RUN/lightpipe.log: every INFO line of the run
+            with run_log(target, f"{backend} run of {scenario.name}"):
+                yield rd
         except InputError:  # bad input: as if the run never started
             rd.close_streams()
             put_back(previous, target)

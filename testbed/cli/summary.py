@@ -21,6 +21,8 @@ HEADLINE = ("requests", "accepted", "blocked", "blocking_ratio", "blocking_ci95"
 FILES: dict[str, str] = {
     "manifest.json": "what ran: scenario, spec and its sha256, backend, version, seed, platform",
     "summary.json": "the headline figures of the run (the console summary, in full)",
+    "lightpipe.log": "the run's log, step by step: every INFO line and up, timestamped "
+                     "(the console shows warnings)",
     "requests.csv": "one row per lightpath request: route, modulation, slots, accepted or why not",
     "jobs.csv": "one row per pipeline job: placement, lightpaths, iteration time, JCT, cost",
     "lightpaths.csv": "one row per lightpath a pipeline job held: route, slots, set-up and "
