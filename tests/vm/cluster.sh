@@ -38,10 +38,6 @@ case "${1:-}" in
   -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "cluster-vm: unknown option $1 (see --help)" >&2; exit 2 ;;
 esac
-if [ "$MODE" = test ] && [ -z "${LP_CLUSTERVM_TIMED:-}" ]; then
-  LP_CLUSTERVM_TIMED=1 exec timeout --kill-after=120 "${LIGHTPIPE_CLUSTERVM_TIMEOUT_S:-3600}" \
-    bash "$0" "$@"
-fi
 cd "$(dirname "$0")/../.."
 REPO="$(pwd)"
 HERE="$REPO/vagrant/cluster"
@@ -54,6 +50,12 @@ NETS=("$NET" "$DATA_NET")
 TAG=cluster-vm
 # shellcheck source=tests/vm/libvirt_lib.sh
 source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left, log, step, vagrant_env
+hold_harness_lock "$@"  # (outside the time limit below: timeout(1) signals its child)
+# The whole test under a time limit (its EXIT trap still destroys the guests).
+if [ "$MODE" = test ] && [ -z "${LP_CLUSTERVM_TIMED:-}" ]; then
+  LP_CLUSTERVM_TIMED=1 exec timeout --kill-after=120 "${LIGHTPIPE_CLUSTERVM_TIMEOUT_S:-3600}" \
+    bash "$REPO/tests/vm/cluster.sh" "$@"
+fi
 LP1=192.168.58.11 LP2=192.168.58.12
 CLUSTER=vagrant/cluster/cluster.yaml
 WORK=/var/tmp/lp-cluster-vm  # run directories, in the guests
@@ -96,7 +98,14 @@ both_running() {
 }
 
 up() {
-  step "host set-up (packages, libvirtd)"; host_setup; done_step
+  step "host set-up (packages, libvirtd)"
+  if [ "$MODE" = test ]; then  # fresh guests: what a killed run left goes first
+    host_setup --fresh
+    rm -rf "$HERE/.vagrant"
+  else
+    host_setup
+  fi
+  done_step
   step "box (tests/vm/build_box.sh; cached)"
   LP_BOX="$(bash "$REPO/tests/vm/build_box.sh")"
   export LP_BOX

@@ -22,6 +22,38 @@ done_step() { log "$step_name took $(( $(now) - step_t )) s"; }
 # Seconds since the start in front of each line (where provisioning spends its time).
 stamp() { while IFS= read -r line; do printf '[%4d s] %s\n' "$(( $(now) - T_ALL ))" "$line"; done; }
 
+# hold_harness_lock "$@": the rest of the harness runs again under a lock of its TAG
+# (flock -o: the VMs' port forwards and vagrant's children do not keep it), so that one
+# run of each harness uses its libvirt names at a time on this machine; a second says so
+# and exits 1. Held, what of ours is in libvirt is a killed run's (remove_leftovers).
+LOCK_DIR=/run/lightpipe-vm
+hold_harness_lock() {
+  [ -n "${LP_VM_LOCKED:-}" ] && return 0
+  [ "$(id -u)" = 0 ] || { echo "$TAG: run as root (libvirt, debootstrap)" >&2; exit 2; }
+  mkdir -m 0700 "$LOCK_DIR" 2>/dev/null || true
+  if [ -L "$LOCK_DIR" ] || [ ! -d "$LOCK_DIR" ] || [ "$(stat -c %u "$LOCK_DIR")" != 0 ]; then
+    die "$LOCK_DIR is not a directory of root's: not locking there"
+  fi
+  local rc=0
+  LP_VM_LOCKED=1 flock -n -o -E 75 "$LOCK_DIR/$TAG.lock" bash "$REPO/tests/vm/${0##*/}" "$@" ||
+    rc=$?
+  [ "$rc" = 75 ] && die "another $TAG run is under way on this machine (it holds $LOCK_DIR/$TAG.lock)"
+  exit "$rc"
+}
+
+# remove_leftovers: under the lock, domains, a pool or networks of ours are what a killed
+# run left (its EXIT trap never ran): vagrant up would stop at "name ... already taken".
+# Removed first, by our names, and said.
+remove_leftovers() {
+  local left
+  left="$(libvirt_left)"
+  [ -z "$left" ] && return 0
+  log "removing what an earlier run that was killed left in libvirt:$left"
+  libvirt_remove
+  left="$(libvirt_left)"
+  [ -z "$left" ] || die "could not remove the leftovers:$left"
+}
+
 # vagrant_env MEMORY_MB: root or exit 2; Vagrant on libvirt with the test's own box home,
 # pool, network and domain prefix; guests of LP_CPUS (2) CPUs and LP_MEMORY_MB (MEMORY_MB).
 vagrant_env() {
@@ -33,7 +65,7 @@ vagrant_env() {
   export LP_LIBVIRT_PREFIX="$PREFIX" LP_LIBVIRT_POOL="$POOL" LP_LIBVIRT_NETWORK="$NET"
 }
 
-host_setup() {
+host_setup() {  # host_setup [--fresh]: --fresh removes a killed run's leftovers first
   APT_QUIET=1 apt_ensure vm-host "${VM_APT_PKGS[@]}" || die "cannot install the host's packages"
   if ! "${VIRSH[@]}" version >/dev/null 2>&1; then
     [ -d /run/systemd/system ] && die "libvirtd is not running (systemctl start libvirtd)"
@@ -43,6 +75,7 @@ host_setup() {
     "${VIRSH[@]}" version >/dev/null || die "libvirtd did not come up"
     log "started virtlogd and libvirtd"
   fi
+  [ "${1:-}" = --fresh ] && remove_leftovers
   if ! "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
     mkdir -p "$POOL_DIR"
     "${VIRSH[@]}" pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null

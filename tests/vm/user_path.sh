@@ -28,11 +28,6 @@ case "${1:-}" in
   -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "user-path: unknown option $1 (see --help)" >&2; exit 2 ;;
 esac
-# The whole test under a time limit (its EXIT trap still destroys the VM).
-if [ "$MODE" = test ] && [ -z "${LP_USERPATH_TIMED:-}" ]; then
-  LP_USERPATH_TIMED=1 exec timeout --kill-after=120 "${LIGHTPIPE_USERPATH_TIMEOUT_S:-2400}" \
-    bash "$0" "$@"
-fi
 cd "$(dirname "$0")/../.."
 REPO="$(pwd)"
 HOST_CLI="${VENV:-$REPO/.venv}/bin/lightpipe"
@@ -44,6 +39,12 @@ NETS=("$NET")
 TAG=user-path
 # shellcheck source=tests/vm/libvirt_lib.sh
 source "$REPO/tests/vm/libvirt_lib.sh"  # host_setup, libvirt_remove, libvirt_left, log, step, vagrant_env
+hold_harness_lock "$@"  # (outside the time limit below: timeout(1) signals its child)
+# The whole test under a time limit (its EXIT trap still destroys the VM).
+if [ "$MODE" = test ] && [ -z "${LP_USERPATH_TIMED:-}" ]; then
+  LP_USERPATH_TIMED=1 exec timeout --kill-after=120 "${LIGHTPIPE_USERPATH_TIMEOUT_S:-2400}" \
+    bash "$REPO/tests/vm/user_path.sh" "$@"
+fi
 # Panels that monitor-demo cannot fill (as tests/test_monitor_emu.py's HONESTLY_EMPTY):
 # per-flow routing of DC fabrics (no leaf-spine fabric, no routing policy in the scenario)
 # and the training loss (shadow-mode workers train no model). `grafana check` names them
@@ -107,7 +108,14 @@ vm_running() {
 }
 
 up_and_reload() {
-  step "host set-up (packages, libvirtd)"; host_setup; done_step
+  step "host set-up (packages, libvirtd)"
+  if [ "$MODE" = test ]; then  # a fresh VM: what a killed run left goes first
+    host_setup --fresh
+    rm -rf "$REPO/vagrant/.vagrant"
+  else
+    host_setup
+  fi
+  done_step
   step "box (tests/vm/build_box.sh; cached)"
   LP_BOX="$(bash "$REPO/tests/vm/build_box.sh")"
   export LP_BOX
