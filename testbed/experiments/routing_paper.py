@@ -22,7 +22,7 @@ import numpy as np
 
 from testbed.errors import InputError
 from testbed.routing.flows import Flow, Job, flows_of, jobs_on_clos
-from testbed.routing.maxmin import LinkIndex, fill
+from testbed.routing.maxmin import LinkIndex, fill, fill_pairs
 from testbed.routing.policies import route
 from testbed.routing.topology import clos, hosts, leaf_of
 
@@ -212,9 +212,16 @@ def paced_fill(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int
     g_of = np.asarray(group, dtype=np.int64)
     lens = np.fromiter((len(x) for x in links), dtype=np.int64, count=n)
     pair_link = np.concatenate(links) if lens.sum() else np.zeros(0, dtype=np.int64)
-    pair_group = np.repeat(g_of, lens)
-    n_groups = int(g_of.max()) + 1
+    return paced_fill_pairs(cap, np.repeat(g_of, lens), pair_link, int(g_of.max()) + 1)[g_of]
+
+
+def paced_fill_pairs(cap: np.ndarray, pair_group: np.ndarray, pair_link: np.ndarray,
+                     n_groups: int) -> np.ndarray:
+    """paced_fill with the connections' links as (group, link) pairs, one pair per
+    connection and link it crosses: one rate per group 0..n_groups-1 (inf: no link)."""
     rate = np.full(n_groups, np.inf)
+    links, pair_link = np.unique(pair_link, return_inverse=True)  # (as maxmin._fill_pairs)
+    cap = np.asarray(cap)[links]
     rem = cap.astype(float).copy()
     active = np.zeros(n_groups, dtype=bool)
     active[pair_group] = True
@@ -234,7 +241,7 @@ def paced_fill(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int
         active[frozen] = False
         keep = active[pg]
         pg, pl = pg[keep], pl[keep]
-    return rate[g_of]
+    return rate
 
 
 def conn_rates(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int],
@@ -286,21 +293,38 @@ def staggered_times(cap: np.ndarray, r: Routed, jobs: Sequence[Job], iterations:
     started = [0.0] * n
     comm = [False] * n
     times: list[list[float]] = [[] for _ in range(n)]
+    # The rates depend only on which jobs communicate: each set's max-min is computed once
+    # (the sets recur, phase after phase; the same arithmetic, so the same results).
+    rates_of: dict[tuple[int, ...], dict[int, float]] = {}
+    # each job's (connection, link) pairs, its connections in flow order, made once
+    empty = np.zeros(0, dtype=np.int64)
+    job_links = [np.concatenate([r.links[i] for i in ids[k]]) if ids[k] else empty
+                 for k in range(n)]
+    job_conns = [np.repeat(np.arange(len(ids[k]), dtype=np.int64),
+                           [len(r.links[i]) for i in ids[k]]) if ids[k] else empty
+                 for k in range(n)]
     t = 0.0
     for _guard in range(200 * n * (iterations + 2)):
         if all(len(x) >= iterations for x in times):
             return [x[:iterations] for x in times]
         active = [k for k in range(n) if comm[k]]
-        rate = {}
-        if active:
-            flat = [i for k in active for i in ids[k]]
-            rates = conn_rates(cap, [r.links[i] for i in flat],
-                               [k for k in active for _i in ids[k]], paced)
-            pos = 0
-            for k in active:
-                m = len(ids[k])
-                rate[k] = float(rates[pos:pos + m].min()) * 1e9
-                pos += m
+        rate = rates_of.get(tuple(active), {}) if active else {}
+        if active and not rate:
+            pair_link = np.concatenate([job_links[k] for k in active])
+            if paced:  # every connection of a job at the job's rate
+                per_job = paced_fill_pairs(cap, np.repeat(np.asarray(active, dtype=np.int64),
+                                                          [len(job_links[k]) for k in active]),
+                                           pair_link, n)
+                rate = {k: float(per_job[k]) * 1e9 if ids[k] else float(np.inf)
+                        for k in active}
+            else:  # max-min over the active jobs' connections, in flow order
+                first = np.cumsum([0] + [len(ids[k]) for k in active])
+                rates = fill_pairs(cap, np.concatenate(
+                    [job_conns[k] + first[j] for j, k in enumerate(active)]), pair_link,
+                    int(first[-1]))
+                rate = {k: float(rates[first[j]:first[j + 1]].min()) * 1e9
+                        for j, k in enumerate(active)}
+            rates_of[tuple(active)] = rate
         # next event: a computing job starts its all-reduce, or a communicating one ends
         nxt = [(until[k] if not comm[k] else t + remaining[k] / rate[k], k)
                for k in range(n)]

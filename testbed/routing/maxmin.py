@@ -79,6 +79,10 @@ def fill_pairs(capacity_gbps: np.ndarray, pair_flow: np.ndarray, pair_link: np.n
 
 def _fill_pairs(cap: np.ndarray, pair_flow: np.ndarray, pair_link: np.ndarray, n: int,
                 rates: np.ndarray) -> np.ndarray:
+    # Only the links some flow crosses take part: renumbered 0..k-1 (a fabric's thousands
+    # of links would otherwise be counted in every round; the same arithmetic per link).
+    links, pair_link = np.unique(pair_link, return_inverse=True)
+    cap = np.asarray(cap)[links]
     n_links = len(cap)
     rem = cap.astype(float).copy()
     active = np.zeros(n, dtype=bool)
