@@ -38,7 +38,6 @@ from testbed.routing.greedy import greedy, least_loaded
 from testbed.routing.instance import Instance
 from testbed.routing.metric import evaluate
 from testbed.routing.policies import policy_names, route
-from testbed.routing.topology import clos
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ def cases(quick: bool) -> list[Case]:
 
 def _fabric(case: Case, seed: int) -> tuple[nx.DiGraph, list[Job], list[str]]:
     """The case's fabric with its failures for this seed, and its jobs."""
-    g = clos(case.spines, case.leaves, case.hosts_per_leaf)
+    g = rp.fabric(case.spines, case.leaves, case.hosts_per_leaf)
     jobs = jobs_on_clos(g, case.jobs, case.ring_size, seed=seed, buffer_bytes=1e9,
                         compute_s=0.3)
     rng = random.Random(seed * 7919 + 17)
