@@ -305,13 +305,14 @@ class NetemLink(LinkEmulator):
     def _change_leaves(self, pick: Any, args_of: Any) -> int:
         """tc change every netem leaf of both directions that pick(handle) accepts, with
         args_of(handle); how many were changed."""
-        from pyroute2 import NetNS
         from pyroute2.netlink.exceptions import NetlinkError
+
+        from testbed.emu.netns import iproute_in
 
         f = self.fibre
         changed = 0
         try:
-            with NetNS(f"/proc/{self.ns_pid}/ns/net") as ipr:
+            with iproute_in(f"/proc/{self.ns_pid}/ns/net") as ipr:
                 for dev in (self.intf_u, self.intf_v):
                     found = ipr.link_lookup(ifname=dev)
                     if not found:
@@ -445,11 +446,12 @@ class NetemLink(LinkEmulator):
 
     def _apply(self, ops: list[TcOp], clear: bool = False) -> None:
         """Send the requests through netlink inside the middle node's namespace."""
-        from pyroute2 import NetNS
         from pyroute2.netlink.exceptions import NetlinkError
 
+        from testbed.emu.netns import iproute_in
+
         try:
-            with NetNS(f"/proc/{self.ns_pid}/ns/net") as ipr:
+            with iproute_in(f"/proc/{self.ns_pid}/ns/net") as ipr:
                 index: dict[str, int] = {}
 
                 def idx(dev: str) -> int:
@@ -585,14 +587,15 @@ def netem_overhead_ms() -> float:
 
     if not netem_available():
         return 0.0
-    from pyroute2 import NetNS, netns
+    from pyroute2 import netns
 
+    from testbed.emu.netns import iproute_in
     from testbed.emu.probes import icmp_ping
 
     ns = f"lpcal{uuid.uuid4().hex[:8]}"
     netns.create(ns)
     try:
-        with NetNS(ns) as ipr:
+        with iproute_in(f"/run/netns/{ns}") as ipr:
             lo = ipr.link_lookup(ifname="lo")[0]
             ipr.link("set", index=lo, state="up")
             ipr.tc("add", "netem", index=lo, handle="1:",

@@ -12,6 +12,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -50,6 +51,27 @@ def in_netns(path: str) -> Iterator[None]:
             _setns(back)
     finally:
         os.close(back)
+
+
+def iproute_in(path: str) -> Any:
+    """A pyroute2 IPRoute whose netlink socket lives in the network namespace at path
+    (/proc/PID/ns/net or /run/netns/NAME): this thread enters it only to create the
+    socket (in_netns). pyroute2's own NetNS forks a child for that and gives up when it
+    does not answer within 2 s: on a loaded machine (a software-emulated VM at load 38)
+    every fibre cut's netem change failed so, and the controller held its lock through
+    the retries while the cut waited for it. No child, no signal, no wait here."""
+    import socket
+
+    from pyroute2 import IPRoute
+    from pyroute2.netlink import NETLINK_ROUTE
+
+    with in_netns(path):
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+    try:
+        return IPRoute(fileno=sock.detach())
+    except BaseException:
+        sock.close()
+        raise
 
 
 def enter_netns(path: str) -> int:
