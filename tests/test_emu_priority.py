@@ -66,3 +66,30 @@ def test_realtime_and_nice_as_root() -> None:
     assert got == "nice" and policy == os.SCHED_OTHER and nice == priority.NICE
     got, (_policy, nice, _thread) = _run(None, extra={"LIGHTPIPE_FORWARDER_RT": "0"})
     assert got == "nice" and nice == priority.NICE
+
+
+CONTROL_CHILD = ("import os, threading, time\n"
+                 "from testbed.emu import priority\n"
+                 "t = threading.Thread(target=time.sleep, args=(30,), daemon=True); t.start()\n"
+                 "got = priority.raise_control_priority(os.getpid())\n"
+                 "late = []\n"
+                 "u = threading.Thread(target=lambda: late.append(os.getpriority("
+                 "os.PRIO_PROCESS, 0)), daemon=True); u.start(); u.join()\n"
+                 "print(got, os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), "
+                 "os.getpriority(os.PRIO_PROCESS, t.native_id), late[0], flush=True)\n")
+
+
+@pytest.mark.skipif(not ROOT, reason="a negative nice needs root")
+@pytest.mark.parametrize("env_value", ["realtime", "nice", "inherit"])
+def test_the_controller_gets_nice_on_every_thread_never_realtime(env_value: str) -> None:
+    """The SDN controller (raise_control_priority): nice -10 on the thread that ran before
+    and on one started after, never SCHED_RR; left as started under `inherit`."""
+    env = {k: v for k, v in os.environ.items() if k != "LIGHTPIPE_FORWARDER_RT"}
+    env[priority.ENV] = env_value
+    out = subprocess.run([sys.executable, "-c", CONTROL_CHILD], capture_output=True,
+                         text=True, env=env, timeout=120, check=True).stdout.split()
+    got, policy, *nices = out
+    assert int(policy) == os.SCHED_OTHER
+    want = os.nice(0) if env_value == "inherit" else priority.NICE
+    assert got == ("inherit" if env_value == "inherit" else "nice")
+    assert [int(n) for n in nices] == [want] * 3

@@ -144,6 +144,9 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
             stack.enter_context(in_netns(home_netns))
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                 cwd=root, start_new_session=True)
+    from testbed.emu.priority import raise_control_priority
+
+    raise_control_priority(proc.pid)  # before it starts threads: they inherit it
     deadline = time.monotonic() + timeout_s
     while True:  # the addresses the controller bound (ports given, or any free ones)
         try:
