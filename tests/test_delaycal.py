@@ -264,3 +264,15 @@ def test_calibration_keeps_the_best_rounds_settings_when_a_later_round_is_worse(
     assert {k: e.emulated_delay_ms() for k, e in links.items()} == pytest.approx(delay)
     assert all(e.emulated_delay_ms(v) == pytest.approx(e.emulated_delay_ms())
                for e in links.values() for v in (101, 102, 103))
+
+
+def test_the_reroute_check_uses_its_link_modes_echoes() -> None:
+    """A restored lightpath's check beside the workload: two short corrections, one path
+    at a time; the dense stream only on user-space links (netem: sparse echoes, as the
+    calibration of netem links)."""
+    from testbed.emu.reroute import reroute_config
+
+    netem, user = reroute_config("netem"), reroute_config("userspace")
+    assert netem.dense_pings == 0 and user.dense_pings > 0
+    assert netem.rounds == user.rounds == 2 and netem.parallel == user.parallel == 1
+    assert netem.per_path and user.per_path  # each lightpath corrected on its own

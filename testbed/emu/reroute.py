@@ -14,6 +14,7 @@ the correction, and whether it is within the band (RTT_TOL_MS, in scenario time)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -31,6 +32,14 @@ Client = Callable[[str, str, Any], tuple[int, Any]]
 REROUTE_CONFIG = CalibrationConfig(rounds=2, parallel=1)
 
 
+def reroute_config(link_mode: str) -> CalibrationConfig:
+    """REROUTE_CONFIG with the link mode's echoes: no dense stream on netem links (it is
+    about user-space bridges; in a software-emulated VM each of a restored lightpath's
+    measurements with it took ~2.5 min beside the workload)."""
+    return dataclasses.replace(
+        REROUTE_CONFIG, dense_pings=CalibrationConfig.for_link_mode(link_mode).dense_pings)
+
+
 def lightpath_probe(net: LiveNetwork, lp: dict[str, Any]) -> PathProbe:
     """How to ping a controller lightpath (GET /lightpaths/ID) on its current route."""
     p = net.plan
@@ -44,8 +53,10 @@ def lightpath_probe(net: LiveNetwork, lp: dict[str, Any]) -> PathProbe:
 
 
 def check_probe(net: LiveNetwork, probe: PathProbe,
-                cfg: CalibrationConfig = REROUTE_CONFIG) -> dict[str, Any]:
-    """Measure one path, correct its lightpath on its own fibres, measure again; its row."""
+                cfg: CalibrationConfig | None = None) -> dict[str, Any]:
+    """Measure one path, correct its lightpath on its own fibres, measure again; its row
+    (cfg: default reroute_config of the network's link mode)."""
+    cfg = cfg or reroute_config(getattr(net, "link_mode", "userspace"))
     t0 = time.monotonic()
     emulators = {f: net.emulators[f] for f in probe.fibres}
     rec = calibrate(emulators, lambda: measure([probe], cfg), cfg)
@@ -71,7 +82,7 @@ def check_probe(net: LiveNetwork, probe: PathProbe,
 
 
 def check_lightpaths(net: LiveNetwork, client: Client, ids: Sequence[int],
-                     cfg: CalibrationConfig = REROUTE_CONFIG) -> list[dict[str, Any]]:
+                     cfg: CalibrationConfig | None = None) -> list[dict[str, Any]]:
     """A row per controller lightpath id (on its route now); one that is gone says so."""
     rows = []
     for i in ids:
