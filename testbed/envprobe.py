@@ -92,9 +92,7 @@ def netem_available() -> bool:
         return False
     load_module("sch_netem")
     try:
-        from pyroute2 import netns
-
-        from testbed.emu.netns import iproute_in
+        from pyroute2 import NetNS, netns
     except ImportError:
         return False
     ns = f"lpprobe{uuid.uuid4().hex[:8]}"
@@ -103,7 +101,7 @@ def netem_available() -> bool:
     except OSError:
         return False
     try:
-        with iproute_in(f"/run/netns/{ns}") as ipr:
+        with NetNS(ns) as ipr:
             lo = ipr.link_lookup(ifname="lo")[0]
             ipr.link("set", index=lo, state="up")
             ipr.tc("add", "netem", index=lo, handle="1:", delay=1000)

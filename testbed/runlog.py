@@ -21,6 +21,7 @@ from testbed.termsafe import SafeFormatter
 
 LOG_NAME = "lightpipe.log"
 MAX_BYTES = 64 << 20  # a run's log stops here (one line says so)
+CUT_RESERVE = 64  # bytes kept for that line
 FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s [%(threadName)s]: %(message)s"
 
 
@@ -39,7 +40,7 @@ class _RunLogHandler(logging.Handler):
             return
         try:
             line = self.format(record) + "\n"
-            if len(line) > self.left:
+            if len(line) + CUT_RESERVE > self.left:  # the last line says so
                 line = f"(log cut at {self.cap} bytes)\n"
                 self.left = 0
             else:

@@ -84,7 +84,8 @@ CONTROL_CHILD = ("import os, threading, time\n"
 def test_the_controller_gets_nice_on_every_thread_never_realtime(env_value: str) -> None:
     """The SDN controller (raise_control_priority): nice -10 on the thread that ran before
     and on one started after, never SCHED_RR; left as started under `inherit`."""
-    env = {k: v for k, v in os.environ.items() if k != "LIGHTPIPE_FORWARDER_RT"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LIGHTPIPE_FORWARDER_RT", priority.CONTROL_ENV)}
     env[priority.ENV] = env_value
     out = subprocess.run([sys.executable, "-c", CONTROL_CHILD], capture_output=True,
                          text=True, env=env, timeout=120, check=True).stdout.split()
@@ -93,3 +94,18 @@ def test_the_controller_gets_nice_on_every_thread_never_realtime(env_value: str)
     want = os.nice(0) if env_value == "inherit" else priority.NICE
     assert got == ("inherit" if env_value == "inherit" else "nice")
     assert [int(n) for n in nices] == [want] * 3
+
+
+def test_the_controllers_own_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIGHTPIPE_CONTROL_PRIORITY overrides; unset, the controller follows the network."""
+    monkeypatch.delenv("LIGHTPIPE_FORWARDER_RT", raising=False)
+    monkeypatch.delenv(priority.CONTROL_ENV, raising=False)
+    monkeypatch.setenv(priority.ENV, "realtime")
+    assert priority.control_choice() == "nice"
+    monkeypatch.setenv(priority.ENV, "inherit")
+    assert priority.control_choice() == "inherit"
+    monkeypatch.setenv(priority.CONTROL_ENV, "nice")
+    assert priority.control_choice() == "nice"
+    monkeypatch.setenv(priority.ENV, "realtime")
+    monkeypatch.setenv(priority.CONTROL_ENV, "inherit")
+    assert priority.control_choice() == "inherit"

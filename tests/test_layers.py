@@ -23,7 +23,8 @@ SOURCES = ("testbed", "controllers", "workloads")
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("testbed.errors", "testbed.termsafe", "testbed.safefs", "testbed.atomicio", "testbed.outdir",
      "testbed.boundedio", "testbed.names", "testbed.progress", "testbed.sigwait",
-     "testbed.catalog", "testbed.envprobe", "testbed.topologies", "testbed.analysis"),
+     "testbed.catalog", "testbed.envprobe", "testbed.topologies", "testbed.analysis",
+     "testbed.runlog"),
     ("testbed.spec",),
     ("testbed.optical", "testbed.schedule", "testbed.traces", "testbed.records",
      "testbed.rundir", "testbed.routing"),

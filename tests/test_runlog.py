@@ -61,12 +61,15 @@ def test_a_planted_link_is_not_followed(tmp_path: Path, console: io.StringIO) ->
 
 
 def test_the_log_is_capped_and_says_so(tmp_path: Path, console: io.StringIO) -> None:
-    with run_log(tmp_path, max_bytes=2000):
-        for k in range(200):
-            logging.getLogger("testbed.x").info("line %d of a chatty run", k)
-    text = (tmp_path / LOG_NAME).read_text()
-    assert len(text) <= 2000 + 100 and text.rstrip().endswith("bytes)")
-    assert "(log cut at" in text
+    for cap in (1000, 2000, 2345):  # wherever the cap falls in a line
+        run = tmp_path / str(cap)
+        run.mkdir()
+        with run_log(run, max_bytes=cap):
+            for k in range(200):
+                logging.getLogger("testbed.x").info("line %d of a chatty run", k)
+        text = (run / LOG_NAME).read_text()
+        assert len(text) <= cap and text.endswith(f"(log cut at {cap} bytes)\n")
+        assert text.count("(log cut at") == 1
 
 
 def test_a_forked_child_does_not_write_the_parents_log(tmp_path: Path,
