@@ -82,7 +82,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     root = _needs_root(item)
     if root and item.get_closest_marker("root") is None:
         item.add_marker(pytest.mark.root)
-    if root and (module in ROOT_UNTIMED or item.get_closest_marker("untimed") is not None):
+    # `timed`: a test of a rootlane module whose run enforces the lightpath probes' delays
+    # (verification fails on them even where DC-pair RTTs only warn): at nice 5 beside the
+    # serial lane they failed it at load (two of them, twice, 2026-11-29).
+    timed = item.get_closest_marker("timed") is not None
+    if root and not timed and (module in ROOT_UNTIMED
+                               or item.get_closest_marker("untimed") is not None):
         item.add_marker(pytest.mark.rootlane)
     elif root and module not in ROOT_BUT_NOT_TIMED:
         # `make test` (scripts/test.sh) runs the `serial` tests one at a time in a lane of
