@@ -34,9 +34,9 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exi
   echo "$rc" > "$leakdir/$name.rc"
   return "$rc"
 }
-# The serial lane's SDN controllers stay at its nice 0 (LIGHTPIPE_CONTROL_PRIORITY): at
-# nice -10 they took the CPU from the root lane's networks beside it (two of its
-# lightpath verifications failed at 49d1c5d).
+# The serial lane's SDN controllers stay at its nice 0 (LIGHTPIPE_CONTROL_PRIORITY), as
+# they were before the controller's own priority: at nice -10 they would take more of
+# the CPU from the root lane's networks beside it.
 LIGHTPIPE_CONTROL_PRIORITY=inherit lane serial "$PY" -m pytest tests -m serial \
   -p no:cacheprovider --durations=12 "$@" &
 serial=$!

@@ -72,7 +72,7 @@ CONTROL_ENV = "LIGHTPIPE_CONTROL_PRIORITY"
 def control_choice() -> str:
     """The controller's: `LIGHTPIPE_CONTROL_PRIORITY` (nice|inherit), else `inherit` where
     choice() is, else `nice`. (`make test`'s serial lane sets inherit: its controllers at
-    nice -10 would take the CPU from the root lane's networks at nice 5 beside it.)"""
+    nice -10 would take more of the CPU from the root lane's networks at nice 5.)"""
     raw = os.environ.get(CONTROL_ENV, "").strip().lower()
     if raw in ("nice", "inherit"):
         return raw
