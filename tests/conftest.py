@@ -57,9 +57,10 @@ ROOT_BUT_NOT_TIMED = frozenset({"test_security_report", "test_security_fault",
 
 # Root tests that build emulated networks but assert no timing (that a run completes,
 # what it records, what it leaves behind, what `clean` does, what a report shows): their
-# runs only warn when an RTT drifts (emulation.rtt_check auto, user-space links), each
-# uses names and state of its own, and the soak counts only its own runs. `make test`
-# runs them one at a time in a lane of their own, beside the timed ones.
+# runs only warn when an RTT or a probe's delay drifts (emulation.rtt_check auto,
+# user-space links), each uses names and state of its own, and the soak counts only its
+# own runs. `make test` runs them one at a time in a lane of their own, beside the timed
+# ones.
 ROOT_UNTIMED = frozenset({"test_records_emu_kill", "test_rough_edges", "test_monitor_emu",
                           "test_report", "test_soak", "test_faultctl",
                           "test_security_clean", "test_readme"})
@@ -82,12 +83,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     root = _needs_root(item)
     if root and item.get_closest_marker("root") is None:
         item.add_marker(pytest.mark.root)
-    # `timed`: a test of a rootlane module whose run enforces the lightpath probes' delays
-    # (verification fails on them even where DC-pair RTTs only warn): at nice 5 beside the
-    # serial lane they failed it at load (two of them, twice, 2026-11-29).
-    timed = item.get_closest_marker("timed") is not None
-    if root and not timed and (module in ROOT_UNTIMED
-                               or item.get_closest_marker("untimed") is not None):
+    if root and (module in ROOT_UNTIMED or item.get_closest_marker("untimed") is not None):
         item.add_marker(pytest.mark.rootlane)
     elif root and module not in ROOT_BUT_NOT_TIMED:
         # `make test` (scripts/test.sh) runs the `serial` tests one at a time in a lane of

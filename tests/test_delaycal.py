@@ -129,6 +129,17 @@ def test_the_run_names_the_dc_pair_whose_rtt_fails() -> None:
     lossy = {**check, "rtts": [], "lossy": True, "pings": [{**ping, "received": 17}]}
     assert first_failure(lossy) == "unknown"  # some echoes lost on lossy fibres: fine
     assert "0/20" in first_failure({**lossy, "pings": [{**ping, "received": 0}]})
+    # a probe held late: named where the delays are enforced; one off its route, always
+    probe = {"vlan": 11, "src_host": "dc-a-h0", "dst_host": "dc-b-h0", "delivered": True,
+             "hops_seen": ["m0"], "hops_expected": ["m0"], "one_way_ms": 9.9,
+             "expected_ms": 3.0, "tolerance_ms": 6.0, "fibre_delay_ms": {"m0": 9.1},
+             "route_ok": True, "delay_ok": False, "ok": False}
+    late = {**check, "rtts": [], "probes": [probe], "delays_enforced": True}
+    assert "VLAN 11" in first_failure(late) and "9.9 ms" in first_failure(late)
+    assert first_failure({**late, "delays_enforced": False}) == "unknown"
+    lost = {**late, "delays_enforced": False,
+            "probes": [{**probe, "delivered": False, "route_ok": False}]}
+    assert "delivered=False" in first_failure(lost)
 
 
 def test_per_path_corrections_take_the_dc_ends_off_exactly() -> None:

@@ -303,6 +303,11 @@ def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
         assert not slow["ok"] and not any(p["delay_ok"] for p in slow["probes"])
         assert not slow["rtt_ok"] and slow["rtts"][0]["median_ms"] > 2 * 4.0 + 1.0
         assert not verify(net, rtt_enforced=False)["ok"]  # the probes still fail it
+        # off their delays but on their routes: not enforced, the checks pass (the run
+        # path's emulation.rtt_check warn)
+        assert slow["routes_ok"] and slow["reach_ok"] and not slow["delays_ok"]
+        from testbed.emu.verify import checks_pass
+        assert checks_pass(slow, False, False) and not checks_pass(slow, False, True)
         emu.request({"cmd": "set", "delay_ms": 2.0, "down": True})  # fibre cut
         cut = verify(net, ping_count=2)
         assert not cut["ok"] and not any(p["delivered"] for p in cut["probes"])
@@ -348,6 +353,17 @@ def test_run_path_calibrates_again_when_a_pair_drifts_out_of_the_band() -> None:
         assert fixed["ok"] and fixed["rtt_ok"] and fixed["rtt_enforced"], fixed["rtts"]
         assert fixed["rtt_rechecks"][0]["out_of_band"] == ["dc-a~dc-c"]
         assert fixed["rtt_rechecks"][0]["calibration"]["corrections_applied"] >= 1
+        # a fibre 4 ms late, past its probe's tolerance: `warn` records the probes' delays
+        # as it does the RTT (CI of 402c12f: a run failed on one probe held late at load)
+        emu = net.emulators[plan.fibre("A", "B").middle]
+        was = emu.vlan_corrections_ms.get(vlan, 0.0)
+        assert emu.request({"cmd": "vlan_delay", "vlan": vlan,
+                            "correction_ms": was - 4.0}).get("ok")
+        late = verify_network(net, {"enabled": False}, "warn")
+        assert late["ok"] and late["routes_ok"] and not late["delays_ok"], late["probes"]
+        assert not late["delays_enforced"]
+        with pytest.raises(RuntimeFailure, match="DC pair dc-a~dc-c"):
+            verify_network(net, {"enabled": False}, "enforce")
 
 
 # A line A-B-C-D with a DC on every node: DC pairs 1, 2 and 3 fibre hops apart.

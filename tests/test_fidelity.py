@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -301,6 +302,50 @@ def test_agreement_unreliable_flag_is_the_fidelity_invariants() -> None:
                              {"job0": {"iterations_measured": 25, "cpu_share_median": 0.5}})
     folded = with_fidelity(agreement_verdict(starved), fid.verdict(Scale(), **d))
     assert sum("50 %" in r for r in folded["reasons"]) == 1
+
+
+def test_a_worker_reads_its_own_window_shorter_than_a_reading(tmp_path: Path) -> None:
+    """A worker whose iterations last less than one sampler reading (0.5 s) reads itself at
+    ready and at done; the verdict takes that exact usage, not its whole life (CI of
+    402c12f: a 0.1 s window after a 12 s start-up was judged over all 12 s)."""
+    import json
+    import threading
+
+    from testbed.emu.fidelity_probe import worker_own_usage, worker_window
+    from testbed.emu.procstat import own_usage_since
+
+    assert own_usage_since(None)[1] == {}
+    t0 = time.monotonic()
+    at_ready, _ = own_usage_since(None)
+    assert at_ready is not None
+
+    def spin(s: float) -> None:
+        end = time.thread_time() + s
+        while time.thread_time() < end:
+            pass
+
+    spin(0.05)
+    gone = threading.Thread(target=spin, args=(0.05,))  # exits inside the window
+    gone.start()
+    gone.join()
+    _, used = own_usage_since(at_ready)
+    t1 = time.monotonic()
+    assert 0.04 <= used["run_s"] and used["wait_s"] >= 0  # type: ignore[operator]
+    assert used["cpu_s"] >= 0.05 and 0 < used["wall_s"] <= t1 - t0 + 0.01  # type: ignore[operator]
+    assert 0.0 < used["cpu_share"] <= 1.0  # type: ignore[operator]
+    rec = tmp_path / "stage0.jsonl"
+    rec.write_text("\n".join(json.dumps(r) for r in (
+        {"type": "start", "ready_s": t0}, {"type": "iteration"},
+        {"type": "done", "end_s": t1, "usage": used})) + "\n")
+    own = worker_own_usage(str(rec))
+    assert own is not None and own["read_by"] == "worker" and own["run_s"] == used["run_s"]
+    assert own["window_s"] == [round(t0, 3), round(t1, 3)] and worker_window(str(rec)) == (t0, t1)
+    # records from before the worker read itself, or cut short: the sampler's figures stay
+    for done in ({"type": "done", "end_s": t1}, {"type": "done", "end_s": t1,
+                                                 "usage": {"run_s": "x"}}):
+        rec.write_text(json.dumps({"type": "start", "ready_s": t0}) + "\n"
+                       + json.dumps(done) + "\n")
+        assert worker_own_usage(str(rec)) is None
 
 
 def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:

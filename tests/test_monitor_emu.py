@@ -140,7 +140,6 @@ def test_every_dashboard_query_has_data_after_a_run(tmp_path: Path) -> None:
         _cli(env, "monitor", "down")
 
 
-@pytest.mark.timed
 def test_held_lightpath_requests_run_is_scraped(tmp_path: Path) -> None:
     """A held run of a lightpath_requests scenario (no long-lived Prometheus): its own
     Prometheus scrapes the controller, the link emulators and the run exporter, and

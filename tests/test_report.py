@@ -279,7 +279,6 @@ def test_report_emulation_of_pp_jobs_timelines_side_by_side(tmp_path: Path) -> N
     assert "not drawn" not in html
 
 
-@pytest.mark.timed
 @need_browser
 @pytest.mark.root
 @pytest.mark.slow

@@ -137,6 +137,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     import torch
     import torch.distributed as dist
 
+    from testbed.emu.procstat import own_usage_since
     from workloads.compute import Burner
     from workloads.executor import Executor
     from workloads.metrics import Scrapes, WorkerMetrics, serve
@@ -178,6 +179,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         dist.init_process_group("gloo", store=store, rank=args.rank, world_size=plan.stages,
                                 timeout=timeout)
     t_ready = time.monotonic()
+    at_ready, _ = own_usage_since(None)  # its iterations' CPU, read by itself (fidelity)
     _emit(fh, {"type": "start", "job": plan.job, "stage": args.rank, "pid": os.getpid(),
                "import_start_s": T_IMPORT0, "imported_s": t_imported, "ready_s": t_ready,
                "calibration": calibration, "metrics_port": metrics_port})
@@ -199,7 +201,8 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         it += 1
     final = scrapes.started  # every metric holds its final value from here on
     dist.barrier()
-    _emit(fh, {"type": "done", "end_s": time.monotonic()})
+    _, used = own_usage_since(at_ready)
+    _emit(fh, {"type": "done", "end_s": time.monotonic(), "usage": used})
     dist.destroy_process_group()
     if metrics_port is not None and args.metrics_linger_s > 0:
         t0 = time.monotonic()

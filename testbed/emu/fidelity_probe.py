@@ -60,7 +60,26 @@ def watch_workers(sampler: ProcSampler, launcher: Any) -> int:
 def worker_window(record_path: str) -> tuple[float | None, float | None]:
     """(ready, end) of a worker, time.monotonic() s, from its records (the `start` record's
     ready_s: imports and rendezvous done; the `done` record's end_s); None where absent."""
-    t0 = t1 = None
+    t0, t1, _ = _window_and_usage(record_path)
+    return t0, t1
+
+
+def worker_own_usage(record_path: str) -> dict[str, Any] | None:
+    """What a worker used from ready to done as it read itself (the `done` record's usage:
+    testbed.emu.procstat.own_usage_since), with its window; None where it has none."""
+    t0, t1, used = _window_and_usage(record_path)
+    if t0 is None or t1 is None or not isinstance(used, dict):
+        return None
+    keys = ("wall_s", "cpu_s", "run_s", "wait_s", "cpu_share", "load")
+    if not all(k in used and (used[k] is None or isinstance(used[k], (int, float)))
+               for k in keys):
+        return None
+    return {**{k: used[k] for k in keys}, "window_s": [round(t0, 3), round(t1, 3)],
+            "read_by": "worker"}
+
+
+def _window_and_usage(record_path: str) -> tuple[float | None, float | None, Any]:
+    t0 = t1 = used = None
     try:
         with open(record_path, encoding="utf-8") as fh:
             for line in fh:
@@ -72,9 +91,10 @@ def worker_window(record_path: str) -> tuple[float | None, float | None]:
                     t0 = float(r["ready_s"])
                 elif isinstance(r, dict) and r.get("type") == "done":
                     t1 = float(r["end_s"])
+                    used = r.get("usage")
     except (OSError, KeyError, TypeError, ValueError):
         pass
-    return t0, t1
+    return t0, t1, used
 
 
 def host_tcp_counters(net: Any) -> dict[str, dict[str, int]]:
@@ -177,9 +197,13 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
         sampler.stop()
     procs = []
     if sampler is not None:  # a worker over its iterations, not its start-up
-        windows = {p["pid"]: worker_window(p["meta"]["records"]) for p in sampler.watched()
+        records = {p["pid"]: p["meta"]["records"] for p in sampler.watched()
                    if p["role"] == "worker" and p["meta"].get("records")}
-        procs = sampler.records(windows)
+        procs = sampler.records({pid: worker_window(r) for pid, r in records.items()})
+        for p in procs:  # exact where the worker read itself (a window under one reading)
+            own = worker_own_usage(records[p["pid"]]) if p["pid"] in records else None
+            if own is not None:
+                p.update(own)
     fibre_of = {f.middle: f"{f.u}-{f.v}" for f in net.plan.fibres}
     for p in procs:  # a forwarder by its fibre (the link exporter's label)
         if p["role"] == "forwarder" and p["name"] in fibre_of:

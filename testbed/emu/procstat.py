@@ -105,6 +105,24 @@ def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
             "load": round(cpu / wall, 4) if wall > 0 else None}
 
 
+def own_usage_since(before: ProcTimes | None
+                    ) -> tuple[ProcTimes | None, dict[str, float | None]]:
+    """This process's reading now, and what it used since `before` (an earlier reading of
+    it, threads kept), without a sampler's granularity: a worker reads itself when its
+    iterations start and when they end. A thread that exited in between counts for
+    nothing (its figures left with it), so the run and wait times are lower bounds that
+    never go down."""
+    now = read_times(os.getpid())
+    if now is None or before is None:
+        return now, {}
+    run = sum(r - before.threads.get(tid, (0.0, 0.0))[0] for tid, (r, _) in now.threads.items())
+    wait = sum(w - before.threads.get(tid, (0.0, 0.0))[1]
+               for tid, (_, w) in now.threads.items())
+    first = replace(before, run_s=0.0, wait_s=0.0, threads={})
+    last = replace(now, run_s=run, wait_s=wait, threads={})
+    return now, usage(first, last)
+
+
 class ProcSampler:
     """Reads the watched processes every interval_s (a daemon thread); records() says
     what each used since it was first read."""

@@ -143,7 +143,8 @@ def run_probe(net: EmuNetwork, job: ProbeJob) -> dict[str, Any]:
             break
     assert res is not None
     return {**asdict(res), "src_host": hs.name, "dst_host": hd.name,
-            "tolerance_ms": round(tol, 3), "delay_ok": in_time, "ok": res.ok and in_time}
+            "tolerance_ms": round(tol, 3), "route_ok": res.ok, "delay_ok": in_time,
+            "ok": res.ok and in_time}
 
 
 def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int | None = None
@@ -194,14 +195,17 @@ def dc_pair_rtts(net: EmuNetwork, ping_count: int = RTT_PINGS, parallel: int | N
 
 
 def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = True,
-           probe_parallel: int = SIDE_BY_SIDE, pings_parallel: int | None = None
-           ) -> dict[str, Any]:
-    """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}.
+           probe_parallel: int = SIDE_BY_SIDE, pings_parallel: int | None = None,
+           delays_enforced: bool = True) -> dict[str, Any]:
+    """Run the checks; returns {"ok": bool, "pings": [...], "rtts": [...], "probes": [...]}
+    and each part's verdict (reach_ok, routes_ok, rtt_ok, delays_ok).
 
     rtt_enforced: a DC pair's RTT outside the band fails the verification (else it is
-    only recorded). probe_parallel, pings_parallel: at most this many lightpath probes
-    (DC-pair pings) at a time, only those whose routes share no fibre together; 1: one
-    after the other; pings None: as the calibration (testbed.emu.batches.ping_parallel)."""
+    only recorded); delays_enforced: so does a lightpath probe held outside its fibres'
+    tolerance (a probe off its route, untagged or lost always fails it).
+    probe_parallel, pings_parallel: at most this many lightpath probes (DC-pair pings) at
+    a time, only those whose routes share no fibre together; 1: one after the other;
+    pings None: as the calibration (testbed.emu.batches.ping_parallel)."""
     p = net.plan
     pings = []
     for dc in p.dc_subnets:  # inside each DC: first host to every other host
@@ -218,8 +222,10 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = Tr
                          probe_parallel)
     rtt_fine = all(x["ok"] for x in rtts)
     lossy = any(f.loss > 0 for f in p.fibres)  # then an echo may be lost: any reply will do
-    ok = (all(answered(x, lossy) for x in pings) and all(x["ok"] for x in probes)
-          and (rtt_fine or not rtt_enforced))
+    parts = {"reach_ok": all(answered(x, lossy) for x in pings),
+             "routes_ok": all(x["route_ok"] for x in probes), "rtt_ok": rtt_fine,
+             "delays_ok": all(x["delay_ok"] for x in probes)}
+    ok = checks_pass(parts, rtt_enforced, delays_enforced)
     for x in rtts:
         if not x["ok"]:
             # Not enforced: the caller decides what to say (the run path recalibrates).
@@ -231,6 +237,15 @@ def verify(net: EmuNetwork, ping_count: int = RTT_PINGS, rtt_enforced: bool = Tr
         log.warning("verification failed: %s",
                     [x for x in pings if not answered(x, lossy)]
                     + [x for x in rtts if not x["ok"]] + [x for x in probes if not x["ok"]])
-    return {"ok": ok, "rtt_ok": rtt_fine, "rtt_enforced": rtt_enforced, "lossy": lossy,
-            "pings": pings,
+    return {"ok": ok, **parts, "rtt_enforced": rtt_enforced,
+            "delays_enforced": delays_enforced, "lossy": lossy, "pings": pings,
             "rtts": rtts, "probes": probes}
+
+
+def checks_pass(parts: Mapping[str, bool], rtt_enforced: bool, delays_enforced: bool
+                ) -> bool:
+    """Whether a verification's parts pass it: every host reached and every probe on its
+    route always; the DC pairs' RTTs and the probes' delays where enforced."""
+    return (parts["reach_ok"] and parts["routes_ok"]
+            and (parts["rtt_ok"] or not rtt_enforced)
+            and (parts["delays_ok"] or not delays_enforced))
