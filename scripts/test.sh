@@ -28,7 +28,7 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exi
   local name="$1"
   shift
   set +e
-  "$@" 2>&1 | tee "$leakdir/$name.log" | sed -u "s/^/[$name] /"
+  LIGHTPIPE_TEST_LANE="$name" "$@" 2>&1 | tee "$leakdir/$name.log" | sed -u "s/^/[$name] /"
   local rc="${PIPESTATUS[0]}"
   echo "[$name] exit $rc after $(( $(date +%s) - t0 )) s"
   echo "$rc" > "$leakdir/$name.rc"

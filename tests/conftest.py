@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from testbed.cli.main import main
+from tests.cpulog import pytest_runtest_protocol  # noqa: F401  (LIGHTPIPE_TEST_CPU_LOG)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
