@@ -78,3 +78,19 @@ def test_out_help_says_how_dir_is_written(capsys: pytest.CaptureFixture[str], co
     text = " ".join(capsys.readouterr().out.split())
     assert says in text
     assert "atomically" not in text
+
+
+def test_a_fault_that_failed_says_why_on_the_console() -> None:
+    """A fault row tried but failed (its `error`, e.g. the controller's REST call timed
+    out) says so instead of "not applied (?)" (the user path's guest, 6d8ef00)."""
+    from testbed.cli.summary import fault_lines
+
+    rows = [{"kind": "fiber_cut", "target": "A-B", "at_s": 0.2, "applied": False,
+             "error": "POST /faults/fiber_cut: timed out after 60 s"},
+            {"kind": "fiber_repair", "target": "A-B", "at_s": 0.6, "applied": False,
+             "note": "not reached: the workload ended before it was due"},
+            {"kind": "fiber_cut", "target": "A-B", "at_s": 0.9, "applied": False}]
+    lines = fault_lines(rows)
+    assert lines[0].endswith("not applied (POST /faults/fiber_cut: timed out after 60 s)")
+    assert lines[1].endswith("(not reached: the workload ended before it was due)")
+    assert lines[2].endswith("not applied (?)")

@@ -464,3 +464,56 @@ def test_fidelity_verdict_and_forwarder_slack_fill_their_panels(tmp_path: Path) 
     finally:
         links.stop()
         run.stop()
+
+
+def test_a_runs_scrape_interval_grows_with_the_machines_slowness() -> None:
+    """1 s on the reference machine, longer on a slower one (the user path's guest,
+    slowness 20-27: every target timed out at 1 s), bounded; its labels set any
+    Prometheus's interval and time-out for the run's targets; `grafana check` takes
+    $__rate_interval as at least 4 scrape intervals."""
+    from testbed.monitor import dashboards as dash
+    from testbed.monitor.run import MAX_SCRAPE_S, run_scrape_interval_s, scrape_labels
+
+    assert run_scrape_interval_s(1.0) == run_scrape_interval_s(1.7) == 1.0
+    assert run_scrape_interval_s(20.4) == 5.0 and run_scrape_interval_s(26.6) == 7.0
+    assert run_scrape_interval_s(50.0) == MAX_SCRAPE_S
+    assert scrape_labels(5.0) == {"__scrape_interval__": "5s", "__scrape_timeout__": "5s"}
+    assert scrape_labels(0.5)["__scrape_interval__"] == "500ms"
+    assert dash.builtins_for({})["$__rate_interval"] == "10s"
+    assert dash.builtins_for({"a": {"scrape_interval_s": "1"},
+                              "b": {"scrape_interval_s": "7"},
+                              "c": {"scrape_interval_s": "x"}})["$__rate_interval"] == "28s"
+    expr = "rate(x[$__rate_interval])"
+    assert dash.substitute(expr, {}, dash.builtins_for({"a": {"scrape_interval_s": "7"}})) \
+        == "rate(x[28s])"
+    assert dash.substitute(expr, {}) == "rate(x[10s])"
+
+
+@needs_prometheus
+@pytest.mark.timeout(120)
+def test_a_targets_own_scrape_interval_labels_are_honoured(tmp_path: Path) -> None:
+    """A real Prometheus (1 s in its configuration) scrapes a target labelled with
+    scrape_labels(3) every 3 s, with a 3 s time-out, and keeps no __ label on the series."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from testbed.monitor.run import scrape_labels
+
+    reg = CollectorRegistry()
+    Gauge("lp_probe_value", "a probe", registry=reg).set(1)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    try:
+        port = server.server_address[1]
+        with PrometheusServer(tmp_path, scrape_interval_s=1.0) as prom:
+            prom.set_targets("t", [(f"127.0.0.1:{port}", {"run": "r", **scrape_labels(3.0)})])
+            prom.set_targets("u", [(f"127.0.0.1:{port}", {"run": "plain"})])
+            got = wait_until(lambda: [t for t in targets(prom.url) if t["health"] == "up"]
+                             if len([t for t in targets(prom.url) if t["health"] == "up"]) == 2
+                             else None, "both targets up", timeout_s=scaled(60),
+                             interval_s=0.5)
+            by_run = {t["labels"]["run"]: t for t in got}
+            assert by_run["r"]["scrapeInterval"] == "3s" and by_run["r"]["scrapeTimeout"] == "3s"
+            assert by_run["plain"]["scrapeInterval"] == "1s"
+            res = wait_for(prom.url, 'lp_probe_value{run="r"}', timeout_s=scaled(30))
+            assert not any(k.startswith("__scrape") for k in res[0]["metric"])
+    finally:
+        server.shutdown()

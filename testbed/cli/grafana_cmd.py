@@ -60,11 +60,13 @@ def run(args: argparse.Namespace) -> int:
     end = time.time()
     values = {"run": args.run}
     runs = _runs(args.url, args.run, args.since_s)
+    builtins = dash.builtins_for(runs)
     ok = expected = 0
     cannot: dict[str, list[str]] = {}  # reason -> queries
     for name, d in dash.load_dashboards(gdir).items():
         for q in dash.queries(name, d):
-            n = dash.run_query(args.url, q, values, end - args.since_s, end)
+            n = dash.run_query(args.url, q, values, end - args.since_s, end,
+                               builtins=builtins)
             where = f"{name}: {q.kind} {q.title}"
             why = None if n else producible.why_none_can(q.expr, runs)
             if n:

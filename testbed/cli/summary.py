@@ -202,7 +202,8 @@ def fault_lines(rows: object) -> list[str]:
             continue
         line = f"fault: {r.get('kind')} {r.get('target')} at {_fmt(r.get('at_s'))} s"
         if not r.get("applied", r.get("simulated", False)):
-            out.append(f"{line}: not applied ({r.get('note', r.get('skipped', '?'))})")
+            why = r.get("note", r.get("skipped", r.get("error", "?")))
+            out.append(f"{line}: not applied ({why})")
             continue
         parts = [f"{k.removesuffix('_s')} {_fmt(r[k])} s" for k in ("detection_s", "recovery_s")
                  if isinstance(r.get(k), int | float)]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -87,9 +89,24 @@ def queries(name: str, dash: dict[str, Any]) -> list[DashQuery]:
     return out
 
 
-def substitute(expr: str, values: dict[str, str]) -> str:
+def builtins_for(runs: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """BUILTINS for these runs (run id -> lightpipe_run_info labels): $__rate_interval at
+    least 4 of their longest scrape interval, as Grafana takes it (a run on a slow machine
+    is scraped less often: testbed.monitor.run.run_scrape_interval_s)."""
+    longest = 0.0
+    for facts in runs.values():
+        try:
+            longest = max(longest, float(facts.get("scrape_interval_s", 0) or 0))
+        except ValueError:
+            continue
+    rate_s = max(int(BUILTINS["$__rate_interval"].removesuffix("s")), math.ceil(4 * longest))
+    return {**BUILTINS, "$__rate_interval": f"{rate_s}s"}
+
+
+def substitute(expr: str, values: dict[str, str],
+               builtins: Mapping[str, str] | None = None) -> str:
     """Replace $__builtins and $var / ${var} with values (regexes for =~ matchers)."""
-    for k, v in BUILTINS.items():
+    for k, v in (builtins or BUILTINS).items():
         expr = expr.replace(k, v)
 
     def sub(m: re.Match[str]) -> str:
@@ -115,12 +132,12 @@ def variable_values(url: str, query: str, values: dict[str, str]) -> list[str]:
 
 
 def run_query(url: str, q: DashQuery, values: dict[str, str], start_s: float, end_s: float,
-              step_s: float = 2.0) -> int:
+              step_s: float = 2.0, builtins: Mapping[str, str] | None = None) -> int:
     """Number of series (variables: values) the query returns over [start, end]."""
     from testbed.metrics.query import query_range
 
     if q.kind == "variable":
         return len(variable_values(url, q.expr, values))
-    res = query_range(url, substitute(q.expr, values), start_s, end_s, step_s)
+    res = query_range(url, substitute(q.expr, values, builtins), start_s, end_s, step_s)
     return sum(1 for r in res if any(v[1] not in ("NaN", "+Inf", "-Inf")
                                      for v in r.get("values", [])))

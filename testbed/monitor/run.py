@@ -91,16 +91,44 @@ def run_info(scenario: Any, **extra: Any) -> dict[str, str]:
     return info
 
 
+# A run's scrape interval (and time-out: Prometheus allows no longer) is 1 s on the reference
+# machine and one more second per SLOWNESS_PER_SCRAPE_S of measured slowness, at most
+# MAX_SCRAPE_S. Measured in the user path's guest (software emulation, 2 vCPUs, slowness
+# 20-27): at 1 s every target of the run, the workers, the run exporter, the link exporter,
+# was "down" (context deadline exceeded; answers took 1.5-6.6 s) on both Prometheus servers,
+# so the dashboards' worker panels stayed empty, and each timed-out scrape still cost the
+# starved exporter its answer.
+SLOWNESS_PER_SCRAPE_S = 4.0
+MAX_SCRAPE_S = 10.0
+
+
+def run_scrape_interval_s(slowness: float) -> float:
+    """The scrape interval of a run on a machine `slowness` times slower than the reference
+    (testbed.envprobe.machine_slowness)."""
+    return float(min(MAX_SCRAPE_S, max(1.0, round(slowness / SLOWNESS_PER_SCRAPE_S))))
+
+
+def scrape_labels(interval_s: float) -> dict[str, str]:
+    """Target labels that set a target's scrape interval and time-out in any Prometheus
+    that scrapes it (file_sd labels override the configuration's), so the long-lived
+    monitor scrapes this run's targets as the run's own server does."""
+    ms = max(1, round(interval_s * 1000))
+    text = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+    return {"__scrape_interval__": text, "__scrape_timeout__": text}
+
+
 class RunMonitor:
     """Prometheus, exporters and registration for one run (see the module docstring)."""
 
     def __init__(self, scenario: Any, stage_dir: Path, final_dir: Path, *,
                  home_fd: int | None = None, monitor_dir: Path | str | None = None,
-                 backend: str = "emu", scrape_interval_s: float = 1.0,
+                 backend: str = "emu", scrape_interval_s: float | None = None,
                  die_with_driver: bool = False) -> None:
         """die_with_driver: the run's Prometheus ends with this process, also when it is
         killed (for a run whose state does not record the server, e.g. `emu --cluster`'s
-        driver); needs home_fd None and the main thread."""
+        driver); needs home_fd None and the main thread. scrape_interval_s: None, scaled
+        with the machine (run_scrape_interval_s)."""
+        from testbed.envprobe import machine_slowness
         from testbed.metrics.prometheus import PrometheusServer, find_binary
 
         if die_with_driver and home_fd is not None:
@@ -112,7 +140,13 @@ class RunMonitor:
         self.home_fd = home_fd
         self.run_id = run_id_for(self.final_dir)
         self.labels = {"run": self.run_id, "scenario": str(scenario.name)}
-        self.prom = (PrometheusServer(self.stage_dir, scrape_interval_s=scrape_interval_s,
+        if scrape_interval_s is None:
+            scrape_interval_s = run_scrape_interval_s(machine_slowness())
+        self.scrape_interval_s = float(scrape_interval_s)
+        if self.scrape_interval_s != 1.0:
+            log.info("scrape interval %g s (this machine runs %.1fx slower than the "
+                     "reference)", self.scrape_interval_s, machine_slowness())
+        self.prom = (PrometheusServer(self.stage_dir, scrape_interval_s=self.scrape_interval_s,
                                       die_with_parent=die_with_driver)
                      if find_binary() else None)
         self.monitor_dir = monitor_dir
@@ -131,7 +165,7 @@ class RunMonitor:
         from testbed.monitor.exporter import RunExporter
         from testbed.monitor.server import running_monitor
 
-        extra = {"backend": self.backend}
+        extra = {"backend": self.backend, "scrape_interval_s": f"{self.scrape_interval_s:g}"}
         if net is not None:
             extra.update(link_mode=getattr(net, "link_mode", ""),
                          datapath=getattr(net, "datapath", ""))
@@ -190,7 +224,9 @@ class RunMonitor:
     def set_targets(self, group: str, targets: Iterable[tuple[str, Mapping[str, str]]]
                     ) -> None:
         """Add (replace) a target group, e.g. the workers' (PrometheusServer's API)."""
-        self.groups[group] = [(addr, {**dict(lab), **self.labels}) for addr, lab in targets]
+        self.groups[group] = [(addr, {**dict(lab), **self.labels,
+                                      **scrape_labels(self.scrape_interval_s)})
+                              for addr, lab in targets]
         if self.prom is not None:
             self.prom.set_targets(group, self.groups[group])
         if self.long_lived is not None:
@@ -220,10 +256,12 @@ class RunMonitor:
         return self._scraped(q, timeout_s)
 
     def flush(self, timeout_s: float = 20.0) -> bool:
-        """Mark the run ended and wait until every Prometheus scraped that; False if not."""
+        """Mark the run ended and wait until every Prometheus scraped that (at least five
+        scrape intervals); False if not."""
         if self.exporter is None:
             return False
         self.exporter.finish()
+        timeout_s = max(timeout_s, 5 * self.scrape_interval_s)
         q = f'lightpipe_run_end_time_seconds{{run="{self.run_id}"}} > 0'
         return self._scraped(q, timeout_s)
 

@@ -76,6 +76,14 @@ cleanup() {
   if [ "$MODE" = test ] && [ "$rc" != 0 ]; then
     log "FAILED (status $rc) at: $step_name; the monitor's journal:"
     in_vm "sudo journalctl -u lightpipe-monitor --no-pager -n 30" 2>&1 | tail -n 30 >&2 || true
+    if [ -n "${run_dir:-}" ]; then  # the run's own account, before the VM goes
+      log "the run's log (the last 60 lines of $run_dir/lightpipe.log) and its events:"
+      in_vm "sudo tail -n 60 $run_dir/lightpipe.log; sudo tail -n 3 $run_dir/workers/*/stage*.log
+sudo /lightpipe/.venv/bin/python -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+for k in (\"event_errors\", \"faults\", \"reroute_rtt_out\"):
+    print(k, json.dumps(s.get(k))[:2000])' $run_dir/summary.json" 2>&1 | tail -n 120 >&2 || true
+    fi
   fi
   local t
   t=$(now)
