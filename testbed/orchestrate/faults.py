@@ -381,6 +381,7 @@ class FaultInjector:
             except Exception as exc:
                 rec["error"] = str(exc)
                 self.errors.append(f"{ev.kind} {ev.target}: {exc}")
+                log.warning("event %s %s failed: %s", ev.kind, ev.target, exc)
         rec["at_s"] = ev.at_s
         if "error" not in rec:
             self.steps.append(rec)
