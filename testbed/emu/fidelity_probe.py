@@ -67,7 +67,11 @@ def worker_window(record_path: str) -> tuple[float | None, float | None]:
 def worker_own_usage(record_path: str) -> dict[str, Any] | None:
     """What a worker used from ready to done as it read itself (the `done` record's usage:
     testbed.emu.procstat.own_usage_since), with its window; None where it has none."""
-    t0, t1, used = _window_and_usage(record_path)
+    return own_usage_of(*_window_and_usage(record_path))
+
+
+def own_usage_of(t0: float | None, t1: float | None, used: Any) -> dict[str, Any] | None:
+    """worker_own_usage() of records already read (_window_and_usage)."""
     if t0 is None or t1 is None or not isinstance(used, dict):
         return None
     keys = ("wall_s", "cpu_s", "run_s", "wait_s", "cpu_share", "load")
@@ -199,9 +203,10 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
     if sampler is not None:  # a worker over its iterations, not its start-up
         records = {p["pid"]: p["meta"]["records"] for p in sampler.watched()
                    if p["role"] == "worker" and p["meta"].get("records")}
-        procs = sampler.records({pid: worker_window(r) for pid, r in records.items()})
+        read = {pid: _window_and_usage(r) for pid, r in records.items()}  # each file once
+        procs = sampler.records({pid: (t0, t1) for pid, (t0, t1, _) in read.items()})
         for p in procs:  # exact where the worker read itself (a window under one reading)
-            own = worker_own_usage(records[p["pid"]]) if p["pid"] in records else None
+            own = own_usage_of(*read[p["pid"]]) if p["pid"] in read else None
             if own is not None:
                 p.update(own)
     fibre_of = {f.middle: f"{f.u}-{f.v}" for f in net.plan.fibres}
