@@ -26,7 +26,8 @@ test: setup
 
 # While developing: every test that needs neither root, a network namespace nor a VM.
 test-fast: setup
-	$(BIN)/python -m pytest tests -m "not root and not vm and not slow" -n 3 -q
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest tests -m "not root and not vm and not slow" \
+	  -n 3 -q
 
 # Hunt flaky tests: the root, emulation and controller tests 5 times in a row with one
 # core kept busy; every failure listed with its test and cause (runs/stress/stress.md).

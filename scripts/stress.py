@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             netns = Path("/run/netns")
             before.write_text("".join(f"{n}\n" for n in
                                       sorted(os.listdir(netns) if netns.is_dir() else [])))
-            env = {**os.environ, "LIGHTPIPE_TEST_STRICT_SIGNALS": "1",  # conftest
+            # (bytecode cached, as scripts/test.sh does: PYTHONDONTWRITEBYTECODE dropped)
+            env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                   "LIGHTPIPE_TEST_STRICT_SIGNALS": "1",  # conftest
                    "LIGHTPIPE_TEST_WINDOWS": str(windows)}
             procs: dict[str, tuple[Path, subprocess.Popen[bytes]]] = {}
             for suffix, selection in lanes.items():

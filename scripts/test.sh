@@ -21,6 +21,12 @@ leakdir=$(mktemp -d)
 trap 'rm -rf "$leakdir"' EXIT
 ls -1 /run/netns 2>/dev/null > "$leakdir/before"
 export LIGHTPIPE_TEST_WINDOWS="$leakdir/windows"
+# Bytecode is cached (__pycache__, ignored by git) even where the shell sets
+# PYTHONDONTWRITEBYTECODE, as these machines' shells do: otherwise each of the five pytest
+# processes rewrites every test module's asserts again (collection 21 s of CPU instead of 9),
+# and each of the suite's thousands of Python processes (CLI runs, forwarders, controllers,
+# workers) compiles LightPipe's modules again (docs/testing.md "Where the time goes").
+unset PYTHONDONTWRITEBYTECODE
 # A test after which the kernel's SIGINT/SIGTERM disposition no longer matches Python's
 # handler fails (tests/conftest.py); LIGHTPIPE_TEST_STRICT_SIGNALS=0 makes it a warning.
 export LIGHTPIPE_TEST_STRICT_SIGNALS="${LIGHTPIPE_TEST_STRICT_SIGNALS:-1}"

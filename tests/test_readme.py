@@ -5,6 +5,7 @@ another test runs). A command added to the README without an entry here fails th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -25,6 +26,8 @@ BIN = ROOT / ".venv" / "bin"
 
 FAST = "run by test_readme_commands_without_root"
 SLOW = "run by test_readme_slow_commands (slow: make test, not make test-fast)"
+SLOW_ONE_SEED = ("run by test_readme_slow_commands with one seed (every case at its full "
+                 "size, once); the many-seed run is measured by bench/bench_reproduce.py")
 AS_ROOT = "run by test_readme_monitor_steps_as_root"
 VM = "needs Vagrant and a VM: tests/vm/user_path.sh (docs/vm.md)"
 LONG_EMU = "a long emulation (root): "
@@ -59,13 +62,13 @@ COVERED: dict[str, str] = {
     "lightpipe reproduce geopipe --out runs/geopipe": FAST,
     "lightpipe run scenarios/cba-nsfnet.yaml --backend sim --out runs/cba": FAST,
     "lightpipe plan scenarios/cba-nsfnet.yaml --out runs/cba-plan.json": FAST,
-    "lightpipe reproduce cba --out runs/repro-cba": SLOW,
-    "lightpipe reproduce bace --out runs/repro-bace": SLOW,
+    "lightpipe reproduce cba --out runs/repro-cba": SLOW_ONE_SEED,
+    "lightpipe reproduce bace --out runs/repro-bace": SLOW_ONE_SEED,
     "lightpipe route --clos 32x64 --hosts-per-leaf 8 --jobs 16 --ring-size 16 --seed 1 "
     "--policy greedy --json": FAST,
     "lightpipe route --clos 4x8 --hosts-per-leaf 4 --jobs 4 --ring-size 6 --policy ilp "
     "--fail spine0-leaf1": FAST,
-    "lightpipe reproduce routing --out runs/repro-routing": SLOW,
+    "lightpipe reproduce routing --out runs/repro-routing": SLOW_ONE_SEED,
     "python bench/bench_routing.py": SLOW,
     # emulation (root)
     "sudo lightpipe run scenarios/routing-leafspine.yaml --backend both --out runs/route":
@@ -231,14 +234,13 @@ def _validate_example(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 def _slow_chains() -> list[list[str]]:
-    return _chains(_commands_for(SLOW))
+    return _chains(_commands_for(SLOW) + _commands_for(SLOW_ONE_SEED))
 
 
-# Rough time of each slow chain (its first command) on a busy 2-core machine (CI of d340887,
-# lanes side by side), for tests/conftest.py's longest-first order; others count 60 s.
-SLOW_COST_S = {"lightpipe reproduce routing": 800, "lightpipe reproduce cba": 220,
-               "lightpipe sweep scenarios/quickstart.yaml": 125,
-               "lightpipe reproduce bace": 100, "lightpipe reproduce crosspipe": 85}
+# Rough time of each slow chain (its first command) on a busy 2-core machine (make test of
+# 3373bb0, lanes side by side), for tests/conftest.py's longest-first order; others 60 s.
+SLOW_COST_S = {"lightpipe reproduce crosspipe": 95, "lightpipe reproduce routing": 80,
+               "lightpipe sweep scenarios/quickstart.yaml": 65}
 
 
 def _slow_params() -> list[Any]:
@@ -249,25 +251,45 @@ def _slow_params() -> list[Any]:
 def test_readme_slow_commands_are_all_run() -> None:
     """Every slow command of the README is in exactly one chain (each runs on its own, so
     that pytest-xdist spreads them: in one test they took 935 s of one worker, CI of
-    380e161, the parallel lane's tail)."""
-    commands = _commands_for(SLOW)
+    380e161, the parallel lane's tail); each one-seed command is a reproduction that takes
+    seeds."""
+    commands = _commands_for(SLOW) + _commands_for(SLOW_ONE_SEED)
     assert len(commands) >= 6
     assert sorted(c for ch in _slow_chains() for c in ch) == sorted(commands)
+    from testbed.cli.reproduce_cmd import options, resolve
+
+    one_seed = _commands_for(SLOW_ONE_SEED)
+    assert len(one_seed) == 3
+    for cmd in one_seed:
+        assert cmd.startswith("lightpipe reproduce ") and "--quick" not in cmd, cmd
+        assert "seeds" in options(resolve(cmd.split()[2])), cmd
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", _slow_params())
 def test_readme_slow_commands(tmp_path: Path, chain: list[str]) -> None:
     """The full reproductions, the routing benchmark and the sweep on a Ray instance it
-    starts, as the README runs them; what each names with --out is written."""
+    starts, as the README runs them (cba, bace and routing with one seed: every case at its
+    full size, once; 20 seeds of routing took 575 s of a 2-core machine's make test, and
+    bench/bench_reproduce.py measures the README's own seeds); what each names with --out
+    is written."""
     env = _scratch(tmp_path)
     for cmd in chain:
-        _sh(cmd, tmp_path, env, timeout_s=900)
+        one_seed = COVERED[cmd] == SLOW_ONE_SEED
+        _sh(cmd + " --set seeds=1" if one_seed else cmd, tmp_path, env, timeout_s=900)
         words = cmd.split()
         for out in (words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"):
             assert (tmp_path / out).exists(), (cmd, out)
             if words[:2] == ["lightpipe", "reproduce"]:
-                assert (tmp_path / out / "summary.json").is_file(), cmd
+                summary = json.loads((tmp_path / out / "summary.json").read_text())
+                assert summary["rows"], cmd
+                manifest = json.loads((tmp_path / out / "manifest.json").read_text())
+                assert manifest["options"] == ({"seeds": 1} if one_seed else {}), cmd
+        if words[:3] == ["lightpipe", "reproduce", "routing"]:  # every full-size case
+            from testbed.experiments.routing import cases
+
+            ran = {r["case"] for r in summary["rows"]}
+            assert ran == {c.name for c in cases(quick=False)}, ran
 
 
 @pytest.mark.root
@@ -287,8 +309,6 @@ def test_readme_monitor_steps_as_root(tmp_path: Path) -> None:
             cmd = cmd.removeprefix("sudo ")  # (root already; sudo may be absent)
             if cmd == "lightpipe monitor up":
                 res = _sh(f"{cmd} --json", tmp_path, env)  # (its port: 9090 may be taken)
-                import json
-
                 url = json.loads(res.stdout)["url"]
             elif cmd == "lightpipe monitor status":
                 res = _sh(cmd, tmp_path, env)
