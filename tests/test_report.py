@@ -208,49 +208,6 @@ HAVE_EMU = all(shutil.which(t) for t in ("mnexec", "iperf3", "ovs-vsctl"))
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.skipif(not (ROOT and HAVE_EMU), reason="needs root, Mininet and Open vSwitch")
-def test_report_emulation_run(tmp_path: Path) -> None:
-    spec = yaml.safe_load((SCENARIOS / "quickstart.yaml").read_text())
-    spec["emulation"]["max_requests"] = 20
-    path = tmp_path / "qs.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    out = tmp_path / "emu"
-    res = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "emu", str(path),
-                          "--out", str(out), "--probe-seconds", "1", "--report"],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert res.returncode == 0, res.stderr[-2000:]
-    # the quickstart emulation says why it replays fewer requests than the spec asks
-    assert "replayed the first 20 of the spec's 20000 requests" in res.stdout
-    assert f"report: {out}/report.html" in res.stdout
-    # off a terminal each phase is said once, not silence
-    for said in ("emu: build:", "emu: verify:", "iperf3 per lightpath (", "emu: replay:",
-                 "emu: teardown:"):
-        assert res.stderr.count(said) == 1, (said, res.stderr[-2000:])
-    check_in_browser(out / "report.html", "emu", 4)
-    html = (out / "report.html").read_text()
-    assert "TCP goodput measured with iperf3" in html
-    # issue 26: the first screen is what the run found, against the simulator; the raw
-    # fields (each once, only the policies that matter) come last behind a fold; the
-    # Prometheus charts have no _created series and no silent all-zero panel
-    from tests.test_report_pages import h2s, pngs_on_page
-
-    titles = h2s(html)
-    assert titles[0] == "emu: what this run found", titles
-    head = html.split("<h2 id='s1'>")[0]
-    assert "the simulator on the same requests" in head
-    raw = html.split(f"<h2 id='s{len(titles) - 1}'>")[1]
-    assert "<details>" in raw and re.findall(r"<tr><td>([^<]*)</td>", raw).count(
-        "workload") == 1
-    assert "placement=" not in raw and "mfu=" not in raw
-    assert "_created" not in html.split("Zero throughout")[0]
-    assert "blocking ratio per requested bit rate" not in html  # (one rate: no empty box)
-    pngs_on_page(out)
-
-
-@need_browser
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.skipif(not (ROOT and HAVE_EMU), reason="needs root, Mininet and Open vSwitch")
 def test_report_emulation_of_pp_jobs_timelines_side_by_side(tmp_path: Path) -> None:
     """A real pp_jobs emulation (2 jobs of PyTorch workers across emulated DCs): one
     figure per job with the engine's and the workers' timelines side by side."""
@@ -284,32 +241,66 @@ def test_report_emulation_of_pp_jobs_timelines_side_by_side(tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.skipif(not (ROOT and HAVE_EMU), reason="needs root, Mininet and Open vSwitch")
 def test_report_of_a_run_on_both_backends(tmp_path: Path) -> None:
+    """One quickstart run on both backends (the emulation replays 10 requests): the page of
+    both, then the emulation's own page (`lightpipe report DIR/emu`). One run for both
+    pages: an emulation of the quickstart costs ~50 s of CPU on a 2-core machine."""
     spec = yaml.safe_load((SCENARIOS / "quickstart.yaml").read_text())
     spec["workload"]["requests"] = 1000
     spec["emulation"]["max_requests"] = 10
     path = tmp_path / "qs.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = tmp_path / "both"
-    res = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "run", str(path),
-                          "--backend", "both", "--out", str(out), "--report", "-q"],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    lightpipe = str(Path(sys.executable).parent / "lightpipe")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([lightpipe, "run", str(path), "--backend", "both", "--out", str(out),
+                          "--report"],
+                         capture_output=True, text=True, timeout=scaled(600), env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.count("agreement with sim: 10/10") == 1
+    # the emulation says why it replays fewer requests than the spec asks
+    assert "replayed the first 10 of the spec's 1000 requests" in res.stdout
     assert f"report: {out}/report.html" in res.stdout
+    # off a terminal each phase of the emulation is said once, not silence
+    for said in ("emu: build:", "emu: verify:", "iperf3 per lightpath (", "emu: replay:",
+                 "emu: teardown:"):
+        assert res.stderr.count(said) == 1, (said, res.stderr[-2000:])
     for sub in ("", "sim", "emu"):
         assert (out / sub / "README.md").is_file()
     check_in_browser(out / "report.html", "both", 8)
     html = (out / "report.html").read_text()
     assert "sim: scenario and every recorded field" in html \
         and "emu: scenario and every recorded field" in html
-    from tests.test_report_pages import h2s
+    from tests.test_report_pages import h2s, pngs_on_page
 
     # issue 26: both findings first, the raw fields last
     titles = h2s(html)
     assert titles[:2] == ["sim: what this run found", "emu: what this run found"], titles
     assert titles[-2:] == ["sim: scenario and every recorded field",
                            "emu: scenario and every recorded field"], titles
+
+    # the emulation's own page
+    emu = out / "emu"
+    res = subprocess.run([lightpipe, "report", str(emu)], capture_output=True, text=True,
+                         timeout=scaled(300), env=env)
+    assert res.returncode == 0 and res.stdout.strip() == f"report: {emu}/report.html", \
+        res.stderr[-2000:]
+    check_in_browser(emu / "report.html", "emu", 4)
+    html = (emu / "report.html").read_text()
+    assert "TCP goodput measured with iperf3" in html
+    # issue 26: the first screen is what the run found, against the simulator; the raw
+    # fields (each once, only the policies that matter) come last behind a fold; the
+    # Prometheus charts have no _created series and no silent all-zero panel
+    titles = h2s(html)
+    assert titles[0] == "emu: what this run found", titles
+    head = html.split("<h2 id='s1'>")[0]
+    assert "the simulator on the same requests" in head
+    raw = html.split(f"<h2 id='s{len(titles) - 1}'>")[1]
+    assert "<details>" in raw and re.findall(r"<tr><td>([^<]*)</td>", raw).count(
+        "workload") == 1
+    assert "placement=" not in raw and "mfu=" not in raw
+    assert "_created" not in html.split("Zero throughout")[0]
+    assert "blocking ratio per requested bit rate" not in html  # (one rate: no empty box)
+    pngs_on_page(emu)
 
 
 def test_emulation_sections_read_the_workers_records(tmp_path: Path) -> None:
