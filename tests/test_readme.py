@@ -282,7 +282,7 @@ def test_readme_slow_commands(tmp_path: Path, chain: list[str]) -> None:
             assert (tmp_path / out).exists(), (cmd, out)
             if words[:2] == ["lightpipe", "reproduce"]:
                 summary = json.loads((tmp_path / out / "summary.json").read_text())
-                assert summary["rows"], cmd
+                assert isinstance(summary, dict) and summary, cmd
                 manifest = json.loads((tmp_path / out / "manifest.json").read_text())
                 assert manifest["options"] == ({"seeds": 1} if one_seed else {}), cmd
         if words[:3] == ["lightpipe", "reproduce", "routing"]:  # every full-size case
