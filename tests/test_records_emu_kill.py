@@ -42,7 +42,9 @@ def manifest_of(out: Path) -> dict[str, Any]:
 
 
 def prefixes_of(pid: int) -> list[str]:
-    """The emulation runs (state directories) owned by this process."""
+    """The emulation runs (state directories) owned by this process, one killed while it
+    wrote its first state included (only `.state.json.*.tmp` there: left behind by CI of
+    0e731e0, a run killed in its first write)."""
     from testbed.emu.state import RunState, list_runs
 
     out = []
@@ -50,8 +52,16 @@ def prefixes_of(pid: int) -> list[str]:
         try:
             if RunState.load(d).owner_pid == pid:
                 out.append(d.name)
-        except (OSError, ValueError, TypeError):
             continue
+        except (OSError, ValueError, TypeError):
+            pass
+        for tmp in d.glob(".state.json.*.tmp"):
+            try:
+                if json.loads(tmp.read_text()).get("owner_pid") == pid:
+                    out.append(d.name)
+                    break
+            except (OSError, ValueError, AttributeError):
+                continue
     return out
 
 
