@@ -153,8 +153,8 @@ def _verify_with(monkeypatch, link_mode: str, settles: list[bool], rtt_check: st
     out = {"pair": "dc-a~dc-b", "hops": 1, "median_ms": 9.0, "replies": 20,
            "expected_rtt_ms": 3.0, "tolerance_ms": 1.0, "ok": False}
     monkeypatch.setattr(run, "verify", lambda net, **kw: {
-        "pings": [], "rtts": [dict(out)], "probes": [], "rtt_ok": False, "routes_ok": True,
-        "delays_ok": True, "lossy": False})
+        "pings": [], "rtts": [dict(out)], "probes": [], "rtt_ok": False, "reach_ok": True,
+        "routes_ok": True, "delays_ok": True, "lossy": False})
     again = iter(settles[1:])
     calls: list[int] = []
 
@@ -164,7 +164,6 @@ def _verify_with(monkeypatch, link_mode: str, settles: list[bool], rtt_check: st
 
     monkeypatch.setattr(run, "calibrate_network", calibrate)
     monkeypatch.setattr(run, "dc_pair_rtts", lambda net: ([], [dict(out)]))
-    monkeypatch.setattr(run, "checks_pass", lambda check, r, d: not r or check["rtt_ok"])
     net = types.SimpleNamespace(link_mode=link_mode, datapath="user" if link_mode ==
                                 "userspace" else "kernel")
     first = {"enabled": True, "settled": settles[0], "corrections_applied": 3}
