@@ -1,8 +1,16 @@
-"""Shared pytest fixtures: bundled scenarios as dicts and an in-process CLI runner."""
+"""Shared pytest fixtures: bundled scenarios as dicts, an in-process CLI runner and the
+quick reproductions, each run once per session for every test that reads it."""
 
 from __future__ import annotations
 
 import copy
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +42,49 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A finished `lightpipe reproduce NAME --quick -q --report` run: read it, never write."""
+
+    out: Path
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Reproduction]:
+    """reproduced(NAME, "key=value", ...): `lightpipe reproduce NAME --quick -q --report
+    --set key=value ...`, run once per session for every test that reads it (several
+    files check one reproduction: its tables, its report; each used to run it again).
+    Under pytest-xdist the workers share the runs: the first takes a lock file and runs
+    it, the others wait on the lock and read its result."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "reproductions"
+    root.mkdir(exist_ok=True)
+
+    def get(name: str, *sets: str) -> Reproduction:
+        key = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([name, *sets]))
+        out, done = root / key, root / f"{key}.json"
+        with open(root / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                argv = ["reproduce", name, "--quick", "-q", "--report", "--out", str(out)]
+                for s in sets:
+                    argv += ["--set", s]
+                r = subprocess.run([sys.executable, "-c",
+                                    "from testbed.cli.main import entry; entry()", *argv],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=900)
+                tmp = done.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"code": r.returncode, "stdout": r.stdout,
+                                           "stderr": r.stderr}))
+                tmp.replace(done)
+            res = json.loads(done.read_text())
+        return Reproduction(out, res["code"], res["stdout"], res["stderr"])
+
+    return get
 
 
 def load_yaml(name: str) -> dict[str, Any]:

@@ -385,8 +385,10 @@ def test_calibrated_rtt_holds_at_every_hop_count() -> None:
 
     Right after the first calibration a pair may sit just outside the band on a busy
     2-core machine (the bridges' processing drifts; a CI run measured +1.22 ms on the
-    3-hop pair): that is what the re-check exists for, so the band is asserted on what
-    the run path reports, and the first pings only have to be within 2 ms."""
+    3-hop pair, and another +2.11 ms on it with every lane of the suite busy): that is
+    what the re-check exists for, so the band is asserted on what the run path reports,
+    and the first pings only have to be within 1.5 ms plus 0.5 ms per fibre crossed
+    (each fibre's forwarders drift on their own)."""
     from testbed.emu.calibrate import calibrate_network
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
@@ -406,7 +408,8 @@ def test_calibrated_rtt_holds_at_every_hop_count() -> None:
                                         b.ip.split("/")[0], count=30, interval_s=0.02))
             assert st.received == st.sent and st.median_ms is not None
             errors[(lp.dc_a, lp.dc_b, len(lp.path) - 1)] = st.median_ms - 2 * lp.delay_ms
-        assert all(abs(e) <= 2.0 for e in errors.values()), (errors, record["fibres"])
+        assert all(abs(e) <= 1.5 + 0.5 * hops for (_, _, hops), e in errors.items()), \
+            (errors, record["fibres"])
         check = verify_network(net, record, "enforce")
         assert check["ok"] and check["rtt_ok"] and len(check["rtts"]) == 6
         assert sorted(x["hops"] for x in check["rtts"]) == [1, 1, 1, 2, 2, 3]

@@ -17,11 +17,11 @@ from testbed.cli.main import main
              "cba-no-search", "sp-ff 1f1b", "sp-ff-best 1f1b", "cba 1f1b"}),
     ("bace", {"delay-first", "cost-first", "delay-first-best", "bace-pipe", "joint",
               "bace-pipe-fifo", "bace-pipe-no-path", "bace-pipe-no-cost"})])
-def test_reproduce_quick(tmp_path: Path, name: str, policies: set[str]) -> None:
-    out = tmp_path / name
-    rc = main(["reproduce", name, "--out", str(out), "--quick", "-q",
-               "--set", "seeds=2", "--set", "jobs=12"])
-    assert rc == 0
+def test_reproduce_quick(reproduced, name: str, policies: set[str]) -> None:  # type: ignore[no-untyped-def]
+    """The quick reproduction's tables (its report: tests/test_report.py, same run)."""
+    r = reproduced(name, "seeds=2", "jobs=12")
+    out = r.out
+    assert r.code == 0, r.stderr
     rows = list(csv.DictReader((out / "summary.csv").open()))
     assert {r["policy"] for r in rows} == policies
     for col in ("jobs", "blocking_ratio", "mean_iteration_time_s", "mean_jct_s",

@@ -125,20 +125,18 @@ def test_report_sim_jobs_spectrum_from_lightpaths_csv(cli, tmp_path: Path) -> No
 @need_browser
 @pytest.mark.slow
 @pytest.mark.parametrize("name,sets", [
-    ("crosspipe", ["time_limit_s=5"]),
+    ("crosspipe", []),
     ("geopipe", []),
-    ("cba", ["seeds=2", "jobs=30"]),
-    ("bace", ["seeds=2", "jobs=25"]),
+    ("cba", ["seeds=2", "jobs=12"]),
+    ("bace", ["seeds=2", "jobs=12"]),
 ])
-def test_report_reproduction(cli, tmp_path: Path, name: str, sets: list[str]) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / name
-    argv = ["reproduce", name, "--quick", "--out", str(out), "-q", "--report"]
-    for s in sets:
-        argv += ["--set", s]
-    r = cli(*argv)
-    assert r.code == 0, r.err
-    assert "(paper: " in r.out  # the headline against the paper's
-    assert f"report: {out}/report.html" in r.out
+def test_report_reproduction(reproduced, name: str, sets: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """The quick reproduction's report (the run its tables' tests read too)."""
+    r = reproduced(name, *sets)
+    out = r.out
+    assert r.code == 0, r.stderr
+    assert "(paper: " in r.stdout  # the headline against the paper's
+    assert f"report: {out}/report.html" in r.stdout
     man = json.loads((out / "manifest.json").read_text())
     assert man["reproduction"] == name and man["lightpipe_version"]
     assert (out / "README.md").read_text().count("- `") >= 4

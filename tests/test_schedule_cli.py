@@ -61,9 +61,10 @@ def test_reproduce_unknown_and_bad_option(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-def test_reproduce_geopipe_quick(tmp_path: Path) -> None:
-    out = tmp_path / "geo"
-    assert main(["reproduce", "geopipe", "--out", str(out), "--quick", "-q"]) == 0
+def test_reproduce_geopipe_quick(reproduced) -> None:  # type: ignore[no-untyped-def]
+    r = reproduced("geopipe")  # (its report: tests/test_report.py, the same run)
+    out = r.out
+    assert r.code == 0, r.stderr
     for name in ("geopipe.csv", "geopipe.md", "summary.json", "summary.md",
                  "geopipe_latency.png", "geopipe_bandwidth.png"):
         assert (out / name).is_file()
@@ -88,9 +89,10 @@ def test_reproduce_geopipe_quick(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_reproduce_crosspipe_quick(tmp_path: Path) -> None:
-    out = tmp_path / "cp"
-    assert main(["reproduce", "crosspipe", "--out", str(out), "--quick", "-q"]) == 0
+def test_reproduce_crosspipe_quick(reproduced) -> None:  # type: ignore[no-untyped-def]
+    r = reproduced("crosspipe")  # (its report: tests/test_report.py, the same run)
+    out = r.out
+    assert r.code == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
     # Whether CP-SAT proves optimality within the quick run's wall-clock limit depends on
     # the machine's load (a busy core left a 0.10 gap once): the summary must say which,

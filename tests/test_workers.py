@@ -131,6 +131,39 @@ def test_default_duty() -> None:
     assert default_duty(8, cores=2) == pytest.approx(0.125)
 
 
+@pytest.mark.parametrize("order", ["peer first", "victim first"])
+def test_failure_names_the_cause_not_the_peer_that_lost_it(tmp_path: Path, order: str) -> None:
+    """Two stages end between two polls: one killed by SIGKILL, the other exits 1 with
+    gloo's peer-loss error. Whatever order they are listed or reaped in, the job's
+    failure names the killed stage (a CI run named the peer: stage order decided)."""
+    import subprocess
+    import sys
+
+    from testbed.orchestrate.launch import JobRun, Worker
+
+    prob = PipelineProblem.uniform(2, 2, 5.0, 10.0, activation_mb=0.01)
+    plan = shadow_plan("j", prob, build_schedule("1f1b", prob), iterations=1,
+                       bandwidth_divisor=1.0, time_factor=1.0)
+    peer_rec, victim_rec = tmp_path / "stage0.jsonl", tmp_path / "stage1.jsonl"
+    peer_rec.write_text(json.dumps({"type": "error", "error": (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+        "closed by peer [127.0.0.1]:40123")}) + "\n")
+    victim_rec.write_text(json.dumps({"type": "iteration", "iteration": 0}) + "\n")
+    peer = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    victim.send_signal(signal.SIGKILL)
+    peer.wait(30), victim.wait(30)
+    workers = [Worker("j", 0, LOCAL, peer, peer_rec, tmp_path / "0.log", 0, 0.0),
+               Worker("j", 1, LOCAL, victim, victim_rec, tmp_path / "1.log", 0, 0.0)]
+    if order == "victim first":
+        workers.reverse()
+    launcher = Launcher(tmp_path)
+    launcher.jobs["j"] = JobRun(plan, workers)
+    assert not launcher.poll()
+    failure = launcher.jobs["j"].failure
+    assert failure is not None and failure.startswith("stage 1 ") and "SIGKILL" in failure
+
+
 # -- real workers (torch + gloo on 127.0.0.1) -------------------------------------------
 
 @pytest.mark.slow

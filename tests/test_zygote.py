@@ -175,6 +175,6 @@ def test_jobs_through_the_zygote_and_without(tmp_path: Path, forked: str,
     assert outcome["ok"]["ok"], outcome
     assert summarize_job("ok", records["ok"])["iterations_measured"] == 3
     assert not outcome["doomed"]["ok"]
-    assert "stage 2" in outcome["doomed"]["failure"]
+    assert "stage 2" in outcome["doomed"]["failure"], outcome
     assert "SIGKILL" in outcome["doomed"]["failure"], outcome["doomed"]
     assert (tmp_path / "workers" / "zygote.log").exists() == (forked == "1")

@@ -77,6 +77,20 @@ class JobRun:
     done: bool = False
 
 
+PEER_LOSS = ("connection closed by peer", "connection reset by peer", "broken pipe",
+             "check the logs of the remote worker")
+"""Words of a collective's error that say a peer went away (gloo's transport, as torch
+words it): the stage that wrote one failed because another stage ended first."""
+
+
+def _lost_peer(w: Worker) -> bool:
+    """True when the worker's last error record says that a peer went away."""
+    if w.fault is not None or (w.exit_code or 0) < 0:
+        return False  # killed on purpose, or by a signal: a cause
+    errs = [r["error"] for r in read_records(w.record_path) if r.get("type") == "error"]
+    return bool(errs) and any(k in str(errs[-1]).lower() for k in PEER_LOSS)
+
+
 def default_duty(workers: int, cores: int | None = None) -> float:
     """Share of op time in tensor work so that `workers` stages fit on the cores."""
     cores = cores or os.cpu_count() or 1
@@ -247,9 +261,11 @@ class Launcher:
                 if w.exit_code is None:
                     w.exit_code = w.proc.poll()
             failed = [w for w in run.workers if w.exit_code not in (None, 0)]
-            # the first to exit is the cause, the others its peers (where known: forked
-            # workers' exits come in order, processes of their own in stage order)
-            failed.sort(key=lambda w: getattr(w.proc, "exit_seq", 0))
+            # the cause before its consequences: a worker that lost a peer (its transport
+            # closed under it) is a consequence of another's exit, whatever the order
+            # the exits were reaped in; then the first to exit (where known: forked
+            # workers' exits come in reaping order, processes of their own in stage order)
+            failed.sort(key=lambda w: (_lost_peer(w), getattr(w.proc, "exit_seq", 0)))
             if failed and run.failure is None:
                 run.failure = self._describe(failed[0])
                 run.failed_s = time.monotonic()
