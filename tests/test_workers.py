@@ -152,7 +152,8 @@ def test_failure_names_the_cause_not_the_peer_that_lost_it(tmp_path: Path, order
     peer = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     victim.send_signal(signal.SIGKILL)
-    peer.wait(30), victim.wait(30)
+    peer.wait(30)
+    victim.wait(30)
     workers = [Worker("j", 0, LOCAL, peer, peer_rec, tmp_path / "0.log", 0, 0.0),
                Worker("j", 1, LOCAL, victim, victim_rec, tmp_path / "1.log", 0, 0.0)]
     if order == "victim first":

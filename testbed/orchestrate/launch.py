@@ -83,12 +83,18 @@ PEER_LOSS = ("connection closed by peer", "connection reset by peer", "broken pi
 words it): the stage that wrote one failed because another stage ended first."""
 
 
+def _last_error(w: Worker) -> str | None:
+    """The worker's own last error line (its `error` record), if it wrote one."""
+    errs = [r["error"] for r in read_records(w.record_path) if r.get("type") == "error"]
+    return str(errs[-1]) if errs else None
+
+
 def _lost_peer(w: Worker) -> bool:
     """True when the worker's last error record says that a peer went away."""
     if w.fault is not None or (w.exit_code or 0) < 0:
         return False  # killed on purpose, or by a signal: a cause
-    errs = [r["error"] for r in read_records(w.record_path) if r.get("type") == "error"]
-    return bool(errs) and any(k in str(errs[-1]).lower() for k in PEER_LOSS)
+    err = _last_error(w)
+    return err is not None and any(k in err.lower() for k in PEER_LOSS)
 
 
 def default_duty(workers: int, cores: int | None = None) -> float:
@@ -261,13 +267,15 @@ class Launcher:
                 if w.exit_code is None:
                     w.exit_code = w.proc.poll()
             failed = [w for w in run.workers if w.exit_code not in (None, 0)]
-            # the cause before its consequences: a worker that lost a peer (its transport
-            # closed under it) is a consequence of another's exit, whatever the order
-            # the exits were reaped in; then the first to exit (where known: forked
-            # workers' exits come in reaping order, processes of their own in stage order)
-            failed.sort(key=lambda w: (_lost_peer(w), getattr(w.proc, "exit_seq", 0)))
             if failed and run.failure is None:
-                run.failure = self._describe(failed[0])
+                # the cause before its consequences: a worker that lost a peer (its
+                # transport closed under it) is a consequence of another's exit, whatever
+                # the order the exits were reaped in; then the first to exit (where known:
+                # forked workers' exits come in reaping order, processes of their own in
+                # stage order)
+                cause = min(failed, key=lambda w: (_lost_peer(w),
+                                                   getattr(w.proc, "exit_seq", 0)))
+                run.failure = self._describe(cause)
                 run.failed_s = time.monotonic()
                 log.warning("job %s failed: %s", run.plan.job, run.failure)
                 self._stop_workers(run)
@@ -302,8 +310,8 @@ class Launcher:
                else f"exited with code {code}")
         if w.fault is not None:
             return f"{w.fault} (pid {w.proc.pid}, host {w.host.name}, {how})"
-        errs = [r["error"] for r in read_records(w.record_path) if r.get("type") == "error"]
-        detail = f": {errs[-1]}" if errs else ""
+        err = _last_error(w)
+        detail = f": {err}" if err is not None else ""
         return f"stage {w.stage} (pid {w.proc.pid}, host {w.host.name}) {how}{detail}"
 
     def wait(self, deadline_s: float | None = None, interval_s: float = 0.1) -> None:
