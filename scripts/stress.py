@@ -109,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             netns = Path("/run/netns")
             before.write_text("".join(f"{n}\n" for n in
                                       sorted(os.listdir(netns) if netns.is_dir() else [])))
+            state_before = args.out / f"round{r}.state"
+            from testbed.emu.state import state_root
+
+            runs = state_root()
+            state_before.write_text("".join(f"{n}\n" for n in
+                                            sorted(os.listdir(runs) if runs.is_dir() else [])))
             # (bytecode cached, as scripts/test.sh does: PYTHONDONTWRITEBYTECODE dropped)
             env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
                    "LIGHTPIPE_TEST_STRICT_SIGNALS": "1",  # conftest
@@ -141,11 +147,12 @@ def main(argv: list[str] | None = None) -> int:
                 total += n
                 found += lane_found
             leak = subprocess.run([sys.executable, "-m", "tests.leaks", str(before),
-                                   str(windows)], cwd=ROOT, check=False, text=True,
+                                   str(windows), "--state-before", str(state_before)],
+                                  cwd=ROOT, check=False, text=True,
                                   capture_output=True,
                                   env={**os.environ, "LIGHTPIPE_TEST_STRICT_LEAKS": "1"})
-            if leak.returncode != 0:  # namespaces the round left behind (tests/leaks.py)
-                found.append(Failure(r, "(namespaces left)",
+            if leak.returncode != 0:  # namespaces and runs the round left (tests/leaks.py)
+                found.append(Failure(r, "(namespaces or runs left)",
                                      (leak.stdout + leak.stderr).strip()[-2000:]))
             all_failures += found
             line = (f"round {r}/{args.rounds}: {total} tests, {len(found)} failed, "

@@ -20,6 +20,8 @@ t0=$(date +%s)
 leakdir=$(mktemp -d)
 trap 'rm -rf "$leakdir"' EXIT
 ls -1 /run/netns 2>/dev/null > "$leakdir/before"
+state_root=$("$PY" -c 'from testbed.emu.state import state_root; print(state_root())')
+ls -1 "$state_root" 2>/dev/null > "$leakdir/state-before"
 export LIGHTPIPE_TEST_WINDOWS="$leakdir/windows"
 # Bytecode is cached (__pycache__, ignored by git) even where the shell sets
 # PYTHONDONTWRITEBYTECODE, as these machines' shells do: otherwise each of the five pytest
@@ -61,7 +63,8 @@ rc=0
 wait "$serial" || rc=1
 wait "$rootlane" || rc=1
 wait "$parallel" || rc=1
-"$PY" -m tests.leaks "$leakdir/before" "$leakdir/windows" || rc=1
+"$PY" -m tests.leaks "$leakdir/before" "$leakdir/windows" \
+  --state-before "$leakdir/state-before" || rc=1
 # The recap, last, because a CI log is often read from its tail only: each lane's exit
 # status and the tests it failed (pytest's -ra summary lines).
 for name in serial root parallel; do

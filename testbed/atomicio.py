@@ -19,7 +19,8 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
-    """Write data to path via a temporary file in the same directory and a rename.
+    """Write data to path via a temporary file `.NAME.PID.XXXX.tmp` in the same directory
+    and a rename.
 
     The file gets ordinary permissions (0644 less the umask: never writable by others,
     even under umask 000), not mkstemp's private 0600; pass mode=0o600 for a secret.
@@ -28,7 +29,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | No
 
     target = Path(path)
     make_dirs(target.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # The writer's PID in the name: a file left by a writer killed mid-write (even an empty
+    # one) names its process, so a cleaner can tell a write still going on from debris.
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=target.parent)
     try:
         os.fchmod(fd, (0o644 & ~_umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:

@@ -1,9 +1,13 @@
-"""Namespaces a test session left behind, and the tests that were running when each was made.
+"""Namespaces and run state directories a test session left behind, and the tests that were
+running when each was made.
 
-`make test` (scripts/test.sh) snapshots /run/netns before its lanes start and sets
+`make test` (scripts/test.sh) snapshots /run/netns and the emulation state root
+(/run/lightpipe: a run directory left there, even one holding nothing but a half-written
+state file, is a run whose `clean` did not happen) before its lanes start and sets
 LIGHTPIPE_TEST_WINDOWS; tests/conftest.py appends one line per test to that file (start,
 end, node id: `record_window`). After the lanes, `python -m tests.leaks BEFORE WINDOWS`
-names every named namespace made during the session and still there, with the tests whose
+names every named namespace (and, with --state-before, run directory) made during the
+session and still there, with the tests whose
 window holds its creation time (the lanes run at once, so one to three suspects). Nothing is
 deleted: a namespace this check cannot prove is a test's may be someone else's.
 
@@ -24,7 +28,8 @@ MAX_WINDOW_LINES = 100_000  # a session has about 1,400 tests
 
 
 def namespaces(root: Path = NETNS_DIR) -> dict[str, float]:
-    """Named namespaces and their creation time (the bind mount's mtime, epoch s)."""
+    """The entries of root and their mtime (epoch s): for a named namespace, when it was
+    made (its bind mount's); for a run directory, its last state write."""
     out: dict[str, float] = {}
     try:
         entries = list(os.scandir(root))
@@ -74,14 +79,14 @@ def suspects(made_s: float, windows: list[tuple[float, float, str]],
 
 
 def leaked(before: set[str], windows: list[tuple[float, float, str]],
-           now: dict[str, float]) -> list[str]:
-    """One line per namespace not in `before` and still present."""
+           now: dict[str, float], kind: str = "namespace") -> list[str]:
+    """One line per entry (a namespace, or a `kind`) not in `before` and still present."""
     lines = []
     for name in sorted(set(now) - before):
         made = now[name]
         who = suspects(made, windows) or ["no test was running (a lane's own set-up?)"]
         stamp = time.strftime("%H:%M:%S", time.gmtime(made))
-        lines.append(f"namespace {name} (made {stamp} UTC) left behind; tests running "
+        lines.append(f"{kind} {name} (made {stamp} UTC) left behind; tests running "
                      f"then: {', '.join(who)}")
     return lines
 
@@ -91,17 +96,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("before", type=Path, help="the namespace names before the session, "
                     "one per line")
     ap.add_argument("windows", type=Path, help="LIGHTPIPE_TEST_WINDOWS of the session")
+    ap.add_argument("--state-before", type=Path, help="the run directories in the state "
+                    "root (testbed.emu.state.state_root) before the session, one per line")
     args = ap.parse_args(argv)
-    try:
-        before = set(args.before.read_text().split())
-    except OSError as exc:
-        print(f"leaks: {args.before}: {exc.strerror}", file=sys.stderr)
-        return 2
-    lines = leaked(before, read_windows(args.windows), namespaces())
+    windows = read_windows(args.windows)
+    lines = []
+    for path, kind, root in ((args.before, "namespace", NETNS_DIR),
+                             (args.state_before, "run state directory", None)):
+        if path is None:
+            continue
+        try:
+            before = set(path.read_text().split())
+        except OSError as exc:
+            print(f"leaks: {path}: {exc.strerror}", file=sys.stderr)
+            return 2
+        if root is None:
+            from testbed.emu.state import state_root
+
+            root = state_root()
+        lines += leaked(before, windows, namespaces(root), kind)
     for line in lines:
         print(f"leaks: {line}")
     if not lines:
-        print("leaks: no namespace left behind")
+        print("leaks: no namespace or run directory left behind")
         return 0
     return 1 if os.environ.get("LIGHTPIPE_TEST_STRICT_LEAKS") == "1" else 0
 

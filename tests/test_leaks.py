@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.leaks import leaked, namespaces, read_windows, record_window
+import pytest
+
+from tests.leaks import leaked, main, namespaces, read_windows, record_window
 
 
 def test_a_left_namespace_names_the_tests_running_then(tmp_path: Path) -> None:
@@ -34,3 +36,36 @@ def test_a_left_namespace_names_the_tests_running_then(tmp_path: Path) -> None:
     assert lines[1].endswith("no test was running (a lane's own set-up?)")
     assert leaked(set(now), windows, now) == []
     assert namespaces(tmp_path / "absent") == {}
+
+
+def test_a_left_run_directory_is_named_as_one(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`--state-before` also names run directories left in the state root (a run whose
+    `clean` did not happen), with the tests running at their last write."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "lpaaaa").mkdir()
+    before_ns, before_state = tmp_path / "ns", tmp_path / "st"
+    before_ns.write_text("")
+    import tests.leaks
+
+    # Not /run/netns: the root lanes beside this test make namespaces there.
+    monkeypatch.setattr(tests.leaks, "NETNS_DIR", tmp_path / "netns")
+    before_state.write_text("lpaaaa\n")
+    (state / "lpbbbb").mkdir()
+    (state / "lpbbbb" / ".state.json.4242.abcd.tmp").touch()
+    made = (state / "lpbbbb").stat().st_mtime
+    w = str(tmp_path / "windows")
+    record_window(w, "tests/test_x.py::test_kill", made - 1, made + 1)
+    monkeypatch.setenv("LIGHTPIPE_STATE_DIR", str(state))
+    monkeypatch.setenv("LIGHTPIPE_TEST_STRICT_LEAKS", "1")
+    assert main([str(before_ns), w, "--state-before", str(before_state)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("leaks: run state directory lpbbbb (made ") and \
+        out.rstrip().endswith("tests running then: tests/test_x.py::test_kill"), out
+    assert "lpaaaa" not in out
+    (state / "lpbbbb" / ".state.json.4242.abcd.tmp").unlink()
+    (state / "lpbbbb").rmdir()
+    assert main([str(before_ns), w, "--state-before", str(before_state)]) == 0
+    assert "no namespace or run directory left behind" in capsys.readouterr().out

@@ -42,10 +42,10 @@ def manifest_of(out: Path) -> dict[str, Any]:
 
 
 def prefixes_of(pid: int) -> list[str]:
-    """The emulation runs (state directories) owned by this process, one killed while it
-    wrote its first state included (only `.state.json.*.tmp` there: left behind by CI of
-    0e731e0, a run killed in its first write)."""
-    from testbed.emu.state import RunState, list_runs
+    """The emulation runs (state directories) owned by this process, one killed in its
+    first state write included: only `.state.json.PID.XXXX.tmp` there, perhaps empty
+    (left behind by CI of 0e731e0 and, empty, of 2026-11-29)."""
+    from testbed.emu.state import RunState, list_runs, state_writers
 
     out = []
     for d in list_runs():
@@ -55,13 +55,8 @@ def prefixes_of(pid: int) -> list[str]:
             continue
         except (OSError, ValueError, TypeError):
             pass
-        for tmp in d.glob(".state.json.*.tmp"):
-            try:
-                if json.loads(tmp.read_text()).get("owner_pid") == pid:
-                    out.append(d.name)
-                    break
-            except (OSError, ValueError, AttributeError):
-                continue
+        if pid in state_writers(d):
+            out.append(d.name)
     return out
 
 

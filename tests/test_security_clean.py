@@ -372,6 +372,46 @@ def test_a_run_dir_or_state_file_not_provably_ours_is_left_alone(
         target.wait()
 
 
+def test_a_run_killed_in_its_first_state_write_is_cleaned_and_one_in_it_kept(
+        tmp_path: Path) -> None:
+    """A run SIGKILLed between creating its first `.state.json.PID.XXXX.tmp` and filling
+    it leaves a directory with only that file, empty (CI of 2026-11-29): `clean` removes
+    it, its writer being gone. While the writer named in the file's name lives, the run
+    is kept, as a live run is."""
+    state = state_root(tmp_path)
+    dead = new_prefix(state)
+    code = ("import os, signal, sys\n"
+            "from testbed.emu import state\n"
+            "os.fchmod = lambda fd, mode: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "state.new_state(sys.argv[1])\n")
+    r = subprocess.run([sys.executable, "-c", code, dead], cwd=REPO, capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO),
+                            "LIGHTPIPE_STATE_DIR": str(state)}, timeout=HANG_S)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    left = list((state / dead).iterdir())
+    assert len(left) == 1 and left[0].name.startswith(".state.json.") \
+        and left[0].name.endswith(".tmp") and left[0].stat().st_size == 0, left
+    writer = ready(["sh", "-c", "echo ready; exec sleep 300"])
+    try:
+        busy = state / new_prefix(state)
+        busy.mkdir(mode=0o700)
+        (busy / f".state.json.{writer.pid}.x1y2z3.tmp").touch()
+        r = lp("clean", dead, state=state)
+        assert r.returncode == 0 and f"removed run {dead}" in r.stdout, (r.stdout, r.stderr)
+        assert not (state / dead).exists()
+        for args in (("--dry-run",), ()):
+            r = lp("clean", busy.name, *args, state=state)
+            assert r.returncode == 0, r.stderr
+            assert f"first state is still being written by pid {writer.pid}" in r.stdout, \
+                r.stdout
+            assert busy.is_dir() and alive(writer)
+    finally:
+        writer.kill()
+        writer.wait()
+    r = lp("clean", busy.name, state=state)
+    assert r.returncode == 0 and not busy.exists(), (r.stdout, r.stderr)
+
+
 # ------------------------------------------------------------------ finding 8
 def test_a_fifo_named_like_a_lock_hangs_neither_clean_nor_its_dry_run(
         tmp_path: Path) -> None:

@@ -76,9 +76,8 @@ def clean_one(plan: RunPlan, dry_run: bool, force: bool) -> None:
         emit(f"clean: skipped {plan.state_dir}: {plan.problem}; not touched")
         return
     if plan.live and not force:
-        assert plan.state is not None
         verb = "would keep" if dry_run else "kept"
-        emit(f"clean: {verb} {name}: run is live (pid {plan.state.owner_pid}) (use --force)")
+        emit(f"clean: {verb} {name}: {plan.live_why} (use --force)")
         return
     if dry_run:
         for line in plan.lines(done=False):

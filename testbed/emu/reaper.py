@@ -27,8 +27,10 @@ from testbed.emu.state import (
     kill_in,
     kill_in_held,
     kill_procs,
+    proc_start_ticks,
     release_held,
     run_is_live,
+    state_writers,
 )
 
 
@@ -72,6 +74,14 @@ class RunPlan:
     refs: dict[str, Ident] = field(default_factory=dict)
     named: tuple[str, str] | None = None  # (netns name, why it is the run's)
     legacy_named: Ident | None = None     # a named netns proven by its mount (old state)
+    writer: int | None = None             # no state yet: the live process writing it
+
+    @property
+    def live_why(self) -> str:
+        """Why the run counts as live (for a plan with live set)."""
+        if self.state is not None:
+            return f"run is live (pid {self.state.owner_pid})"
+        return f"its first state is still being written by pid {self.writer}"
 
     @property
     def prefix(self) -> str:
@@ -101,8 +111,7 @@ class RunPlan:
         if self.problem is not None:
             return {"prefix": self.prefix, "skipped": f"{self.state_dir} {self.problem}"}
         if self.live and not force:
-            assert self.state is not None
-            return {"prefix": self.prefix, "skipped": f"run is live (pid {self.state.owner_pid})"}
+            return {"prefix": self.prefix, "skipped": self.live_why}
         killed = 0
         if self.state is not None:
             killed += kill_procs(list(reversed(self.state.procs)))
@@ -133,7 +142,14 @@ def plan_run(state_dir: Path) -> RunPlan:
     except (OSError, ValueError, TypeError) as exc:
         plan.state_error = str(exc)
     st = plan.state
-    if st is not None:
+    if st is None:
+        # Killed in its first write, or still in it: the writer's PID is in the temporary
+        # file's name. A PID alive now keeps the run (a reused one only delays its clean).
+        for pid in state_writers(plan.state_dir):
+            if proc_start_ticks(pid) is not None:
+                plan.live, plan.writer = True, pid
+                break
+    else:
         plan.live = run_is_live(st)
         for rec in st.procs:
             if alive(rec):

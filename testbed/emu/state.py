@@ -118,6 +118,24 @@ class RunState:
         return cls(procs=procs, **data)
 
 
+_STATE_TMP_RE = re.compile(r"^\.state\.json\.([0-9]{1,10})\.[A-Za-z0-9_]+\.tmp$")
+
+
+def state_writers(state_dir: Path) -> list[int]:
+    """PIDs that were writing the run's state (`.state.json.PID.XXXX.tmp`, testbed.atomicio):
+    a run killed in its first write leaves only such a file, perhaps empty."""
+    pids = []
+    try:
+        names = [e.name for e in os.scandir(state_dir)]
+    except OSError:
+        return []
+    for name in names:
+        m = _STATE_TMP_RE.fullmatch(name)
+        if m:
+            pids.append(int(m.group(1)))
+    return sorted(set(pids))
+
+
 def proc_start_ticks(pid: int) -> int | None:
     """Start time of a process in clock ticks since boot, or None if it is gone: exited,
     a zombie its parent has not reaped yet included (killed with -9 from a Python parent,
