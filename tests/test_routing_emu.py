@@ -231,24 +231,29 @@ def test_policy_rules_carry_packets_and_reroute_on_failure(env: dict[str, Any]) 
 
 # Behaviour with a margin for a busy machine, not the fidelity figure (bench/
 # bench_routing_emu.py measures that over 50 rounds per policy; docs/routing-testbed.md):
-# on the shared 2-core machine, emulated rounds came within a median 6-8 % of the model,
-# p90 17-22 %, the worst of 100 rounds 34 % (2026-11-28). A wrong path or rate model is a
-# 2x error (100 %) in every round, and a stalled round (a retransmission time-out chain:
-# 2.6x once in CI before the fabric's fix) is past STALL_TOLERANCE; what a uniform
-# slow-down cannot hide is checked relatively: greedy's emulated round time over ECMP's
-# matches the model's ratio within RATIO_TOLERANCE (measured: 3-24 % off over 5 runs;
+# on a machine near the reference speed (2026-11-29), emulated rounds came within a median
+# 2-4 % of the model, p90 4-22 %, the worst of 100 rounds 25 % (idle) and 19 % (one core
+# kept busy); on a machine 1.7x slower, a median 6-8 %, p90 17-22 %, worst 34 %
+# (2026-11-28). So a faithful run is held to a median of MEDIAN_TOLERANCE (3x the slow
+# machine's) and every round to STALL_TOLERANCE: a wrong path or rate model is a 2x error
+# (100 %) in every round, and a stalled round (a retransmission time-out chain: 2.6x once
+# in CI before the fabric's fix) is past it. What a uniform slow-down cannot hide is
+# checked relatively: greedy's emulated round time over ECMP's matches the model's ratio
+# within RATIO_TOLERANCE (measured: 1-15 % off over 15 runs, 3-24 % on the slow machine;
 # emulation with no gain from greedy routing, a ratio of 1 against 0.5, is 100 % off).
 # TCP retransmits nothing the model's queues did not drop: until the switch's send socket
 # was sized to its ports' queues (testbed/emu/sockbuf.py), ovs-vswitchd dropped, counted
 # nowhere, what ECMP's shared links queued past 208 kB (retransmits 1.5-4.1 % of the
 # segments, and CI reds on this test when ECMP's rounds ran 47-54 % over the model);
-# since, 1-7 retransmitted of ~400,000 in 5 of 5 runs. A run whose own fidelity verdict
+# since, 0-14 retransmitted of ~390,000 in 15 of 15 runs. A run whose own fidelity verdict
 # says it was not faithful for another reason (a CPU share on a loaded machine) has said
-# so, with its reasons; it is held to UNFAITHFUL_MEDIAN_TOLERANCE, which a wrong model
-# (2x, 100 %) still fails.
-MEDIAN_TOLERANCE = 0.5
+# so, with its reasons; it is held to UNFAITHFUL_MEDIAN_TOLERANCE and every round to
+# UNFAITHFUL_STALL_TOLERANCE (the bounds before 2026-11-29), which a wrong model (2x,
+# 100 %) still fails.
+MEDIAN_TOLERANCE = 0.25
 UNFAITHFUL_MEDIAN_TOLERANCE = 0.8
-STALL_TOLERANCE = 1.0
+STALL_TOLERANCE = 0.6
+UNFAITHFUL_STALL_TOLERANCE = 1.0
 RATIO_TOLERANCE = 0.5
 
 
@@ -280,12 +285,13 @@ def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> N
     assert sndbuf.get("sockets") == 1 and sndbuf["bytes"] >= sndbuf["wanted_bytes"], sndbuf
     tcp = next(i for i in fidelity["invariants"] if i["name"] == "tcp_retransmits")
     assert tcp["measured"] and tcp["ok"], tcp
-    tolerance = MEDIAN_TOLERANCE if fidelity["faithful"] else UNFAITHFUL_MEDIAN_TOLERANCE
+    tolerance, stall = ((MEDIAN_TOLERANCE, STALL_TOLERANCE) if fidelity["faithful"] else
+                        (UNFAITHFUL_MEDIAN_TOLERANCE, UNFAITHFUL_STALL_TOLERANCE))
     for policy in ("ecmp", "greedy"):
         e = emu[policy]
         assert e["samples"] == 10
         assert e["abs_rel_error_median"] <= tolerance, (e, fidelity["reasons"])
-        assert e["abs_rel_error_max"] <= STALL_TOLERANCE, e
+        assert e["abs_rel_error_max"] <= stall, (e, fidelity["reasons"])
     rounds = json.loads((out / "emu" / "allreduce.json").read_text())["rounds"]
     assert emu["greedy"]["collision"] is False
     if emu["ecmp"]["collision"]:  # OVS's hash put two flows on one link (nearly always)
