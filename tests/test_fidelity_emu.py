@@ -93,6 +93,10 @@ def test_every_invariant_is_measured_on_a_pipeline_run(spec: Path, tmp_path: Pat
     # no shaped switch port here (WAN fibres only): the switch's send socket is left as
     # it is; test_routing_emu measures it on a shaped leaf-spine fabric
     assert unmeasured == ["switch_send_socket"], unmeasured
+    # ... but every port's receive socket is sized (testbed.emu.sockbuf): a burst of GSO
+    # frames while the switch waits for a CPU overflowed the kernel's 208 kB default
+    rcv = v["switch_receive_buffers"]
+    assert rcv["sockets"] >= 2 and rcv["bytes"] >= rcv["wanted_bytes"], rcv
     assert v["faithful"] == all(i["ok"] for i in inv.values())
     assert bool(v["reasons"]) != v["faithful"]  # reasons exactly when not faithful
     # each part, measured on this run's own processes and namespaces

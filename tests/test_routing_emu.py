@@ -283,6 +283,8 @@ def test_scenario_both_backends_agree_and_greedy_beats_ecmp(tmp_path: Path) -> N
     # the switch's send socket holds what its shaped ports queue: nothing lost uncounted
     sndbuf = fidelity["switch_send_buffers"]
     assert sndbuf.get("sockets") == 1 and sndbuf["bytes"] >= sndbuf["wanted_bytes"], sndbuf
+    rcvbuf = fidelity["switch_receive_buffers"]  # and every port's receive socket
+    assert rcvbuf["sockets"] >= 8 and rcvbuf["bytes"] >= rcvbuf["wanted_bytes"], rcvbuf
     tcp = next(i for i in fidelity["invariants"] if i["name"] == "tcp_retransmits")
     assert tcp["measured"] and tcp["ok"], tcp
     tolerance, stall = ((MEDIAN_TOLERANCE, STALL_TOLERANCE) if fidelity["faithful"] else

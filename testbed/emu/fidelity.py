@@ -307,7 +307,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             host: Mapping[str, Any] | None = None,
             fabric: Mapping[str, int] | None = None,
             switch: Mapping[str, int] | None = None,
-            send_socket: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            send_socket: Mapping[str, Any] | None = None,
+            receive_sockets: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """summary.json `fidelity`: faithful or not, the reasons (failed invariants), every
     invariant as a record, and what was measured (per lightpath, per process).
 
@@ -320,7 +321,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     fabric links' queue drops (testbed.emu.fidelity_probe.fabric_drops); switch: the
     user-space switch's receive socket drops (testbed.emu.fidelity_probe.
     switch_socket_drops); send_socket: its send socket's sizing (the network's
-    switch_sndbuf, testbed.emu.sockbuf)."""
+    switch_sndbuf, testbed.emu.sockbuf); receive_sockets: its ports' receive sockets'
+    sizing (switch_rcvbuf; recorded, their drops are `switch`'s)."""
     errors = lightpath_rtt_errors(rtt_rows, scale)
     tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
     invs = [*rtt_invariants(errors),
@@ -342,7 +344,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             "forwarders": {k: v for k, v in (tot or {}).items() if v is not None},
             "tcp": dict(tcp or {}), "fabric_drops": dict(fabric or {}),
             "switch_socket_drops": dict(switch or {}),
-            **({"switch_send_buffers": dict(send_socket)} if send_socket else {})}
+            **({"switch_send_buffers": dict(send_socket)} if send_socket else {}),
+            **({"switch_receive_buffers": dict(receive_sockets)} if receive_sockets else {})}
 
 
 def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:

@@ -216,7 +216,8 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
     return verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
                    host_tcp_counters(net), list(work.get("worker_jobs", [])),
                    host if host is not None else work.get("host_load"), fabric_drops(net),
-                   switch_socket_drops(net), getattr(net, "switch_sndbuf", None))
+                   switch_socket_drops(net), getattr(net, "switch_sndbuf", None),
+                   getattr(net, "switch_rcvbuf", None))
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any

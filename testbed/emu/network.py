@@ -157,6 +157,7 @@ class EmuNetwork:
         # (node, interface, rate_mbps, is a host's NIC, its DC's host IPs): HTB
         self.shaped: list[tuple[Any, str, float, bool, tuple[str, ...]]] = []
         self.switch_sndbuf: dict[str, Any] = {}  # _size_switch_sockets' outcome
+        self.switch_rcvbuf: dict[str, Any] = {}  # (send socket; the ports' receive ones)
         self._back_fd: int | None = None
         self._saved_env: dict[str, str | None] = {}
         self.timings_s: dict[str, float] = {}
@@ -384,36 +385,45 @@ class EmuNetwork:
                 raise RuntimeFailure(f"tc htb on {intf}: {out.strip()[:200]}")
 
     def _size_switch_sockets(self) -> None:
-        """The user-space switch's send socket, sized to hold what all the shaped switch
-        ports' FIFOs hold (testbed.emu.sockbuf: else ovs-vswitchd drops, uncounted, what
-        the default 208 kB cannot take); `switch_sndbuf` records the outcome."""
+        """The user-space switch's packet sockets (testbed.emu.sockbuf): its send socket
+        sized to hold what all the shaped switch ports' FIFOs hold (else ovs-vswitchd
+        drops, uncounted, what the default 208 kB cannot take), and each port's receive
+        socket to SWITCH_RCVBUF_BYTES (else a burst that arrives while it waits for a CPU
+        is dropped). `switch_sndbuf` and `switch_rcvbuf` record the outcome."""
+        if self.datapath != "user" or self.ovs is None or self.state is None:
+            return
+        from testbed.emu.sockbuf import SWITCH_RCVBUF_BYTES, size_switch_buffers
+
         want = switch_socket_sndbuf_bytes((rate_mbps, len(sources))
                                           for _, _, rate_mbps, nic, sources in self.shaped
                                           if not nic)
-        if not want or self.datapath != "user" or self.ovs is None or self.state is None:
-            return
-        from testbed.emu.sockbuf import size_send_buffers
-
         rec = next((r for r in self.state.procs if r.role == "ovs-vswitchd"), None)
         try:
             if rec is None:
                 raise OSError("ovs-vswitchd is not in the run's state")
-            done = size_send_buffers(rec.pid, rec.start_ticks, want)
-            if not done.sized:  # it opens its send socket with its first frame sent
+            done = size_switch_buffers(rec.pid, rec.start_ticks, want, SWITCH_RCVBUF_BYTES)
+            received = done.received
+            if want and not done.sized:  # it opens its send socket with its first frame
                 self._send_one_frame()
-                done = size_send_buffers(rec.pid, rec.start_ticks, want)
-            if not done.sized:
+                done = size_switch_buffers(rec.pid, rec.start_ticks, want)
+            if want and not done.sized:
                 raise OSError("no send socket found" + "".join(
                     f"; fd {fd}: {why}" for fd, why in list(done.skipped.items())[:2]))
         except OSError as exc:
-            log.warning("the switch's send socket stays at the kernel's default buffer (%s): "
-                        "frames that shaped fabric ports queue past it are dropped uncounted",
-                        exc)
-            self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
+            log.warning("the switch's packet sockets stay at the kernel's default buffers "
+                        "(%s): bursts past them are dropped uncounted", exc)
+            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES, "error": str(exc)[:200]}
+            if want:
+                self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
             return
-        self.switch_sndbuf = {"wanted_bytes": want, "bytes": min(done.sized.values()),
-                              "sockets": len(done.sized)}
-        log.debug("switch send socket(s) sized: %s", self.switch_sndbuf)
+        if received:
+            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
+                                  "bytes": min(received.values()), "sockets": len(received)}
+        if want:
+            self.switch_sndbuf = {"wanted_bytes": want, "bytes": min(done.sized.values()),
+                                  "sockets": len(done.sized)}
+        log.debug("switch sockets sized: send %s, receive %s", self.switch_sndbuf,
+                  self.switch_rcvbuf)
 
     def _send_one_frame(self) -> None:
         """Make the user-space switch send one frame (a broadcast of the local
