@@ -157,7 +157,7 @@ class EmuNetwork:
         # (node, interface, rate_mbps, is a host's NIC, its DC's host IPs): HTB
         self.shaped: list[tuple[Any, str, float, bool, tuple[str, ...]]] = []
         self.switch_sndbuf: dict[str, Any] = {}  # _size_switch_sockets' outcome
-        self.switch_rcvbuf: dict[str, Any] = {}  # (send socket; the ports' receive ones)
+        self.switch_rcvbuf: dict[str, Any] = {}  # ... and the ports' receive sockets'
         self._back_fd: int | None = None
         self._saved_env: dict[str, str | None] = {}
         self.timings_s: dict[str, float] = {}
@@ -398,6 +398,7 @@ class EmuNetwork:
                                           for _, _, rate_mbps, nic, sources in self.shaped
                                           if not nic)
         rec = next((r for r in self.state.procs if r.role == "ovs-vswitchd"), None)
+        received: dict[int, int] = {}
         try:
             if rec is None:
                 raise OSError("ovs-vswitchd is not in the run's state")
@@ -410,16 +411,20 @@ class EmuNetwork:
                 raise OSError("no send socket found" + "".join(
                     f"; fd {fd}: {why}" for fd, why in list(done.skipped.items())[:2]))
         except OSError as exc:
-            log.warning("the switch's packet sockets stay at the kernel's default buffers "
-                        "(%s): bursts past them are dropped uncounted", exc)
-            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES, "error": str(exc)[:200]}
+            log.warning("the switch's %s at the kernel's default buffer (%s): bursts past "
+                        "it are dropped uncounted",
+                        "send socket stays" if received else "packet sockets stay", exc)
             if want:
                 self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
-            return
+            if not received:
+                self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
+                                      "error": str(exc)[:200]}
+                return
+            done = None
         if received:
             self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
                                   "bytes": min(received.values()), "sockets": len(received)}
-        if want:
+        if want and done is not None:
             self.switch_sndbuf = {"wanted_bytes": want, "bytes": min(done.sized.values()),
                                   "sockets": len(done.sized)}
         log.debug("switch sockets sized: send %s, receive %s", self.switch_sndbuf,
