@@ -398,35 +398,38 @@ class EmuNetwork:
                                           for _, _, rate_mbps, nic, sources in self.shaped
                                           if not nic)
         rec = next((r for r in self.state.procs if r.role == "ovs-vswitchd"), None)
-        received: dict[int, int] = {}
         try:
             if rec is None:
                 raise OSError("ovs-vswitchd is not in the run's state")
             done = size_switch_buffers(rec.pid, rec.start_ticks, want, SWITCH_RCVBUF_BYTES)
-            received = done.received
-            if want and not done.sized:  # it opens its send socket with its first frame
+        except OSError as exc:
+            log.warning("the switch's packet sockets stay at the kernel's default buffers "
+                        "(%s): bursts past them are dropped uncounted", exc)
+            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES, "error": str(exc)[:200]}
+            if want:
+                self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
+            return
+        if done.received:
+            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
+                                  "bytes": min(done.received.values()),
+                                  "sockets": len(done.received)}
+        if not want:
+            return
+        try:
+            if not done.sized:  # it opens its send socket with its first frame sent
                 self._send_one_frame()
                 done = size_switch_buffers(rec.pid, rec.start_ticks, want)
-            if want and not done.sized:
+            if not done.sized:
                 raise OSError("no send socket found" + "".join(
                     f"; fd {fd}: {why}" for fd, why in list(done.skipped.items())[:2]))
         except OSError as exc:
-            log.warning("the switch's %s at the kernel's default buffer (%s): bursts past "
-                        "it are dropped uncounted",
-                        "send socket stays" if received else "packet sockets stay", exc)
-            if want:
-                self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
-            if not received:
-                self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
-                                      "error": str(exc)[:200]}
-                return
-            done = None
-        if received:
-            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
-                                  "bytes": min(received.values()), "sockets": len(received)}
-        if want and done is not None:
-            self.switch_sndbuf = {"wanted_bytes": want, "bytes": min(done.sized.values()),
-                                  "sockets": len(done.sized)}
+            log.warning("the switch's send socket stays at the kernel's default buffer (%s): "
+                        "frames that shaped fabric ports queue past it are dropped uncounted",
+                        exc)
+            self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
+            return
+        self.switch_sndbuf = {"wanted_bytes": want, "bytes": min(done.sized.values()),
+                              "sockets": len(done.sized)}
         log.debug("switch sockets sized: send %s, receive %s", self.switch_sndbuf,
                   self.switch_rcvbuf)
 
