@@ -124,9 +124,9 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
             c = a["clock"]
             say(f"emu: agent on {m}: clock offset {c['offset_s']:+.6f} s "
                 f"(+- {c['error_ms']:.3f} ms)", quiet)
-        ctl, plan = None, up.plan
+        ctl, plan, relay = None, up.plan, None
         if scenario.emulation.forwarding == "controller":
-            ctl, plan, result["controller_run"] = _controller(up, cw, stage, quiet)
+            ctl, plan, result["controller_run"], relay = _controller(up, cw, stage, quiet)
         try:
             # No run state on this machine records the server: it ends with this process.
             mon = RunMonitor(scenario, stage, stage, die_with_driver=True).start(ctl=ctl)
@@ -153,20 +153,26 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
                 mon.stop()
         finally:
             if ctl is not None:
+                from testbed.cluster.ctlrun import stop_cap_relay
                 from testbed.orchestrate.controller import describe
 
                 cw.stop_openflow()
                 ctl.stop()
                 result["controller"] = describe(ctl, with_token=False)
                 result["controller_run"]["relay_stats"] = cw.openflow_stats()
+                if relay is not None:
+                    stop_cap_relay(relay)
+                    result["controller_run"]["caps"].update(relay.record())
         result["clocks"] = cw.clocks()
         result["agent_errors"] = list(cw.errors)
     return result
 
 
-def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> tuple[Any, Any, dict[str, Any]]:
+def _controller(up: Any, cw: Any, stage: Path, quiet: bool
+                ) -> tuple[Any, Any, dict[str, Any], Any]:
     """The run's controller across the machines (testbed.cluster.ctlrun) and every DC pair
-    pinged on its rules; (controller, the plan with its lightpaths, the record)."""
+    pinged on its rules; (controller, the plan with its lightpaths, the record, the caps
+    relay)."""
     from testbed.cli.cluster_cmd import check_pairs
     from testbed.cluster.ctlrun import start_cluster_controller
     from testbed.cluster.sharedoc import pair_probes
@@ -175,12 +181,14 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> tuple[Any, Any, d
     from testbed.progress import say
 
     timeout_s = startup_timeout_s(up.scenario.emulation.startup_timeout_s)
-    ctl, plan, rec = start_cluster_controller(up, cw, stage, timeout_s)
+    ctl, plan, rec, relay = start_cluster_controller(up, cw, stage, timeout_s)
     try:
         n = sum(len(v) for v in rec["switches"].values())
         say(f"emu: controller: {n} switches on {len(rec['switches'])} machine(s) synced in "
             f"{rec['synced_s']:.2f} s through the agents; {rec['lightpaths']} lightpath(s) "
             f"set up", quiet)
+        for line in rec["caps"]["mismatch"][:5]:
+            say(f"emu: controller: WARNING: a lightpath cap not in force: {line}", quiet)
         failure, doc = check_pairs(up.cluster, plan.prefix, pair_probes(plan, up.placement),
                                     stage, up.calibration, name="cluster_rtt_controller.json")
         rec["pairs_answered"] = doc["pairs_answered"]
@@ -189,9 +197,12 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> tuple[Any, Any, d
         if failure:
             raise RuntimeFailure(f"on the controller's rules: {failure}")
     except BaseException:
+        from testbed.cluster.ctlrun import stop_cap_relay
+
         ctl.stop()
+        stop_cap_relay(relay)
         raise
-    return ctl, plan, rec
+    return ctl, plan, rec, relay
 
 
 def _jobs(up: Any, cw: Any, plan: Any, stage: Path, mon: Any, quiet: bool) -> dict[str, Any]:

@@ -299,6 +299,17 @@ class Agent:
                                                            for k in ("u", "v", "up")}})
                 self.send({"op": "fibre", "ok": bool(reply.get("ok")),
                            "why": reply.get("error")})
+            elif op == "cap":
+                from testbed.cluster.holdctl import parse_cap, request
+
+                try:
+                    body = parse_cap({k: msg.get(k) for k in ("fibre", "vlan", "rate_mbps")})
+                except InputError as exc:  # answered as a cap, so the asker need not wait
+                    reply = {"ok": False, "error": str(exc)}
+                else:
+                    reply = request(self.state_dir, {"cap": body})
+                self.send({"op": "cap", "ok": bool(reply.get("ok")),
+                           "caps_mbps": reply.get("caps_mbps"), "why": reply.get("error")})
             elif op == "own":
                 self.own = True
             elif op == "bye":

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 LINE_MAX_BYTES = 8 << 20
 STDERR_KEEP_BYTES = 8192
 LOST_CODE = 255
-ASKED = ("links", "openflow", "fibre")  # requests the agent answers with the same op
+ASKED = ("links", "openflow", "fibre", "cap")  # requests the agent answers with the same op
 
 
 def resolve_address(address: str) -> str:
@@ -214,6 +214,14 @@ class AgentSession:
         """Cut (up False) or repair fibre u-v, emulated on this machine, in the data plane
         (its share holder sets the emulator's links); the reply (ok, why)."""
         return self.ask({"op": "fibre", "u": u, "v": v, "up": up}, timeout_s)
+
+    def set_cap(self, fibre: str, vlan: int, rate_mbps: float | None,
+                timeout_s: float = 30.0) -> dict[str, Any]:
+        """Set (or remove: None) lightpath `vlan`'s capacity on fibre `fibre` (its middle
+        node), emulated on this machine, through its share holder; the reply (ok,
+        caps_mbps: the fibre's caps now, why)."""
+        return self.ask({"op": "cap", "fibre": fibre, "vlan": vlan, "rate_mbps": rate_mbps},
+                        timeout_s)
 
     def relay_openflow(self, of_port: int, probe_ms: int, timeout_s: float = 60.0
                        ) -> dict[str, Any]:

@@ -9,9 +9,12 @@ The steps (`start_cluster_controller`), each an existing piece:
                 records it)
     relay       testbed.cluster.ofrelay through each agent: the share holder points its
                 switches at the run's relay socket and answers with their port numbers
+    caps        testbed.cluster.caprelay: one socket per fibre here, the controller's run
+                state; each lightpath rate it sets goes to the emulator of that fibre
+                on its machine (through the agent and the share holder)
     layout      testbed.orchestrate.glue.layout_from_plan on every machine's port map
-                merged (a switch lives on one machine); the fibres have no capacity
-                control here (each emulator keeps the per-lightpath caps of the plan)
+                merged (a switch lives on one machine), each fibre's control the
+                relay's socket
     sync        every switch of the plan connected and holding the controller's rules
                 (the static rules it forwarded on until then are replaced in place)
     lightpaths  the plan's DC-pair lightpaths set up through POST /lightpaths, as on one
@@ -49,28 +52,66 @@ def merged_ports(replies: dict[str, dict[str, Any]]) -> dict[tuple[str, str], in
     return ports
 
 
+def start_cap_relay(up: Any, workers: Any, run_dir: Path) -> Any:
+    """The caps relay (testbed.cluster.caprelay) for every fibre of the plan, each to the
+    agent session of the machine whose share emulates it (RuntimeFailure naming a fibre
+    no machine emulates)."""
+    from testbed.cluster.caprelay import CapRelay, relay_dir, remove_relay_dir
+
+    machine_of = {f.middle: m for m, sh in up.shares.items() for f in sh.fibres}
+    owners = {}
+    for f in up.plan.fibres:
+        m = machine_of.get(f.middle)
+        if m is None or m not in workers.sessions:
+            raise RuntimeFailure(f"fibre {f.u}-{f.v}: no machine's agent emulates it")
+        owners[f.middle] = workers.sessions[m]
+    longest = max((f"{m}.sock" for m in owners), key=len, default="x.sock")
+    directory, temp = relay_dir(run_dir, up.plan.prefix, longest)
+    try:
+        relay = CapRelay(directory, owners).start()
+    except BaseException:
+        remove_relay_dir(directory, temp)
+        raise
+    relay.temp_parent = temp
+    return relay
+
+
+def stop_cap_relay(relay: Any) -> None:
+    from testbed.cluster.caprelay import remove_relay_dir
+
+    relay.close()
+    remove_relay_dir(relay.dir, relay.temp_parent)
+
+
 def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: float
-                             ) -> tuple[Any, Any, dict[str, Any]]:
+                             ) -> tuple[Any, Any, dict[str, Any], Any]:
     """Start the controller, relay every machine's switches to it, give it the layout and
     set up the plan's lightpaths (see the module docstring). Returns (controller, the plan
-    with the controller's lightpaths, the record for the summary); RuntimeFailure naming
-    the step, the controller stopped."""
+    with the controller's lightpaths, the record for the summary, the caps relay: stop it
+    with stop_cap_relay after the controller); RuntimeFailure naming the step, the
+    controller and the relay stopped."""
     import time
 
+    from testbed.cluster.caprelay import caps_mismatch
     from testbed.orchestrate.controller import launch_controller, setup_plan_lightpaths
     from testbed.orchestrate.ctl_process import start_controller
     from testbed.orchestrate.glue import layout_from_plan, put_layout, wait_synced
 
     t0 = time.monotonic()
-    ctl = launch_controller(up.scenario, run_dir, lambda spec, token: start_controller(
-        spec, run_dir / "controller.db", token=token, log_path=run_dir / "controller.log",
-        timeout_s=timeout_s, die_with_parent=True))
+    relay = start_cap_relay(up, workers, run_dir)
+    try:
+        ctl = launch_controller(up.scenario, run_dir, lambda spec, token: start_controller(
+            spec, run_dir / "controller.db", token=token, log_path=run_dir / "controller.log",
+            timeout_s=timeout_s, die_with_parent=True, run_state=relay.dir))
+    except BaseException:
+        stop_cap_relay(relay)
+        raise
     try:
         # As on one machine: probe as slowly as we wait (a slow guest answers late).
         probe_ms = max(5000, int(timeout_s * 1000 / 4))
         replies = workers.relay_openflow(ctl.of_port, probe_ms)
         ports = merged_ports(replies)
-        layout = layout_from_plan(up.plan, ports, {})
+        layout = layout_from_plan(up.plan, ports, relay.controls())
         try:
             put_layout(ctl, layout, timeout_s=timeout_s)
             wait_synced(ctl, up.plan, timeout_s)
@@ -80,6 +121,7 @@ def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: fl
         plan = setup_plan_lightpaths(ctl, up.plan)
     except BaseException:
         ctl.stop()
+        stop_cap_relay(relay)
         raise
     moved = [f"{a.dc_a}-{a.dc_b}" for a, b in zip(up.plan.lightpaths, plan.lightpaths,
                                                    strict=True) if a.path != b.path]
@@ -91,9 +133,12 @@ def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: fl
               "ready_s": round(time.monotonic() - t0, 3),
               "lightpaths": len(plan.lightpaths),
               "rerouted": moved,
-              # The fibre emulators keep the plan's per-lightpath caps (no capacity control
-              # across machines): a lightpath whose rate the controller changed is capped
-              # at the plan's rate.
+              # Lightpaths the controller gave another rate than the plan's: their caps
+              # were set to its rate on every machine through the relay (caps below).
               "rate_differs": rates,
+              "caps": {**relay.record(), "relay": "one socket per fibre on the driver's "
+                       "machine, each request through the agent of the fibre's machine "
+                       "(testbed.cluster.caprelay)",
+                       "mismatch": caps_mismatch(plan, relay.caps())},
               "relay": "the agents' SSH sessions (testbed.cluster.ofrelay)"}
-    return ctl, plan, record
+    return ctl, plan, record, relay

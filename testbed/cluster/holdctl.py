@@ -19,7 +19,11 @@ answered with {"ok": true, "target": ..., "switches": [...], "ports": [[SWITCH, 
 PORT], ...]} (their OpenFlow port numbers, for the controller's layout); or
 {"fibre": {"u": U, "v": V, "up": BOOL}}: a fibre event in the data plane (its emulator's
 links set down or up: the ROADM ports here lose or regain carrier and the controller hears
-it from the switch), answered with {"ok": true}.
+it from the switch), answered with {"ok": true}; or
+{"cap": {"fibre": MIDDLE, "vlan": VLAN, "rate_mbps": RATE | null}}: a lightpath's capacity
+on a fibre emulated here, set (or removed: null) by the run's controller through the
+driver's relay (testbed.cluster.caprelay), answered with {"ok": true, "caps_mbps": {VLAN:
+RATE}} (the fibre's caps now).
 Only a peer of the holder's own user is served. `python -m testbed.cluster.hold correct
 RUN` (over SSH, from the driver) validates the request and relays it here.
 """
@@ -48,6 +52,7 @@ REQUEST_MAX_BYTES = 1 << 20
 TIMEOUT_S = 30.0
 MAX_CORRECTION_MS = 10_000.0   # |correction| bound (a fibre's delay is far below)
 PROBE_MS_RANGE = (1000, 600_000)  # OVS's inactivity probe towards the controller
+MAX_CAP_MBPS = 1e7                # a lightpath's emulated rate (Mbit/s) is far below
 
 
 def _ms(value: Any, where: str) -> float:
@@ -87,6 +92,8 @@ def parse_request(raw: bytes) -> dict[str, Any]:
                 and all(isinstance(f[k], str) and 0 < len(f[k]) <= 64 for k in ("u", "v"))):
             raise InputError("fibre", "expected {u: NODE, v: NODE, up: true|false}")
         return {"fibre": {"u": f["u"], "v": f["v"], "up": f["up"]}}
+    if isinstance(doc, dict) and set(doc) == {"cap"}:
+        return {"cap": parse_cap(doc["cap"])}
     if not isinstance(doc, dict) or set(doc) - {"fibres", "vlans"}:
         raise InputError("correct", "expected an object with fibres and vlans")
     fibres, vlans = doc.get("fibres", {}), doc.get("vlans", {})
@@ -107,6 +114,37 @@ def parse_request(raw: bytes) -> dict[str, Any]:
                 raise InputError(f"correct.vlans.{node}", f"not a VLAN id: {str(vlan)[:8]!r}")
             out_v[node][int(vlan)] = _ms(c, f"correct.vlans.{node}.{vlan}")
     return {"fibres": out_f, "vlans": out_v}
+
+
+def parse_cap(c: Any) -> dict[str, Any]:
+    """A validated cap body {fibre, vlan, rate_mbps} (InputError naming the field)."""
+    if not (isinstance(c, dict) and set(c) == {"fibre", "vlan", "rate_mbps"}):
+        raise InputError("cap", "expected {fibre: MIDDLE, vlan: N, rate_mbps: RATE|null}")
+    fibre, vlan, rate = c["fibre"], c["vlan"], c["rate_mbps"]
+    if not (isinstance(fibre, str) and NODE_NAME_RE.fullmatch(fibre)):
+        raise InputError("cap.fibre", f"not a node name: {str(fibre)[:40]!r}")
+    if isinstance(vlan, bool) or not isinstance(vlan, int) or not 1 <= vlan <= 4094:
+        raise InputError("cap.vlan", f"not a VLAN id: {str(vlan)[:8]!r}")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not math.isfinite(rate) or not 0 < rate <= MAX_CAP_MBPS):
+        raise InputError("cap.rate_mbps", f"expected a rate in (0, {MAX_CAP_MBPS:g}] Mbit/s "
+                                          "or null")
+    return {"fibre": fibre, "vlan": vlan,
+            "rate_mbps": None if rate is None else float(rate)}
+
+
+def set_cap(emulators: Mapping[str, LinkEmulator], body: Mapping[str, Any]
+            ) -> dict[str, Any]:
+    """Apply a validated cap body to the fibre emulated here; the reply."""
+    emu = emulators.get(body["fibre"])
+    if emu is None:
+        return {"ok": False, "error": f"fibre {body['fibre']} is not emulated on this "
+                                      "machine"}
+    try:
+        emu.set_cap(body["vlan"], body["rate_mbps"])
+    except Exception as exc:  # the forwarder's refusal, or tc's
+        return {"ok": False, "error": f"fibre {body['fibre']}: {str(exc)[:300]}"}
+    return {"ok": True, "caps_mbps": {str(v): r for v, r in sorted(emu.caps_mbps.items())}}
 
 
 def fibre_state(emu: LinkEmulator) -> dict[str, Any]:
@@ -203,6 +241,8 @@ class ControlServer:
             with self.lock:
                 if "links" in req:
                     reply = self.serve_links(req["links"])
+                elif "cap" in req:
+                    reply = set_cap(self.emulators, req["cap"])
                 elif set(req) & {"controller", "fibre"}:
                     (what, body), = req.items()
                     hook = self.hooks.get(what)
@@ -252,7 +292,7 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
         s.settimeout(timeout_s)
         try:
             s.connect(str(path))
-            body = {k: req[k] for k in ("links", "controller", "fibre") if k in req} or {
+            body = {k: req[k] for k in ("links", "controller", "fibre", "cap") if k in req} or {
                 "fibres": req["fibres"],
                 "vlans": {k: {str(v): c for v, c in per.items()}
                           for k, per in req["vlans"].items()}}

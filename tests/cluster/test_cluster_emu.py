@@ -90,6 +90,12 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
     for m, st in cr["relay_stats"].items():
         assert st["channels_opened"] >= len(cr["switches"][m]), (m, st)
         assert st["bytes_from_switches"] > 0 and st["bytes_to_switches"] > 0, (m, st)
+    # Every lightpath's rate set by the controller on each fibre of its route, on the
+    # machine emulating that fibre (the relay here, each holder there), none refused.
+    caps = cr["caps"]
+    assert caps["fibres"] == 4 and caps["failed"] == 0 and caps["mismatch"] == [], caps
+    assert caps["requests"] >= cr["lightpaths"] and len(caps["caps_mbps"]) == 4, caps
+    assert not (out / ".caps").exists()
     assert s["controller"]["pid"] > 0 and "token" not in s["controller"]
     assert (out / "cluster_rtt_controller.json").is_file() and (out / "controller.log"
                                                                 ).is_file()
