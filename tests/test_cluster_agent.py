@@ -83,7 +83,8 @@ def test_shifted_records_give_the_one_clock_iteration_time() -> None:
 def test_a_valid_start_message() -> None:
     o = parse_start(_start(), HOSTS)
     assert (o.job, o.stage, o.host.pid, o.master) == ("job0", 1, 4242, "10.0.0.1:0")
-    assert o.metrics_address == "10.252.16.2" and o.nice == 0
+    assert o.metrics_address == "10.252.16.2" and o.nice == 0 and o.go_on is False
+    assert parse_start(_start(go_on=True), HOSTS).go_on is True
 
 
 @pytest.mark.parametrize("over, field", [
@@ -100,6 +101,7 @@ def test_a_valid_start_message() -> None:
     ({"duty": 2}, "duty"),
     ({"nice": 40}, "nice"),
     ({"metrics_address": "0.0.0.0; id"}, "metrics_address"),
+    ({"go_on": "yes"}, "go_on"),
 ])
 def test_a_bad_start_message_names_its_field(over: dict[str, Any], field: str) -> None:
     with pytest.raises(InputError) as exc:

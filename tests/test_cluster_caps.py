@@ -56,8 +56,8 @@ class HolderSession:
         self.asked += 1
         body = parse_cap({"fibre": fibre, "vlan": vlan, "rate_mbps": rate_mbps})
         reply = request(self.state_dir, {"cap": body}, timeout_s)
-        return {"op": "cap", "ok": bool(reply.get("ok")), "caps_mbps": reply.get("caps_mbps"),
-                "why": reply.get("error")}
+        return {"op": "cap", "ok": bool(reply.get("ok")), "fibre": fibre, "vlan": vlan,
+                "caps_mbps": reply.get("caps_mbps"), "why": reply.get("error")}
 
 
 @pytest.fixture
@@ -182,3 +182,24 @@ def test_relay_directory_falls_back_when_the_stage_path_is_too_long(tmp_path: Pa
     finally:
         remove_relay_dir(directory, temp)
     assert not temp.exists()
+
+
+def test_an_answer_to_another_request_is_not_taken(tmp_path: Path) -> None:
+    """A machine's late answer (to a request whose asker stopped waiting) names another
+    fibre: the relay refuses it rather than record the wrong fibre's caps."""
+
+    class LateAnswers:
+        def set_cap(self, fibre: str, vlan: int, rate_mbps: float | None,
+                    timeout_s: float = 30.0) -> dict[str, Any]:
+            return {"ok": True, "fibre": "lp0a0bf9", "vlan": vlan, "caps_mbps": {"3": 5.0}}
+
+    directory, temp = relay_dir(tmp_path, "lp0a0b", "lp0a0bf1.sock")
+    relay = CapRelay(directory, {"lp0a0bf1": LateAnswers()}).start()
+    try:
+        with pytest.raises(RuntimeError, match="named lp0a0bf9/3"):
+            ForwarderChannel(RunControls(relay.dir)).set_cap(relay.controls()["lp0a0bf1"],
+                                                             3, 1.0)
+        assert relay.settle(5.0) and relay.caps() == {} and relay.record()["failed"] == 1
+    finally:
+        relay.close()
+        remove_relay_dir(directory, temp)

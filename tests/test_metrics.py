@@ -255,7 +255,60 @@ def test_parent_death_signal_refused_off_the_main_thread() -> None:
     t = threading.Thread(target=off_main)
     t.start()
     t.join()
-    assert box and "main thread" in str(box[0])
+    assert box and "main thread" in str(box[0]) and "for_life" in str(box[0])
+
+
+_FOR_LIFE_PARENT = r"""
+import subprocess, sys, threading, time
+from testbed.metrics.process import for_life, pdeathsig_argv
+pids = []
+def restart():  # what a fault injector's thread does when it restarts a server
+    pids.append(for_life(lambda: subprocess.Popen(pdeathsig_argv() + ["sleep", "60"])).pid)
+    # the contrast: the same signal tied to this short-lived thread itself
+    pids.append(subprocess.Popen(["setpriv", "--pdeathsig=TERM", "--", "sleep", "60"]).pid)
+    time.sleep(1)  # setpriv has set the signal (its prctl) before this thread ends
+t = threading.Thread(target=restart)
+t.start()
+t.join()
+print(*pids, flush=True)
+sys.stdin.readline()  # the test says when this parent is to end
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_for_life_ties_a_child_to_the_process_not_the_thread() -> None:
+    """A server started with a parent death signal from a short-lived thread (a fault
+    injector restarting the controller or Prometheus of a cluster run) outlives that
+    thread and ends with the process: for_life forks it from a thread that lives as long
+    as the process. Forked from the short-lived thread itself, it dies with the thread."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.waiting import wait_until
+
+    p = subprocess.Popen([sys.executable, "-c", _FOR_LIFE_PARENT], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert p.stdout is not None and p.stdin is not None
+    kept, tied = (int(x) for x in p.stdout.readline().split())
+    try:
+        wait_until(lambda: not _alive(tied), "the thread-tied child to end", 10)
+        assert _alive(kept)  # its parent thread has ended; the process lives on
+        p.stdin.close()
+        p.wait(10)
+        wait_until(lambda: not _alive(kept), "the child to end with its process", 10)
+    finally:
+        for pid in (kept, tied):
+            if _alive(pid):
+                os.kill(pid, 9)
 
 
 def test_metrics_server_quiet_when_the_scraper_gave_up(capsys: pytest.CaptureFixture[str]) -> None:

@@ -124,9 +124,10 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
             c = a["clock"]
             say(f"emu: agent on {m}: clock offset {c['offset_s']:+.6f} s "
                 f"(+- {c['error_ms']:.3f} ms)", quiet)
-        ctl, plan, relay = None, up.plan, None
+        cc, ctl, plan = None, None, up.plan
         if scenario.emulation.forwarding == "controller":
-            ctl, plan, result["controller_run"], relay = _controller(up, cw, stage, quiet)
+            cc = _controller(up, cw, stage, quiet)
+            ctl, plan, result["controller_run"] = cc.ctl, cc.plan, cc.record
         try:
             # No run state on this machine records the server: it ends with this process.
             mon = RunMonitor(scenario, stage, stage, die_with_driver=True).start(ctl=ctl)
@@ -144,7 +145,7 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
                     assert ctl is not None  # checked with the input
                     result.update(_replay(up, cw, ctl, stage, quiet))
                 else:
-                    result.update(_jobs(up, cw, plan, stage, mon, quiet))
+                    result.update(_jobs(up, cw, plan, stage, mon, cc, quiet))
                 if mon.prom is not None:
                     mon.flush()
                     result["prometheus_series"] = prometheus_series(mon.prom.url, None)
@@ -160,19 +161,18 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
                 ctl.stop()
                 result["controller"] = describe(ctl, with_token=False)
                 result["controller_run"]["relay_stats"] = cw.openflow_stats()
-                if relay is not None:
-                    stop_cap_relay(relay)
-                    result["controller_run"]["caps"].update(relay.record())
+                if cc is not None:
+                    stop_cap_relay(cc.relay)
+                    result["controller_run"]["caps"].update(cc.relay.record())
         result["clocks"] = cw.clocks()
         result["agent_errors"] = list(cw.errors)
     return result
 
 
-def _controller(up: Any, cw: Any, stage: Path, quiet: bool
-                ) -> tuple[Any, Any, dict[str, Any], Any]:
-    """The run's controller across the machines (testbed.cluster.ctlrun) and every DC pair
-    pinged on its rules; (controller, the plan with its lightpaths, the record, the caps
-    relay)."""
+def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> Any:
+    """The run's controller across the machines (testbed.cluster.ctlrun.ClusterController:
+    the process, the plan with its lightpaths, the record, the caps relay) and every DC
+    pair pinged on its rules."""
     from testbed.cli.cluster_cmd import check_pairs
     from testbed.cluster.ctlrun import start_cluster_controller
     from testbed.cluster.sharedoc import pair_probes
@@ -181,7 +181,8 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool
     from testbed.progress import say
 
     timeout_s = startup_timeout_s(up.scenario.emulation.startup_timeout_s)
-    ctl, plan, rec, relay = start_cluster_controller(up, cw, stage, timeout_s)
+    cc = start_cluster_controller(up, cw, stage, timeout_s)
+    plan, rec = cc.plan, cc.record
     try:
         n = sum(len(v) for v in rec["switches"].values())
         say(f"emu: controller: {n} switches on {len(rec['switches'])} machine(s) synced in "
@@ -199,16 +200,20 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool
     except BaseException:
         from testbed.cluster.ctlrun import stop_cap_relay
 
-        ctl.stop()
-        stop_cap_relay(relay)
+        cc.ctl.stop()
+        stop_cap_relay(cc.relay)
         raise
-    return ctl, plan, rec, relay
+    return cc
 
 
-def _jobs(up: Any, cw: Any, plan: Any, stage: Path, mon: Any, quiet: bool) -> dict[str, Any]:
+def _jobs(up: Any, cw: Any, plan: Any, stage: Path, mon: Any, cc: Any, quiet: bool
+          ) -> dict[str, Any]:
     """pp_jobs: the jobs planned on the plan's lightpaths, their stages on the DCs' hosts
-    wherever they run (the agents start the remote ones)."""
+    wherever they run (the agents start the remote ones); the scenario's events played
+    meanwhile (fibre steps on the machine emulating the fibre, controller_kill restarting
+    the controller here, prometheus_kill, worker_kill wherever the stage runs)."""
     from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
+    from testbed.orchestrate.pp_jobs import EVENTS_DONE_FILE
     from testbed.progress import say
 
     by_dc = cluster_hosts(up.record)
@@ -216,21 +221,45 @@ def _jobs(up: Any, cw: Any, plan: Any, stage: Path, mon: Any, quiet: bool) -> di
     placement = assign_hosts(jobs, by_dc)
     used = sorted({h.machine for row in placement for h in row if h.machine})
     say(f"emu: workers: {len(jobs)} job(s), stages on {', '.join(used)}", quiet)
-    result = run_jobs_on_hosts(jobs, by_dc, stage, prometheus=mon, placement=placement,
-                               remote=cw)
+    faults = _events(up, cw, cc, mon)
+    go_on_until = None
+    if faults is not None and up.scenario.emulation.iterate_through_events:
+        go_on_until = stage / "workers" / EVENTS_DONE_FILE
+        go_on_until.unlink(missing_ok=True)
+        faults.set_done_file(go_on_until, on_done=cw.events_done)  # here and there
+    try:
+        result = run_jobs_on_hosts(
+            jobs, by_dc, stage, prometheus=mon, placement=placement, remote=cw,
+            on_started=None if faults is None else faults.attach_launcher,
+            go_on_until=go_on_until)
+    finally:
+        events = faults.stop() if faults is not None else {}
+    result.update(events)
     mon.record_jobs(result)
     result["stage_machines"] = {j.job: [h.machine for h in row]
                                 for j, row in zip(jobs, placement, strict=True)}
     return result
 
 
-def _replay(up: Any, cw: Any, ctl: Any, stage: Path, quiet: bool) -> dict[str, Any]:
-    """lightpath_requests: the scenario's requests and fibre events replayed through the
-    controller as on one machine; a fibre cut is its emulator's links set down by the
-    machine that emulates it (through that machine's agent)."""
+def _events(up: Any, cw: Any, cc: Any, mon: Any) -> Any:
+    """The scenario's events on the training clock (testbed.orchestrate.faults, as on one
+    machine), started; None without events. Without a controller only the testbed's own
+    faults apply (the fibre steps need it to restore)."""
+    from testbed.orchestrate.faults import FaultInjector
+
+    if not up.scenario.events:
+        return None
+    return FaultInjector(
+        up.scenario.events, scale=up.plan.scale.time_factor,
+        client=None if cc is None else (lambda m, p, b: cc.ctl.request(m, p, b)),
+        set_link=None if cc is None else _link_switch(up, cw), monitor=mon,
+        controller=None if cc is None else cc.restarter()).start(on_training=True)
+
+
+def _link_switch(up: Any, cw: Any) -> Any:
+    """set_link(u, v, up) for a fibre of the plan: its emulator's links set down or up by
+    the machine that emulates it (through that machine's agent)."""
     from testbed.errors import RuntimeFailure
-    from testbed.orchestrate.controller import run_replay
-    from testbed.progress import say
 
     machine_of = {f.middle: m for m, sh in up.shares.items() for f in sh.fibres}
 
@@ -242,7 +271,17 @@ def _replay(up: Any, cw: Any, ctl: Any, stage: Path, quiet: bool) -> dict[str, A
         if not reply.get("ok"):
             raise RuntimeFailure(f"machine {m}: fibre {u}-{v} "
                                  f"{'repair' if link_up else 'cut'}: {reply.get('why')}")
+    return set_link
 
+
+def _replay(up: Any, cw: Any, ctl: Any, stage: Path, quiet: bool) -> dict[str, Any]:
+    """lightpath_requests: the scenario's requests and fibre events replayed through the
+    controller as on one machine; a fibre cut is its emulator's links set down by the
+    machine that emulates it (through that machine's agent)."""
+    from testbed.orchestrate.controller import run_replay
+    from testbed.progress import say
+
+    set_link = _link_switch(up, cw)
     say(f"emu: replay: requests through the SDN controller (about "
         f"{up.scenario.emulation.replay_s:g} s) ...", quiet)
     return run_replay(ctl, set_link, up.scenario, stage)

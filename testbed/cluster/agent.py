@@ -91,6 +91,12 @@ class StartOrder:
     linger_s: float
     nice: int
     metrics_address: str
+    go_on: bool = False  # iterate on until the driver says the events are done
+
+
+EVENTS_DONE_NAME = "events-done"
+"""The file in a job's directory here whose appearance ends a `go_on` stage's extra
+iterations (the agent makes it on `events_done`)."""
 
 
 @dataclass
@@ -168,7 +174,15 @@ def parse_start(msg: Mapping[str, Any], hosts: Mapping[str, LocalHost]) -> Start
     return StartOrder(job, stage, hosts[node], plan, master,
                       _number(msg, "timeout_s", 1, 86400), _number(msg, "duty", 0.01, 1.0),
                       _number(msg, "linger_s", 0, 3600), int(_number(msg, "nice", 0, 19)),
-                      _ip(msg.get("metrics_address"), "metrics_address"))
+                      _ip(msg.get("metrics_address"), "metrics_address"),
+                      _flag(msg, "go_on"))
+
+
+def _flag(msg: Mapping[str, Any], key: str) -> bool:
+    v = msg.get(key, False)
+    if not isinstance(v, bool):
+        raise InputError(key, f"true or false, got {str(v)[:20]!r}")
+    return v
 
 
 def parse_rendezvous(msg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -309,7 +323,10 @@ class Agent:
                 else:
                     reply = request(self.state_dir, {"cap": body})
                 self.send({"op": "cap", "ok": bool(reply.get("ok")),
+                           "fibre": msg.get("fibre"), "vlan": msg.get("vlan"),
                            "caps_mbps": reply.get("caps_mbps"), "why": reply.get("error")})
+            elif op == "events_done":
+                self.events_done()
             elif op == "own":
                 self.own = True
             elif op == "bye":
@@ -341,6 +358,16 @@ class Agent:
                 "why": reply.get("error")}
 
     # -- workers -----------------------------------------------------------------------
+    def events_done(self) -> None:
+        """The run's events have all run: end the extra iterations of this machine's
+        `go_on` stages (the file each was given, in its job's directory)."""
+        for job in sorted({j for j, _ in self.workers}):
+            path = self.job_dir(job) / EVENTS_DONE_NAME
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+            except OSError as exc:  # its workers then stop at their deadline
+                log.error("events done: cannot write %s: %s", path, exc)
+
     def job_dir(self, job: str) -> Path:
         d = self.state_dir / "workers" / job
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -376,6 +403,10 @@ class Agent:
                 "--metrics-fd", str(lsock.fileno()), "--timeout-s", f"{o.timeout_s:.1f}",
                 "--duty", f"{o.duty:.4f}", "--metrics-linger-s", f"{o.linger_s:.1f}",
                 "--nice", str(o.nice), "--iface", o.host.iface]
+        if o.go_on:
+            done = jdir / EVENTS_DONE_NAME
+            done.unlink(missing_ok=True)
+            argv += ["--go-on-until", str(done)]
         try:
             fd = open_regular(logp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                               owner_uid=os.geteuid())

@@ -416,11 +416,12 @@ class ClusterWorkers:
     # -- the launcher's side -----------------------------------------------------------
     def spawn(self, machine: str, *, job: str, stage: int, host: str, plan: dict[str, Any],
               master: str, record_path: Path, log_path: Path, timeout_s: float,
-              duty: float, linger_s: float, nice: int,
+              duty: float, linger_s: float, nice: int, go_on: bool = False,
               reply_timeout_s: float = 60.0) -> tuple[RemoteProc, str, int, float]:
         """Start one stage on `machine`'s host; (process, metrics host, metrics port,
-        spawn time on the driver's clock). RuntimeFailure naming the machine when the
-        agent refuses or does not answer."""
+        spawn time on the driver's clock). go_on: the stage iterates on until
+        events_done(). RuntimeFailure naming the machine when the agent refuses or does
+        not answer."""
         s = self.sessions.get(machine)
         if s is None:
             raise RuntimeFailure(f"no worker agent for machine {machine!r}")
@@ -431,7 +432,7 @@ class ClusterWorkers:
         mirror.record_path.write_bytes(b"")
         s.send({"op": "start", "job": job, "stage": stage, "host": host, "plan": plan,
                 "master": master, "timeout_s": timeout_s, "duty": duty, "linger_s": linger_s,
-                "nice": nice, "metrics_address": s.metrics_address()})
+                "nice": nice, "metrics_address": s.metrics_address(), "go_on": go_on})
         if not mirror.started.wait(reply_timeout_s) or mirror.reply is None:
             raise RuntimeFailure(f"{s.head()}: worker agent did not start {job}/stage{stage}"
                                  f" within {reply_timeout_s:g} s")
@@ -445,6 +446,12 @@ class ClusterWorkers:
         self._relay(job)
         return (proc, s.metrics_address(), int(r["metrics_port"]),
                 float(r["spawn_s"]) - s.offset.offset_s)
+
+    def events_done(self) -> None:
+        """Every machine's `go_on` stages end their extra iterations (the run's events
+        have all run)."""
+        for s in self.sessions.values():
+            s.send({"op": "events_done"})
 
     # -- from the sessions -------------------------------------------------------------
     def dispatch(self, s: AgentSession, msg: dict[str, Any]) -> None:

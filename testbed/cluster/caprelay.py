@@ -35,9 +35,10 @@ from testbed.safefs import bind_private_socket, make_private_dir
 log = logging.getLogger(__name__)
 
 REQUEST_MAX_BYTES = 4096
-ANSWER_TIMEOUT_S = 1.8
-"""How long a request waits for the owning machine's answer: under the controller's own
-2 s time-out (controllers.core.ForwarderChannel), so it hears a reason, not a time-out."""
+ANSWER_TIMEOUT_S = 30.0
+"""How long a request waits for the owning machine's answer. The controller itself waits
+2 s (controllers.core.ForwarderChannel) and logs a slower cap as an error; the relay
+still carries it through, so the emulator gets it and the record says so."""
 SUN_PATH_MAX = 107  # bytes of a Unix socket path (sun_path less its NUL)
 
 
@@ -98,6 +99,8 @@ class CapRelay:
         self._lock = threading.Lock()
         self.requests = 0
         self.failed = 0
+        self._in_flight = 0
+        self._idle = threading.Condition(self._lock)
         self._socks: dict[str, socket.socket] = {}
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="cap-relay")
         self._threads: list[threading.Thread] = []
@@ -127,6 +130,11 @@ class CapRelay:
             t.start()
             self._threads.append(t)
         return self
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight (True), or timeout_s (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
 
     def caps(self) -> dict[str, dict[str, float]]:
         """What each fibre's emulator reported after the last cap set on it."""
@@ -182,12 +190,25 @@ class CapRelay:
     def _answer(self, middle: str, raw: bytes) -> dict[str, Any]:
         with self._lock:
             self.requests += 1
+            self._in_flight += 1
+        try:
+            return self._carry(middle, raw)
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def _carry(self, middle: str, raw: bytes) -> dict[str, Any]:
         try:
             vlan, rate = parse_forwarder_request(raw)
         except InputError as exc:
             reply: dict[str, Any] = {"ok": False, "error": str(exc)}
         else:
             got = self.owners[middle].set_cap(middle, vlan, rate, timeout_s=self.timeout_s)
+            if got.get("ok") and (got.get("fibre"), got.get("vlan")) != (middle, vlan):
+                # an answer to another request (one whose asker stopped waiting)
+                got = {"ok": False, "why": f"the answer of {middle} named "
+                                           f"{got.get('fibre')}/{got.get('vlan')}"}
             if got.get("ok"):
                 reply = {"ok": True}
                 caps = got.get("caps_mbps")

@@ -19,15 +19,21 @@ The steps (`start_cluster_controller`), each an existing piece:
                 (the static rules it forwarded on until then are replaced in place)
     lightpaths  the plan's DC-pair lightpaths set up through POST /lightpaths, as on one
                 machine (testbed.orchestrate.controller.setup_plan_lightpaths)
+
+A `controller_kill` event restarts it (ClusterControllerRestarter): the same database,
+ports, token and caps relay, the layout again, every switch synced again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from testbed.errors import RuntimeFailure
+from testbed.orchestrate.controller import ControllerRestarter
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +89,62 @@ def stop_cap_relay(relay: Any) -> None:
     remove_relay_dir(relay.dir, relay.temp_parent)
 
 
+@dataclass
+class ClusterController:
+    """A cluster run's controller and what its restart needs."""
+
+    ctl: Any                # testbed.orchestrate.ctl_process.ControllerProcess
+    plan: Any               # the plan with the controller's lightpaths
+    record: dict[str, Any]  # summary.json controller_run
+    relay: Any              # the caps relay (stop_cap_relay after the controller)
+    layout: Any             # the layout it was given (again after a restart)
+    run_dir: Path
+    timeout_s: float
+
+    def restarter(self) -> ClusterControllerRestarter:
+        return ClusterControllerRestarter(self)
+
+
+class ClusterControllerRestarter(ControllerRestarter):
+    """controller_kill across machines: SIGKILL by PID as on one machine, then the
+    controller started again here on the same database, ports, token and caps relay, tied
+    to the driver, given the layout again; it returns once every machine's switches have
+    come back to it through their agents' relays and hold its rules."""
+
+    def __init__(self, cc: ClusterController) -> None:
+        super().__init__(cc.ctl, cast(Any, None), cc.run_dir)  # no one-machine network
+        self.cc = cc
+
+    def restart(self) -> int:
+        from urllib.parse import urlsplit
+
+        from testbed.orchestrate.ctl_process import start_controller
+        from testbed.orchestrate.glue import put_layout, wait_synced
+
+        cc = self.cc
+        new = start_controller(
+            self.run_dir / "controller-scenario.yaml", self.run_dir / "controller.db",
+            of_port=self.ctl.of_port, rest_port=urlsplit(self.ctl.rest_url).port,
+            token=self.ctl.token, log_path=self.run_dir / "controller.log",
+            timeout_s=cc.timeout_s, die_with_parent=True, run_state=cc.relay.dir)
+        try:
+            put_layout(new, cc.layout, timeout_s=cc.timeout_s)
+            wait_synced(new, cc.plan, cc.timeout_s)
+        except BaseException:
+            new.stop()
+            raise
+        for f in dataclasses.fields(new):
+            setattr(self.ctl, f.name, getattr(new, f.name))
+        return new.proc.pid
+
+
 def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: float
-                             ) -> tuple[Any, Any, dict[str, Any], Any]:
+                             ) -> ClusterController:
     """Start the controller, relay every machine's switches to it, give it the layout and
-    set up the plan's lightpaths (see the module docstring). Returns (controller, the plan
-    with the controller's lightpaths, the record for the summary, the caps relay: stop it
-    with stop_cap_relay after the controller); RuntimeFailure naming the step, the
-    controller and the relay stopped."""
+    set up the plan's lightpaths (see the module docstring). Returns the controller, the
+    plan with its lightpaths, the record for the summary and the caps relay (stop it with
+    stop_cap_relay after the controller); RuntimeFailure naming the step, the controller
+    and the relay stopped."""
     import time
 
     from testbed.cluster.caprelay import caps_mismatch
@@ -119,6 +174,7 @@ def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: fl
             raise RuntimeFailure(f"controller: {exc}") from None
         synced_s = time.monotonic() - t0
         plan = setup_plan_lightpaths(ctl, up.plan)
+        relay.settle(timeout_s)  # caps the controller stopped waiting for (a slow machine)
     except BaseException:
         ctl.stop()
         stop_cap_relay(relay)
@@ -141,4 +197,4 @@ def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: fl
                        "(testbed.cluster.caprelay)",
                        "mismatch": caps_mismatch(plan, relay.caps())},
               "relay": "the agents' SSH sessions (testbed.cluster.ofrelay)"}
-    return ctl, plan, record, relay
+    return ClusterController(ctl, plan, record, relay, layout, run_dir, timeout_s)

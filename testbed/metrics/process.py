@@ -14,18 +14,24 @@ import ipaddress
 import json
 import logging
 import os
+import queue
 import signal
 import stat
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from testbed.atomicio import atomic_write_text
 from testbed.errors import InputError, RuntimeFailure
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +146,21 @@ def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
     except ValueError:
         raise InputError("--listen", f"{host!r} is not an IP address literal") from None
     ids = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
-    prefix = pdeathsig_argv() if die_with_parent else []
     last = ""
     for port in ports:
-        argv = [*prefix, binary, *args, f"--storage.tsdb.path={data_dir}",
+        argv = [binary, *args, f"--storage.tsdb.path={data_dir}",
                 f"--web.listen-address={host_port(host, port)}"]
-        logfd = open_log(log_path)
-        try:
-            proc = subprocess.Popen(argv, stdout=logfd, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=detach,
-                                    **ids)
-        finally:
-            os.close(logfd)
+
+        def spawn(argv: list[str] = argv) -> subprocess.Popen[bytes]:
+            logfd = open_log(log_path)
+            try:
+                return subprocess.Popen([*(pdeathsig_argv() if die_with_parent else []),
+                                         *argv], stdout=logfd, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=detach,
+                                        **ids)
+            finally:
+                os.close(logfd)
+        proc = for_life(spawn) if die_with_parent else spawn()
         url = url_for(host, port)
         end = time.monotonic() + ready_timeout_s
         while time.monotonic() < end:
@@ -176,19 +185,71 @@ def launch(binary: str, args: Sequence[str], data_dir: Path, log_path: Path,
     raise RuntimeFailure(f"prometheus found no free port ({last}; tried {len(ports)})")
 
 
+class _Keeper:
+    """A thread that lives as long as the process and forks children for other threads
+    (see for_life): their parent death signal then fires only when the process ends."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = \
+            queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="lightpipe-life-parent",
+                                       daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:  # never returns: the thread ends with the process
+            fn, fut = self.jobs.get()
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # handed to the caller, who raises it
+                    fut.set_exception(exc)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        fut: Future[T] = Future()
+        self.jobs.put((fn, fut))
+        return fut.result()
+
+
+_keeper: _Keeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def _life_parent() -> bool:
+    t = threading.current_thread()
+    return t is threading.main_thread() or (_keeper is not None and t is _keeper.thread)
+
+
+def for_life(fn: Callable[[], T]) -> T:
+    """Run fn, which starts a child with pdeathsig_argv(), in a thread that lives as long
+    as this process: the calling thread when it is the main one, else a keeper thread
+    (made once, never ending). So a server restarted from a worker thread (a fault
+    injector's controller or Prometheus restart) still ends with the process, not with
+    that thread."""
+    global _keeper
+    if _life_parent():
+        return fn()
+    with _keeper_lock:
+        if _keeper is None:
+            _keeper = _Keeper()
+    return _keeper.call(fn)
+
+
 def pdeathsig_argv(signame: str = "TERM") -> list[str]:
     """The argv prefix that has the kernel signal the program when its parent ends.
 
     The parent death signal (prctl PR_SET_PDEATHSIG, kept across execve by setpriv of
     util-linux) fires when the *thread* that forked the child ends, so the caller must
-    be the main thread, which lives as long as the process; anything else is refused
-    (ValueError, a programming error). A parent killed between the fork and setpriv's
-    prctl (a few milliseconds) leaves the child running: recorded state still matters."""
+    be a thread that lives as long as the process: the main thread, or for_life's keeper
+    (fork inside for_life); anything else is refused (ValueError, a programming error).
+    A parent killed between the fork and setpriv's prctl (a few milliseconds) leaves the
+    child running: recorded state still matters."""
     import shutil
-    import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        raise ValueError("a parent death signal needs the main thread as the parent")
+    if not _life_parent():
+        raise ValueError("a parent death signal needs a parent thread that lives as long "
+                         "as the process (the main thread, or testbed.metrics.process."
+                         "for_life)")
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         raise RuntimeFailure("setpriv not found (apt-get install util-linux)")

@@ -118,10 +118,6 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
     # start-up time-out (5 s at the default 30 s; ~50 s in a software-emulated VM).
     cmd += ["--switch-timeout-s", f"{max(5.0, timeout_s / 6):.1f}"]
     cmd += ["-v"] * verbose
-    if die_with_parent:
-        from testbed.metrics.process import pdeathsig_argv
-
-        cmd = pdeathsig_argv() + cmd
     if layout:
         cmd += ["--layout", str(layout)]
     if netns:
@@ -137,13 +133,20 @@ def start_controller(spec: str | Path, db: str | Path, *, of_port: int | None = 
         cmd += ["--token-file", str(tf)]
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    with open(log_path, "ab") as logf, contextlib.ExitStack() as stack:
-        if home_netns:
-            from testbed.emu.netns import in_netns
+    from testbed.metrics.process import for_life, pdeathsig_argv
 
-            stack.enter_context(in_netns(home_netns))
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                cwd=root, start_new_session=True)
+    def spawn() -> subprocess.Popen[bytes]:
+        # In the thread that forks (for_life's, with die_with_parent): a namespace is
+        # entered by one thread, and the parent death signal follows the forking thread.
+        argv = pdeathsig_argv() + cmd if die_with_parent else cmd
+        with open(log_path, "ab") as logf, contextlib.ExitStack() as stack:
+            if home_netns:
+                from testbed.emu.netns import in_netns
+
+                stack.enter_context(in_netns(home_netns))
+            return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                    cwd=root, start_new_session=True)
+    proc = for_life(spawn) if die_with_parent else spawn()
     from testbed.emu.priority import raise_control_priority
 
     raise_control_priority(proc.pid)  # before it starts threads: they inherit it

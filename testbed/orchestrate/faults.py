@@ -159,6 +159,7 @@ class FaultInjector:
         self._worker_rows: list[tuple[dict[str, Any], Any]] = []
         self._chain: _Chain | None = None  # whose actions are being planned (apply_now)
         self._done_file: Path | None = None  # written once every event has run (set_done_file)
+        self._on_done: Callable[[], None] | None = None
         self._done_settle_s = 0.0
         self._idle_since: float | None = None
         for ev in sorted(events, key=lambda e: e.at_s):
@@ -227,12 +228,15 @@ class FaultInjector:
                  "(placement, worker launch and start-up)", self.clock_offset_s)
         return True
 
-    def set_done_file(self, path: Path, settle_s: float = EVENTS_SETTLE_S) -> None:
+    def set_done_file(self, path: Path, settle_s: float = EVENTS_SETTLE_S,
+                      on_done: Callable[[], None] | None = None) -> None:
         """Create `path` once every planned event has run (a flap's repairs and a killed
         process's restart included) and its re-route checks have ended, and then settle_s
         more (the monitor scrapes the state after the last event): workers started with
-        --go-on-until iterate until then (emulation.iterate_through_events)."""
+        --go-on-until iterate until then (emulation.iterate_through_events). on_done:
+        called then too (a cluster run tells the other machines' workers)."""
         self._done_file, self._done_settle_s = path, settle_s
+        self._on_done = on_done
 
     def _note_idle(self) -> None:
         """With nothing left to apply: write the done file once idle for the settle time."""
@@ -252,6 +256,8 @@ class FaultInjector:
                 log.error("events: cannot write %s: %s", path, exc)
                 return
             log.info("events: every one has run; the workers stop iterating (%s)", path.name)
+            if self._on_done is not None:
+                self._on_done()
 
     def attach_launcher(self, launcher: Any) -> None:
         """The worker launcher of the run (worker_kill finds PIDs through it)."""

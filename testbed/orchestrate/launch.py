@@ -166,13 +166,12 @@ class Launcher:
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"]
                                               if env.get("PYTHONPATH") else "")
         env["OMP_NUM_THREADS"] = "1"
+        # Every stage of a job iterating through the events, or none (they agree on
+        # each extra iteration in one collective): a remote stage watches a file its
+        # machine's agent makes when told (ClusterWorkers.events_done).
         go_on: list[str] = []
         if self.go_on_until is not None:
-            if all(h.machine is None for h in hosts):
-                go_on = ["--go-on-until", str(self.go_on_until)]
-            else:
-                log.info("job %s: stages on other machines: its plan's %d iterations only "
-                         "(not through the events)", plan.job, plan.iterations)
+            go_on = ["--go-on-until", str(self.go_on_until)]
         for stage, host in enumerate(hosts):
             if host.machine is not None:
                 self._start_remote(run, plan, stage, host, master, duty)
@@ -244,7 +243,7 @@ class Launcher:
             host.machine, job=plan.job, stage=stage, host=host.name,
             plan=json.loads(plan.to_json()), master=master, record_path=rec, log_path=logp,
             timeout_s=self.timeout_s, duty=duty, linger_s=self.metrics_linger_s,
-            nice=self.nice)
+            nice=self.nice, go_on=self.go_on_until is not None)
         run.workers.append(Worker(plan.job, stage, host, proc, rec, logp, mport, spawn_s,
                                   metrics_host=mhost))
         log.info("job %s stage %d: pid %d on %s (machine %s)", plan.job, stage, proc.pid,

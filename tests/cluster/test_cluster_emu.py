@@ -133,6 +133,40 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
     assert a.left() == [] and b.left() == []
 
 
+@need
+def test_emu_cluster_plays_events_during_training(machines: tuple[list[StandIn], Path],
+                                                  tmp_path: Path) -> None:
+    """The job's events across machines, on the training clock: a cut and repair of n2-n3
+    (the fibre that crosses to m-b, set down by m-a's holder; the controller restores the
+    lightpaths it carried), then the controller SIGKILLed and started again here on the
+    same database, ports and caps relay, both machines' switches back to it through their
+    agents; the workers go on until the events are done."""
+    (a, b), f = machines
+    spec = _pp_ring(tmp_path / "pp-ring.yaml")
+    data = yaml.safe_load(spec.read_text())
+    data["events"] = [{"at_s": 0.1, "kind": "fiber_cut", "link": ["n2", "n3"]},
+                      {"at_s": 0.3, "kind": "fiber_repair", "link": ["n2", "n3"]},
+                      {"at_s": 0.5, "kind": "controller_kill", "down_s": 0.2}]
+    data["emulation"]["iterate_through_events"] = True
+    spec.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    _run_on_both(f, spec, out)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["events_clock"] == "training" and s["event_errors"] == [], s["event_errors"]
+    cut, repair = s["events"][:2]
+    assert cut["kind"] == "fiber_cut" and cut["restored"] and cut["lost"] == [], cut
+    assert repair["kind"] == "fiber_repair" and "repair_seen_s" in repair, repair
+    kill = next(r for r in s["faults"] if r["kind"] == "controller_kill")
+    assert kill["applied"] and kill["pid_restarted"] != kill["pid_killed"], kill
+    assert kill["lightpaths_after"] == kill["lightpaths_before"] > 0, kill
+    assert s["controller"]["pid"] == kill["pid_restarted"], (s["controller"], kill)
+    assert s["controller_run"]["caps"]["failed"] == 0, s["controller_run"]["caps"]
+    job = s["worker_jobs"][0]
+    assert job["ok"] and s["failed_jobs"] == [], job
+    assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
+    assert a.left() == [] and b.left() == []
+
+
 def _requests_ring(path: Path) -> Path:
     """The stand-ins' ring with the quickstart's workload (lightpath requests through the
     controller) and a cut and repair of n2-n3, the fibre that crosses to m-b."""

@@ -128,6 +128,11 @@ def check_controller(s: dict[str, Any]) -> None:
     for m, st in cr.get("relay_stats", {}).items():
         need(st["bytes_from_switches"] > 0 and st["bytes_to_switches"] > 0,
              f"no OpenFlow relayed for {m}")
+    caps = cr["caps"]  # each lightpath's rate on each fibre, set on the fibre's guest
+    print(f"  caps: {caps['requests']} requests to {caps['fibres']} fibres, "
+          f"{caps['failed']} refused, mismatch {caps['mismatch'][:3]}")
+    need(caps["failed"] == 0 and caps["mismatch"] == [] and caps["requests"] > 0,
+         "a lightpath's cap was not set on its fibre's guest")
 
 
 def check_replay(out: Path) -> None:
