@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed.cluster.holdctl import read_line
 from testbed.errors import InputError
 from testbed.safefs import bind_private_socket, make_private_dir
 
@@ -143,9 +144,9 @@ class CapRelay:
 
     def record(self) -> dict[str, Any]:
         with self._lock:
-            return {"fibres": len(self._socks), "requests": self.requests,
-                    "failed": self.failed, "caps_mbps": {m: dict(c) for m, c in
-                                                         sorted(self._caps.items())}}
+            requests, failed = self.requests, self.failed
+        return {"fibres": len(self._socks), "requests": requests, "failed": failed,
+                "caps_mbps": self.caps()}
 
     def close(self) -> None:
         self._closed = True
@@ -182,7 +183,7 @@ class CapRelay:
                     conn.sendall(b'{"ok": false, "error": "not the relay\'s user"}\n')
                     return
                 conn.settimeout(self.timeout_s + 5)
-                reply = self._answer(middle, _read_line(conn))
+                reply = self._answer(middle, read_line(conn, REQUEST_MAX_BYTES))
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError as exc:
                 log.warning("cap relay %s: %s", middle, exc)
@@ -223,16 +224,6 @@ class CapRelay:
                 self.failed += 1
             log.warning("cap relay %s: %s", middle, reply["error"])
         return reply
-
-
-def _read_line(conn: socket.socket) -> bytes:
-    buf = b""
-    while not buf.endswith(b"\n") and len(buf) <= REQUEST_MAX_BYTES:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        buf += chunk
-    return buf.strip()
 
 
 def caps_mismatch(plan: Any, caps: Mapping[str, Mapping[str, float]]) -> list[str]:

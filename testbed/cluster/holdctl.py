@@ -232,7 +232,7 @@ class ControlServer:
             conn.sendall(b'{"ok": false, "error": "not the holder\'s user"}\n')
             return
         conn.settimeout(TIMEOUT_S)
-        raw = _read_line(conn)
+        raw = read_line(conn)
         try:
             req = parse_request(raw)
         except InputError as exc:
@@ -268,9 +268,11 @@ class ControlServer:
         return {"ok": True, "target": self.links.target, "fibres": list(self.links.fibres)}
 
 
-def _read_line(conn: socket.socket) -> bytes:
+def read_line(conn: socket.socket, max_bytes: int = REQUEST_MAX_BYTES) -> bytes:
+    """One request line from conn (without its newline), reading at most about
+    max_bytes: a longer one comes back longer than max_bytes, for the caller to refuse."""
     buf = b""
-    while b"\n" not in buf and len(buf) <= REQUEST_MAX_BYTES:
+    while b"\n" not in buf and len(buf) <= max_bytes:
         chunk = conn.recv(65536)
         if not chunk:
             break
@@ -297,7 +299,7 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
                 "vlans": {k: {str(v): c for v, c in per.items()}
                           for k, per in req["vlans"].items()}}
             s.sendall(json.dumps(body).encode() + b"\n")
-            raw = _read_line(s)
+            raw = read_line(s)
         except OSError as exc:
             return {"ok": False, "error": f"the share's holder did not answer ({exc})"}
     try:
