@@ -73,6 +73,30 @@ def test_a_run_within_every_bound_is_faithful() -> None:
     assert "faithful" in fid.verdict_line(v) and "NOT" not in fid.verdict_line(v)
 
 
+def test_device_stand_ins_are_judged_by_their_wake_ups_not_their_cpu_share() -> None:
+    """A device stand-in (worker_compute: device) sleeps through its ops: its few wake-ups'
+    latency against almost no run time is no compute the simulator assumes, so its share
+    is listed but not judged; a CPU worker beside it is still judged, and the stand-ins'
+    late wake-ups still fail worker_timer_slack."""
+    d = good_inputs()
+    d["procs"] = [p for p in d["procs"] if p["role"] != "worker"]
+    d["procs"] += [{**proc("worker", f"job0/stage{k}", 0.07, run_s=0.5), "compute": "device"}
+                   for k in range(4)]
+    v = fid.verdict(Scale(), **d)
+    inv = by_name(v)["worker_cpu_share"]
+    assert v["faithful"], v["reasons"]
+    assert not inv["measured"] and "device stand-ins only" in inv["detail"]
+    assert sum(1 for p in v["processes"] if p.get("compute") == "device") == 4  # listed
+    d["procs"].append({**proc("worker", "job1/stage0", 0.5), "compute": "cpu"})
+    v = fid.verdict(Scale(), **d)
+    assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["worker_cpu_share"]
+    assert "job1/stage0" in v["reasons"][0]
+    d["procs"].pop()
+    d["jobs"] = [{"job": "job0", "op_overrun_median": 0.08}]
+    v = fid.verdict(Scale(), **d)
+    assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["worker_timer_slack"]
+
+
 @pytest.mark.parametrize(("change", "failed", "words"), [
     (lambda d: d["rtt_rows"].append(rtt_row("b~c", 10.0, [11.5] * 20)),
      "rtt_median_error", "b~c +1.500 ms"),

@@ -507,3 +507,89 @@ def test_burner_calibration_is_short_where_products_are_slow(
     cal = Burner().cal
     assert len(done) <= 10, f"{len(done)} products timed"
     assert cal.mm_per_chunk == 1 and cal.chunk_s >= 0.02
+
+
+def test_device_compute_plan_spec_and_refusals(tmp_path: Path) -> None:
+    """worker_compute: device reaches the workers' plans; model mode refuses it, and an
+    unknown compute is named."""
+    prob = _problem()
+    sched = build_schedule("gpipe", prob)
+    plan = shadow_plan("j", prob, sched, iterations=1, bandwidth_divisor=10, time_factor=1,
+                       compute="device")
+    assert plan.compute == "device" and JobPlan.from_dict(json.loads(plan.to_json())) == plan
+    with pytest.raises(InputError, match="compute"):
+        shadow_plan("j", prob, sched, iterations=1, bandwidth_divisor=10, time_factor=1,
+                    compute="gpu")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="compute"):
+        JobPlan("j", "model", sched.to_dict(), (0.0,) * 4, (0.0,) * 4, (1,) * 3, 4, 1,
+                model=TinyGPTConfig(), compute="device")
+    text = (ROOT / "scenarios" / "calib-latency-1f1b.yaml").read_text()
+    spec = tmp_path / "dev.yaml"
+    spec.write_text(text.replace("emulation:\n", "emulation:\n  worker_compute: device\n", 1))
+    jobs = plan_emulated_jobs(load_scenario(spec))
+    assert jobs and all(j.plan.compute == "device" for j in jobs)
+    assert all(j.plan.compute == "cpu" for j in plan_emulated_jobs(
+        load_scenario(ROOT / "scenarios" / "calib-latency-1f1b.yaml")))
+    spec.write_text(text.replace("emulation:\n", "emulation:\n  worker_compute: device\n"
+                                 "  workers: model\n", 1))
+    from testbed.errors import SpecError
+    with pytest.raises(SpecError, match="worker_compute"):
+        load_scenario(spec)
+
+
+def test_device_stand_in_waits_without_the_cpu() -> None:
+    """A device op lasts at least its time and leaves the host CPU free: the calling
+    thread's CPU time over a 0.3 s op is a small part of it (a busy-waiting stand-in would
+    use all of it); it asks for no CPU share, and its wake-ups are recorded."""
+    import resource
+
+    from workloads.compute import Burner, DeviceStandIn, make_compute
+
+    dev = make_compute("device", 0.5)
+    assert isinstance(dev, DeviceStandIn) and isinstance(make_compute("cpu", 0.5), Burner)
+    with pytest.raises(ValueError, match="compute"):
+        make_compute("gpu", 0.5)
+    assert dev.timer_slack_ns in (1, -1)  # set where prctl exists
+    import time
+
+    before = resource.getrusage(resource.RUSAGE_THREAD)
+    t0 = time.perf_counter()
+    assert dev.burn(0.3) == 0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_THREAD)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert wall >= 0.3 and cpu < 0.1 * wall, (wall, cpu)
+    assert dev.ops == 1 and dev.asked_s == 0.3 and dev.late_s >= 0
+    assert dev.cpu_share(10.0, 0) is None and dev.as_dict()["compute"] == "device"
+    assert dev.burn(0) == 0 and dev.ops == 1
+
+
+def test_device_workers_keep_the_schedule_on_localhost(tmp_path: Path) -> None:
+    """Two 4-stage device-compute jobs at once: the ops keep the schedule (never faster
+    than the timer), their records carry no CPU share, and every op lasts its time."""
+    prob = PipelineProblem.uniform(4, 4, 40.0, 80.0, activation_mb=0.05)
+    plans = []
+    for name in ("gpipe", "1f1b"):
+        sched = build_schedule(name, prob)
+        plans.append((shadow_plan(name.replace("1f1b", "ofob"), prob, sched, iterations=2,
+                                  bandwidth_divisor=1.0, time_factor=1.0, compute="device"),
+                      [LOCAL] * 4))
+    with Launcher(tmp_path) as launcher:
+        launcher.start(plans)
+        launcher.wait(180)
+        outcome = launcher.outcome()
+        records = launcher.records()
+    assert all(o["ok"] for o in outcome.values()), outcome
+    sim_s = time_schedule(prob, build_schedule("gpipe", prob)).iteration_time_ms / 1e3
+    for job, stages in records.items():
+        s = summarize_job(job, stages)
+        assert sim_s * 0.97 <= s["emulated_iteration_time_s"] < sim_s * 2.0, (job, s)
+        starts = [r for st in stages for r in st if r.get("type") == "start"]
+        assert len(starts) == 4 and all(r["calibration"]["compute"] == "device"
+                                        for r in starts)
+        its = [r for st in stages for r in st if r.get("type") == "iteration"]
+        assert its and all("cpu_share" not in r for r in its)
+        for r in its:
+            for name, start, end in r["ops"]:
+                want = (40.0 if name.startswith("F") else 80.0) / 1e3
+                assert end - start >= want * 0.999, (name, end - start)

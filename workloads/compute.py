@@ -1,4 +1,9 @@
-"""Real tensor work that occupies a worker for a given wall-clock time (not sleep).
+"""A shadow stage's compute: real tensor work on the host CPU, or a stand-in accelerator.
+
+`Burner` (`emulation.worker_compute: cpu`) does real float32 work for the op's wall-clock
+time. `DeviceStandIn` (`worker_compute: device`) models compute on an accelerator: the op's
+time passes on a timer and the host CPU stays free for gloo and the network, as a GPU
+kernel leaves its host; both keep the op's deadline on the same clock.
 
 At start-up `Burner.calibrate()` times small float32 matrix products and sizes a chunk
 of them to about `chunk_ms`. `burn(duration_s)` then runs whole chunks until the
@@ -18,6 +23,11 @@ import time
 from dataclasses import dataclass
 
 import torch
+
+from testbed.emu.slack import set_timer_slack_ns
+from workloads.plan import COMPUTES
+
+DEVICE_TIMER_SLACK_NS = 1  # the kernel's least: wake-ups on the deadline, not 50 us after
 
 CALIBRATION_RUN_S = 0.005  # each timing run of Burner.calibrate lasts about this long
 MAX_CALIBRATION_REPS = 50
@@ -53,6 +63,10 @@ class Burner:
         self.cal = self.calibrate()
         self.asked_s = 0.0  # op time asked for so far (burn's durations)
         self.chunks_run = 0  # chunks of work done in it
+
+    def as_dict(self) -> dict[str, float | str]:
+        """What the worker's start record says of its compute."""
+        return {"compute": "cpu", **self.cal.as_dict()}
 
     def cpu_share(self, asked_s: float, chunks: int) -> float | None:
         """Work done / work asked for over a window: chunks x chunk time / (asked x duty).
@@ -109,3 +123,46 @@ class Burner:
                 if left > pause + half:
                     time.sleep(pause)
         return chunks
+
+
+class DeviceStandIn:
+    """Stands in for a stage's accelerator: each op's time passes on a timer (the host
+    thread sleeps to the deadline, as it would block on a GPU kernel), so the host CPU is
+    free for gloo and the emulated network. Same interface as Burner: burn() returns no
+    chunks and cpu_share() has nothing to say; what is left to measure is how late the
+    wake-ups came (`late_s`, and each op's end in the worker's records)."""
+
+    def __init__(self) -> None:
+        self.timer_slack_ns = set_timer_slack_ns(DEVICE_TIMER_SLACK_NS)
+        self.asked_s = 0.0
+        self.chunks_run = 0
+        self.late_s = 0.0
+        self.ops = 0
+
+    def cpu_share(self, asked_s: float, chunks: int) -> float | None:
+        return None  # no host CPU is asked for
+
+    def burn(self, duration_s: float) -> int:
+        """Wait until `duration_s` has passed (at least that long: the op's deadline)."""
+        if duration_s <= 0:
+            return 0
+        self.asked_s += duration_s
+        end = time.perf_counter() + duration_s
+        while (left := end - time.perf_counter()) > 0:
+            time.sleep(left)
+        self.late_s += time.perf_counter() - end
+        self.ops += 1
+        return 0
+
+    def as_dict(self) -> dict[str, float | str]:
+        """What the worker's start record says of its compute."""
+        return {"compute": "device", "timer_slack_ns": float(self.timer_slack_ns)}
+
+
+def make_compute(compute: str, duty: float) -> Burner | DeviceStandIn:
+    """The shadow stage's compute for `emulation.worker_compute`."""
+    if compute == "device":
+        return DeviceStandIn()
+    if compute != "cpu":
+        raise ValueError(f"unknown compute {compute!r} (known: {', '.join(COMPUTES)})")
+    return Burner(duty=duty)

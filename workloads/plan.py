@@ -25,6 +25,8 @@ from testbed.schedule.model import PipelineProblem, Schedule
 
 Mode = Literal["shadow", "model"]
 MODES = ("shadow", "model")
+Compute = Literal["cpu", "device"]
+COMPUTES = ("cpu", "device")  # workloads.compute's (that module imports torch)
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,20 @@ class JobPlan:
     bandwidth_divisor: float = 1.0
     model: TinyGPTConfig | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # shadow: where an op's time is spent (cpu: tensor work on the host; device: a stand-in
+    # accelerator's timer, the host CPU left free; workloads.compute)
+    compute: Compute = "cpu"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise InputError("mode", f"unknown worker mode {self.mode!r} (known: "
                              f"{', '.join(MODES)})")
+        if self.compute not in COMPUTES:
+            raise InputError("compute", f"unknown compute {self.compute!r} (known: "
+                             f"{', '.join(COMPUTES)})")
+        if self.mode == "model" and self.compute != "cpu":
+            raise InputError("compute", "model mode computes its own model on the CPU; "
+                             f"compute {self.compute!r} is for shadow workers")
         p = len(self.forward_ms)
         if p < 1 or len(self.backward_ms) != p:
             raise InputError("forward_ms", "forward_ms and backward_ms need one value per stage")
@@ -139,15 +150,16 @@ class JobPlan:
 
 def shadow_plan(job: str, problem: PipelineProblem, schedule: Schedule, *, iterations: int,
                 bandwidth_divisor: float, time_factor: float, warmup_iterations: int = 1,
-                info: dict[str, Any] | None = None) -> JobPlan:
+                info: dict[str, Any] | None = None, compute: Compute = "cpu") -> JobPlan:
     """scaled_plan with the scale given as its two factors."""
     return scaled_plan(job, problem, schedule, Scale(bandwidth_divisor, time_factor),
-                       iterations=iterations, warmup_iterations=warmup_iterations, info=info)
+                       iterations=iterations, warmup_iterations=warmup_iterations, info=info,
+                       compute=compute)
 
 
 def scaled_plan(job: str, problem: PipelineProblem, schedule: Schedule, scale: Scale, *,
                 iterations: int, warmup_iterations: int = 1,
-                info: dict[str, Any] | None = None) -> JobPlan:
+                info: dict[str, Any] | None = None, compute: Compute = "cpu") -> JobPlan:
     """The plan that makes the workers execute `schedule` on `problem` in emulation units."""
     p = problem.stages
     acts = tuple(scale.transfer_bytes(problem.hop_activation_mb(h) * 1e6) for h in range(p - 1))
@@ -158,7 +170,8 @@ def scaled_plan(job: str, problem: PipelineProblem, schedule: Schedule, scale: S
                    iterations=iterations, warmup_iterations=warmup_iterations,
                    weight_grad_fraction=problem.weight_grad_fraction,
                    time_factor=scale.time_factor,
-                   bandwidth_divisor=scale.bandwidth_divisor, info=dict(info or {}))
+                   bandwidth_divisor=scale.bandwidth_divisor, info=dict(info or {}),
+                   compute=compute)
 
 
 def model_plan(job: str, schedule: Schedule, microbatches: int, *, iterations: int,

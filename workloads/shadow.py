@@ -1,5 +1,6 @@
-"""Shadow stage: stands in for a large-model stage with calibrated tensor work and
-transfers of the job's (scaled) activation size, following any schedule."""
+"""Shadow stage: stands in for a large-model stage with calibrated tensor work (or a
+stand-in accelerator's timer) and transfers of the job's (scaled) activation size,
+following any schedule."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from typing import Any
 import torch
 
 from testbed.schedule.model import Action
-from workloads.compute import Burner
+from workloads.compute import Burner, DeviceStandIn
 from workloads.plan import JobPlan
 
 
 class ShadowProgram:
     """Op time = the plan's stage time (emulation ms); payload = the plan's hop bytes."""
 
-    def __init__(self, plan: JobPlan, rank: int, burner: Burner) -> None:
+    def __init__(self, plan: JobPlan, rank: int, burner: Burner | DeviceStandIn) -> None:
         self.plan = plan
         self.rank = rank
         self.p = plan.stages

@@ -24,6 +24,9 @@ from typing import Any, TextIO  # noqa: E402
 log = logging.getLogger("workloads.worker")
 # --go-on-until: at most this many iterations beyond the plan's (the spec's own maximum).
 MAX_EXTRA_ITERATIONS = 10_000
+# SCHED_RR priority of a device stand-in stage: below ovs-vswitchd (5) and the fibre
+# forwarders (10), above every ordinary process (testbed.emu.priority)
+DEVICE_RT_PRIORITY = 2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout-s", type=float, default=120.0,
                     help="collective/p2p timeout (a dead peer is reported sooner)")
     ap.add_argument("--duty", type=float, default=1.0,
-                    help="share of an op's time spent in tensor work (rest: short pauses)")
+                    help="share of an op's time spent in tensor work (rest: short pauses; "
+                    "the plan's compute cpu only)")
     ap.add_argument("--nice", type=int, default=0, help="raise niceness (leave CPU to links)")
     ap.add_argument("--go-on-until", type=Path, default=None,
                     help="after the plan's iterations, go on iterating until this file "
@@ -129,16 +133,35 @@ def iface_ipv4(iface: str) -> str | None:
     return socket.inet_ntoa(res[20:24])
 
 
+def _device_priority(plan_path: Path) -> dict[str, str]:
+    """A shadow stage on a stand-in accelerator (compute device) is emulated hardware, as
+    the fibre forwarders and the switch are: its threads (gloo's, started later, inherit
+    it) go into the real-time class below theirs (testbed.emu.priority), so that its
+    wake-ups at op deadlines and its transfers do not queue behind the machine's ordinary
+    processes. It asks for almost no CPU (it sleeps through its ops), so it cannot starve
+    them. Read from the plan before torch is imported; {} for any other worker."""
+    try:
+        data = json.loads(Path(plan_path).read_text())
+    except (OSError, ValueError):
+        return {}  # JobPlan.load reports it
+    if not isinstance(data, dict) or data.get("mode") != "shadow" or \
+            data.get("compute") != "device":
+        return {}
+    from testbed.emu import priority
+    return {"priority": priority.raise_priority(0, DEVICE_RT_PRIORITY)}
+
+
 def run(args: argparse.Namespace, fh: TextIO) -> None:
     if args.iface:
         os.environ["GLOO_SOCKET_IFNAME"] = args.iface
     if args.nice:
         os.nice(args.nice)
+    device_priority = _device_priority(args.plan)
     import torch
     import torch.distributed as dist
 
     from testbed.emu.procstat import own_usage_since
-    from workloads.compute import Burner
+    from workloads.compute import make_compute
     from workloads.executor import Executor
     from workloads.metrics import Scrapes, WorkerMetrics, serve
     from workloads.plan import JobPlan
@@ -155,12 +178,12 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         _, metrics_port = serve(metrics.registry, fd=args.metrics_fd,
                                 port=args.metrics_port or 0, scrapes=scrapes)
     program: Any
-    calibration: dict[str, float] = {}
+    calibration: dict[str, float | str] = {}
     if plan.mode == "shadow":
         from workloads.shadow import ShadowProgram
-        burner = Burner(duty=args.duty)
-        calibration = burner.cal.as_dict()
-        program = ShadowProgram(plan, args.rank, burner)
+        compute = make_compute(plan.compute, args.duty)
+        calibration = compute.as_dict()
+        program = ShadowProgram(plan, args.rank, compute)
     else:
         from workloads.model import ModelProgram
         program = ModelProgram(plan, args.rank)
@@ -182,7 +205,8 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     at_ready, _ = own_usage_since(None)  # its iterations' CPU, read by itself (fidelity)
     _emit(fh, {"type": "start", "job": plan.job, "stage": args.rank, "pid": os.getpid(),
                "import_start_s": T_IMPORT0, "imported_s": t_imported, "ready_s": t_ready,
-               "calibration": calibration, "metrics_port": metrics_port})
+               "calibration": {**calibration, **device_priority},
+               "metrics_port": metrics_port})
     ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics)
     total = plan.warmup_iterations + plan.iterations
     cap = total + MAX_EXTRA_ITERATIONS

@@ -52,7 +52,8 @@ def watch_workers(sampler: ProcSampler, launcher: Any) -> int:
         for w in run.workers:
             if w.proc.poll() is None and w.host.machine is None:  # not another machine's
                 sampler.watch(w.proc.pid, "worker", f"{w.job}/stage{w.stage}",
-                              records=str(w.record_path))
+                              records=str(w.record_path),
+                              compute=getattr(run.plan, "compute", "cpu"))
                 n += 1
     return n
 
@@ -205,10 +206,14 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
                    if p["role"] == "worker" and p["meta"].get("records")}
         read = {pid: _window_and_usage(r) for pid, r in records.items()}  # each file once
         procs = sampler.records({pid: (t0, t1) for pid, (t0, t1, _) in read.items()})
+        compute = {p["pid"]: p["meta"].get("compute") for p in sampler.watched()
+                   if p["role"] == "worker" and p["meta"].get("compute")}
         for p in procs:  # exact where the worker read itself (a window under one reading)
             own = own_usage_of(*read[p["pid"]]) if p["pid"] in read else None
             if own is not None:
                 p.update(own)
+            if p["pid"] in compute:  # cpu (tensor work) or device (a stand-in's timer)
+                p["compute"] = compute[p["pid"]]
     fibre_of = {f.middle: f"{f.u}-{f.v}" for f in net.plan.fibres}
     for p in procs:  # a forwarder by its fibre (the link exporter's label)
         if p["role"] == "forwarder" and p["name"] in fibre_of:

@@ -1,10 +1,12 @@
 """Compute burst: how far workers' timed ops miss their deadlines under the run's load.
 
     python -m testbed.emu.loadprobe --op-ms 4 --seconds 1.5 --duty 0.5   # one worker: JSON
+    python -m testbed.emu.loadprobe --op-ms 4 --compute device            # a device stand-in
 
-A stand-in for a pipeline stage's compute (workloads/compute.py: work in chunks of about
-CHUNK_MS until the deadline, stop when under half a chunk is left, pause between chunks
-for `duty`), without torch so that it starts in a fraction of a second. `burst()` starts
+A stand-in for a pipeline stage's compute (workloads/compute.py: with compute cpu, work in
+chunks of about CHUNK_MS until the deadline, stop when under half a chunk is left, pause
+between chunks for `duty`; with compute device, sleep to the deadline with the least timer
+slack), without torch so that it starts in a fraction of a second. `burst()` starts
 one per worker stage side by side (while the caller keeps the network busy) and returns
 the mean (and p50/p90/max) of |end - deadline| over all their ops: what a time factor
 must make small next to the jobs' ops (testbed.emu.timefactor).
@@ -41,6 +43,22 @@ def _calibrate(chunk_s: float) -> int:
     return max(1, round(n * chunk_s / best))
 
 
+def run_device_ops(op_s: float, seconds: float) -> list[float]:
+    """A device stand-in's ops (workloads.compute.DeviceStandIn: sleep to the deadline)
+    back to back for `seconds`; each op's end - deadline (s)."""
+    from testbed.emu.slack import set_timer_slack_ns
+
+    set_timer_slack_ns(1)
+    misses = []
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        end = time.perf_counter() + op_s
+        while (left := end - time.perf_counter()) > 0:
+            time.sleep(left)
+        misses.append(time.perf_counter() - end)
+    return misses
+
+
 def run_ops(op_s: float, seconds: float, duty: float) -> list[float]:
     """Ops of op_s back to back for `seconds`; each op's |end - deadline| (s)."""
     chunk_s = CHUNK_MS / 1000
@@ -62,11 +80,11 @@ def run_ops(op_s: float, seconds: float, duty: float) -> list[float]:
 
 
 def burst(workers: int, op_ms: float, seconds: float = 1.5, duty: float = 1.0,
-          python: str = sys.executable) -> dict[str, Any]:
+          python: str = sys.executable, compute: str = "cpu") -> dict[str, Any]:
     """`workers` processes running ops side by side; mean/p50/p90/max of their misses
     (ms)."""
     argv = [python, "-m", "testbed.emu.loadprobe", "--op-ms", f"{op_ms:g}", "--seconds",
-            f"{seconds:g}", "--duty", f"{duty:g}"]
+            f"{seconds:g}", "--duty", f"{duty:g}", "--compute", compute]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
              for _ in range(max(1, workers))]
     misses: list[float] = []
@@ -81,7 +99,8 @@ def burst(workers: int, op_ms: float, seconds: float = 1.5, duty: float = 1.0,
     def q(x: float) -> float:
         return misses[min(len(misses) - 1, max(0, math.ceil(x * len(misses)) - 1))]
 
-    return {"workers": workers, "op_ms": op_ms, "duty": duty, "ops": len(misses),
+    return {"workers": workers, "op_ms": op_ms, "duty": duty, "compute": compute,
+            "ops": len(misses),
             "miss_mean_ms": round(sum(misses) / len(misses), 4),
             "miss_p50_ms": round(q(0.5), 4), "miss_p90_ms": round(q(0.9), 4),
             "miss_max_ms": round(misses[-1], 4)}
@@ -92,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--op-ms", type=float, required=True)
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--duty", type=float, default=1.0)
+    ap.add_argument("--compute", choices=("cpu", "device"), default="cpu")
     a = ap.parse_args(argv)
     if not (0 < a.op_ms <= 60_000 and 0 < a.seconds <= 60 and 0 < a.duty <= 1):
         ap.error("--op-ms in (0, 60000], --seconds in (0, 60], --duty in (0, 1]")
-    misses = run_ops(a.op_ms / 1000, a.seconds, a.duty)
+    misses = (run_device_ops(a.op_ms / 1000, a.seconds) if a.compute == "device"
+              else run_ops(a.op_ms / 1000, a.seconds, a.duty))
     json.dump({"misses_ms": [round(m * 1000, 4) for m in misses]}, sys.stdout)
     return 0
 

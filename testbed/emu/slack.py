@@ -1,4 +1,5 @@
-"""Timer slack: a fixed-bucket histogram of how late a process woke against its deadline.
+"""Timer slack: a fixed-bucket histogram of how late a process woke against its deadline,
+and setting a thread's own slack (prctl).
 
 Cheap enough for the forwarder's event loop (one bisect and two additions per timed
 wake-up); its counts travel in the forwarder's stats and Prometheus metrics, and the
@@ -8,10 +9,16 @@ fidelity verdict (testbed.emu.fidelity) reads quantiles back from them.
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
+PR_SET_TIMERSLACK = 29  # prctl(2); PR_GET_TIMERSLACK is 30
 
 # Upper bounds (seconds) of the buckets; a last, unbounded bucket follows.
 BOUNDS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -69,3 +76,15 @@ def quantile_s(record: Mapping[str, Any], q: float) -> float | None:
         if seen >= rank:
             return float(bounds[i]) if i < len(bounds) else float(record.get("max_s", math.inf))
     return float(record.get("max_s", math.inf))
+
+
+def set_timer_slack_ns(ns: int) -> int:
+    """This thread's timer slack (prctl PR_SET_TIMERSLACK; threads it starts inherit it);
+    the slack in effect afterwards (-1 where prctl is not available)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0) != 0:
+            log.warning("timer slack not set: errno %d", ctypes.get_errno())
+        return int(libc.prctl(PR_SET_TIMERSLACK + 1, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
+    except (OSError, AttributeError):
+        return -1

@@ -129,7 +129,8 @@ def build_emu_job(scenario: Scenario, planner: Any, job: Any, dcs: Sequence[int]
     if mode == "shadow":
         plan = scaled_plan(name, problem, schedule, Scale.of(em),
                            iterations=em.worker_iterations,
-                           warmup_iterations=em.worker_warmup_iterations, info=info)
+                           warmup_iterations=em.worker_warmup_iterations, info=info,
+                           compute=em.worker_compute)
     else:
         plan = model_plan(name, schedule, problem.microbatches,
                           iterations=em.worker_iterations,

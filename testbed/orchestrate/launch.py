@@ -140,7 +140,7 @@ class Launcher:
 
     def start(self, plans: list[tuple[JobPlan, list[Host]]]) -> None:
         """Start every stage of every plan (stage i on hosts[i])."""
-        total = sum(p.stages for p, _ in plans)
+        total = sum(p.stages for p, _ in plans if p.compute == "cpu")  # device ones: no CPU
         self._load.start()
         duty = self.duty if self.duty is not None else default_duty(total)
         for plan, hosts in plans:

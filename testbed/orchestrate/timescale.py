@@ -69,7 +69,9 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
     load = threading.Thread(target=lambda: run_batched(
         probes, [frozenset(p.fibres) for p in probes], stream, LOAD_PATHS), daemon=True)
     load.start()
-    rec = burst(stages, start.delay_ms(op_ms), BURST_S, default_duty(stages))
+    compute = scenario.emulation.worker_compute  # the stand-in the workers will be
+    rec = burst(stages, start.delay_ms(op_ms), BURST_S, default_duty(stages),
+                compute=compute)
     load.join(timeout=60)
     rec["mean_op_real_ms"] = op_ms
     rec["cores"] = os.cpu_count()

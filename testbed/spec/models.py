@@ -507,6 +507,12 @@ class EmulationSpec(Frozen):
     workers: Literal["shadow", "model"] = Field(
         default="shadow", description="pp_jobs: PyTorch worker mode (shadow: the job's stage "
         "times and activation sizes, scaled; model: a tiny GPT trained on synthetic tokens)")
+    worker_compute: Literal["cpu", "device"] = Field(
+        default="cpu", description="pp_jobs shadow workers: where a stage's compute time is "
+        "spent (cpu: real float32 tensor work on this machine's CPU, duty-cycled, which "
+        "competes with the link emulators and switches for the cores; device: on a "
+        "stand-in accelerator, the op's time passing on a timer with the host CPU left "
+        "free, as a GPU kernel leaves its host; docs/workers.md)")
     worker_iterations: Annotated[int, Field(ge=1, le=10_000)] = Field(
         default=3, description="pp_jobs: measured iterations each emulated job runs")
     worker_warmup_iterations: Annotated[int, Field(ge=0, le=100)] = Field(
@@ -545,6 +551,13 @@ class EmulationSpec(Frozen):
         "warn records it and goes on; auto enforces with netem links and the kernel "
         "datapath (a VM, docs/vm.md) and warns with the user-space link emulator and "
         "datapath, whose processing time drifts by up to 1 ms on a busy small machine")
+
+    @model_validator(mode="after")
+    def _device_for_shadow(self) -> EmulationSpec:
+        if self.worker_compute == "device" and self.workers == "model":
+            raise ValueError("worker_compute: device is for workers: shadow (model mode "
+                             "computes its tiny GPT on the CPU)")
+        return self
 
 
 class Scenario(Frozen):
