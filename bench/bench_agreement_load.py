@@ -11,6 +11,9 @@ and why, in its agreement table. The tests check the verdict's logic on made-up 
 
     sudo .venv/bin/python bench/bench_agreement_load.py                  # 3 idle + 3 busy
     sudo .venv/bin/python bench/bench_agreement_load.py --runs 10 --mode busy --json a.json
+    sudo .venv/bin/python bench/bench_agreement_load.py --mode busy \
+        --scenario scenarios/calib-bandwidth-gpipe.yaml \
+        --set worker_compute=device --set time_factor=auto   # emulation overrides
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
         return {"rc": r.returncode, "error": r.stderr.strip()[-500:], "contract": False}
     summary = json.loads((out / "emu" / "summary.json").read_text())
     verdict, rows = summary["agreement_verdict"], summary["agreement"]
+    fidelity = summary.get("fidelity") or {}
     table = (out / "agreement.md").read_text()
     if verdict["reliable"]:
         ok = verdict["worst_relative_error"] <= AGREEMENT_TOLERANCE and "UNRELIABLE" not in table
@@ -65,9 +69,27 @@ def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
             "reasons": verdict.get("reasons", []),
             "busy_frac": verdict["host"]["busy_frac"],
             "worst_relative_error": verdict.get("worst_relative_error"),
+            "time_factor": fidelity.get("time_factor"), "faithful": fidelity.get("faithful"),
             "jobs": [{k: row.get(k) for k in ("relative_error", "relative_error_p10",
                                               "relative_error_p90", "iterations_measured",
                                               "cpu_share_median")} for row in rows]}
+
+
+def with_emulation(scenario: Path, sets: list[str], tmp: Path) -> Path:
+    """The scenario, or a copy of it in tmp with the given emulation fields set."""
+    if not sets:
+        return scenario
+    import yaml
+
+    data = yaml.safe_load(scenario.read_text())
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        data.setdefault("emulation", {})[key] = yaml.safe_load(value)
+    out = tmp / scenario.name
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
 
 
 def main() -> int:
@@ -77,14 +99,18 @@ def main() -> int:
     ap.add_argument("--scenario", type=Path,
                     default=ROOT / "scenarios" / "calib-latency-1f1b.yaml")
     ap.add_argument("--json", type=Path, help="write every run here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override an emulation field of the scenario (YAML value), e.g. "
+                    "worker_compute=device; repeatable")
     args = ap.parse_args()
     modes = ["idle", "busy"] if args.mode == "both" else [args.mode]
     results: dict[str, list[dict[str, object]]] = {m: [] for m in modes}
     broken = 0
     with tempfile.TemporaryDirectory(prefix="lp-agree-") as tmp:
+        scenario = with_emulation(args.scenario, args.set, Path(tmp))
         for mode in modes:
             for i in range(args.runs):
-                res = one_run(args.scenario, Path(tmp) / f"{mode}-{i}", mode == "busy")
+                res = one_run(scenario, Path(tmp) / f"{mode}-{i}", mode == "busy")
                 results[mode].append(res)
                 broken += not res["contract"]
                 if res["rc"]:
@@ -93,7 +119,8 @@ def main() -> int:
                 errs = " ".join(f"{_pct(j['relative_error'])} [{_pct(j['relative_error_p10'])},"
                                 f"{_pct(j['relative_error_p90'])}]"
                                 for j in res["jobs"])  # type: ignore[union-attr]
-                print(f"{mode} run {i + 1}: busy {res['busy_frac']:.2f}; per job median "
+                print(f"{mode} run {i + 1}: busy {res['busy_frac']:.2f}; time_factor "
+                      f"{res['time_factor']}; per job median "
                       f"[p10,p90]: {errs}; "
                       + ("agrees" if res["reliable"] else f"UNRELIABLE: {res['reasons']}")
                       + ("" if res["contract"] else "  CONTRACT BROKEN"), flush=True)

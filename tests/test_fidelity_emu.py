@@ -136,6 +136,44 @@ def test_every_invariant_is_measured_on_a_pipeline_run(spec: Path, tmp_path: Pat
     assert "emulation: fidelity verdict" in html and "forwarder_timer_slack" in html
 
 
+def test_device_stand_ins_on_a_pipeline_run(tmp_path: Path) -> None:
+    """worker_compute: device on a real run: every worker says so in its start record and
+    in the verdict's processes, scheduled as testbed.emu.priority chooses (the real-time
+    class unless the suite's lane says inherit); their CPU share is listed, not judged;
+    no compute share is asked of them; their ops' overrun is still measured; the job
+    runs to its end."""
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    from testbed.emu import priority
+
+    spec = tmp_path / "device.yaml"
+    spec.write_text(yaml.safe_dump({**SCENARIO, "emulation": {
+        **SCENARIO["emulation"], "worker_compute": "device"}}))
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-c", ENTRY, "emu", str(spec), "--out", str(out),
+                          "-q"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=scaled(480))
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert all(j["ok"] for j in summary["worker_jobs"])
+    starts = [json.loads(ln) for rec in (out / "workers").glob("*/stage*.jsonl")
+              for ln in rec.read_text().splitlines() if '"start"' in ln]
+    assert len(starts) == 2
+    for st in starts:
+        assert st["calibration"]["compute"] == "device", st
+        assert st["calibration"]["priority"] == priority.choice(), st
+    v = summary["fidelity"]
+    inv = {i["name"]: i for i in v["invariants"]}
+    assert set(inv) == EVERY_INVARIANT
+    workers = [p for p in v["processes"] if p["role"] == "worker"]
+    assert len(workers) == 2 and all(p["compute"] == "device" for p in workers)
+    assert not inv["worker_cpu_share"]["measured"] and inv["worker_cpu_share"]["ok"]
+    assert "device stand-ins only" in inv["worker_cpu_share"]["detail"]
+    assert not inv["worker_compute_share"]["measured"]
+    assert inv["worker_timer_slack"]["measured"]
+
+
 def _spin_on(cpu: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"],
                             preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))

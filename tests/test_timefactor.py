@@ -16,6 +16,7 @@ from testbed.emu.timefactor import (
     FACTOR_STEP,
     ComputeCost,
     PathCost,
+    SlackCost,
     candidates,
     choose,
     compute_error,
@@ -51,6 +52,42 @@ def test_compute_overrun_binds_in_scenario_time() -> None:
     assert c.factor == 5.0 and c.compute_factor == 5.0 and c.network_factor == 1.0
     assert compute_error(comp, 5.0) == pytest.approx(0.05)
     assert "compute: 4 worker(s)" in c.reasons[1]
+
+
+def test_forwarder_wake_ups_bind_in_scenario_time() -> None:
+    """The forwarders woke 2.5 ms late at their p99 under load (emulated): within 0.8 x
+    the verdict's 0.5 ms in scenario time needs 2.5 / 0.4 = 6.25; unmeasured, no bound."""
+    from testbed.emu.fidelity import MAX_FORWARDER_SLACK_MS
+
+    path, comp = PathCost("a~b", 5.0, 1.0, 0.1), ComputeCost(4.0, 0.2, 4)
+    c = choose([path], comp, bound=20.0, slack=SlackCost(p99_ms=2.5, wakeups=9000))
+    assert c.factor == 6.25 and c.slack_factor == 6.25 and c.compute_factor == 1.0
+    assert 2.5 / c.factor <= 0.8 * MAX_FORWARDER_SLACK_MS < 2.5 / (c.factor - FACTOR_STEP)
+    assert "forwarders: 9000 timed wake-ups" in c.reasons[2]
+    assert c.reasons[-1].startswith("chosen 6.25")
+    unmeasured = choose([path], comp, bound=20.0)
+    assert unmeasured.factor == 1.0 and unmeasured.slack_factor is None
+    late = choose([path], comp, bound=4.0, slack=SlackCost(p99_ms=25.0))
+    assert not late.fits and late.slack_factor == -1.0 and "does NOT fit" in late.reasons[-1]
+
+
+def test_slack_since_takes_the_burst_window_of_the_histograms() -> None:
+    from testbed.emu.slack import BOUNDS_S, SlackHistogram
+    from testbed.orchestrate.timescale import slack_cost, slack_since
+
+    h = SlackHistogram()
+    for _ in range(1000):
+        h.observe(0.00003)
+    before = h.as_record()
+    for _ in range(95):
+        h.observe(0.00003)
+    for _ in range(5):
+        h.observe(0.002)  # the burst's late wake-ups: 5 of its 100 (p99 in 2.5 ms bucket)
+    got = slack_since(before, h.as_record())
+    assert got == {"wakeups": 100, "p99_ms": 1e3 * BOUNDS_S[BOUNDS_S.index(0.0025)]}
+    assert slack_cost({"forwarder_slack": got}) == SlackCost(2.5, 100)
+    assert slack_since(before, before) is None and slack_since(None, before) is None
+    assert slack_cost({"forwarder_slack": None}) is None
 
 
 def test_when_the_bound_does_not_fit_the_run_says_so_and_the_way_out() -> None:

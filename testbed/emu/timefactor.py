@@ -19,6 +19,12 @@ so a stage's compute time is off by
 
     o / (f t) <= compute_tolerance
 
+and the forwarders' timed wake-ups under the same load came late by s at their p99
+(emulated ms, their slack histograms over the burst), which the fidelity verdict bounds
+in scenario time (testbed.emu.fidelity, forwarder_timer_slack):
+
+    s / f <= target_share x MAX_FORWARDER_SLACK_MS
+
 f is the smallest candidate (steps of FACTOR_STEP from 1) meeting both for every pair; at
 the bound, the run goes on at the bound and says that it does not fit and the way out.
 """
@@ -29,6 +35,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from testbed.emu.fidelity import MAX_FORWARDER_SLACK_MS
 
 RTT_BAND_MS = 1.0          # every DC pair: 2 x delay +- this, in scenario time
 TARGET_SHARE = 0.8         # aim inside the band: room for drift between the checks
@@ -58,6 +66,14 @@ class ComputeCost:
     workers: int = 0
 
 
+@dataclass(frozen=True)
+class SlackCost:
+    """The forwarders' timed wake-ups under the scenario's load, as the burst saw them."""
+
+    p99_ms: float   # emulated ms: p99 of how late they woke against their deadlines
+    wakeups: int = 0
+
+
 @dataclass
 class Choice:
     """The factor chosen, each constraint's own minimum, and the reasons in words."""
@@ -69,6 +85,7 @@ class Choice:
     compute_factor: float
     binding_pair: str | None = None
     reasons: list[str] = field(default_factory=list)
+    slack_factor: float | None = None  # what the forwarders' wake-ups need (None: unmeasured)
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +94,11 @@ class Choice:
 def path_error_ms(p: PathCost, factor: float) -> float:
     """|RTT error| of the path in scenario time at this factor (see the module doc)."""
     return (max(0.0, p.excess_ms - 2 * p.one_way_ms * factor) + p.spread_ms) / factor
+
+
+def slack_error_ms(s: SlackCost, factor: float) -> float:
+    """The forwarders' p99 wake-up lateness in scenario ms at this factor."""
+    return s.p99_ms / factor
 
 
 def compute_error(c: ComputeCost, factor: float) -> float:
@@ -105,9 +127,12 @@ def _smallest(ok: Any, cands: Sequence[float]) -> float | None:
 def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
            start: float = 1.0, band_ms: float = RTT_BAND_MS,
            target_share: float = TARGET_SHARE,
-           compute_tolerance: float = COMPUTE_TOLERANCE) -> Choice:
+           compute_tolerance: float = COMPUTE_TOLERANCE,
+           slack: SlackCost | None = None,
+           slack_bound_ms: float = MAX_FORWARDER_SLACK_MS) -> Choice:
     """The smallest factor in [start, bound] for which every path's RTT error is within
-    target_share x band_ms and the compute overrun within compute_tolerance."""
+    target_share x band_ms, the compute overrun within compute_tolerance and the
+    forwarders' p99 wake-up lateness within target_share x slack_bound_ms."""
     if not (math.isfinite(bound) and bound >= start > 0):
         raise ValueError(f"time_factor_max must be >= {start:g}, got {bound!r}")
     target = band_ms * target_share
@@ -118,7 +143,11 @@ def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
               _smallest(lambda f: compute_error(compute, f) <= compute_tolerance, cands))
     need_net = max((f if f is not None else math.inf for f in net_f.values()), default=start)
     need_comp = start if compute is None else (comp_f if comp_f is not None else math.inf)
-    need = max(need_net, need_comp)
+    slack_target = slack_bound_ms * target_share
+    slack_f = (None if slack is None else
+               _smallest(lambda f: slack_error_ms(slack, f) <= slack_target, cands))
+    need_slack = start if slack is None else (slack_f if slack_f is not None else math.inf)
+    need = max(need_net, need_comp, need_slack)
     fits = math.isfinite(need)
     factor = need if fits else bound
     binding = None
@@ -146,9 +175,16 @@ def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
             + (f"{need_comp:g}" if math.isfinite(need_comp) else f"more than {bound:g}"))
     else:
         reasons.append("compute: no workers in this workload")
+    if slack is not None:
+        reasons.append(
+            f"forwarders: {slack.wakeups} timed wake-ups under load, p99 "
+            f"{slack.p99_ms:.3f} ms late: {slack_error_ms(slack, start):.3f} ms at "
+            f"{start:g}, {slack_error_ms(slack, factor):.3f} ms at {factor:g} (target "
+            f"{slack_target:.2f} of the {slack_bound_ms:g} ms bound) -> needs "
+            + (f"{need_slack:g}" if math.isfinite(need_slack) else f"more than {bound:g}"))
     if fits:
         reasons.append(f"chosen {factor:g}: the smallest factor (steps of {FACTOR_STEP:g} "
-                       f"from {start:g}, bound {bound:g}) that meets both")
+                       f"from {start:g}, bound {bound:g}) that meets every constraint")
     else:
         reasons.append(f"does NOT fit: even time_factor {bound:g} (emulation."
                        f"time_factor_max) leaves the run outside its band; running at "
@@ -156,7 +192,9 @@ def choose(paths: Sequence[PathCost], compute: ComputeCost | None, bound: float,
     return Choice(factor=factor, fits=fits, bound=bound,
                   network_factor=need_net if math.isfinite(need_net) else -1.0,
                   compute_factor=need_comp if math.isfinite(need_comp) else -1.0,
-                  binding_pair=None if binding is None else binding.pair, reasons=reasons)
+                  binding_pair=None if binding is None else binding.pair, reasons=reasons,
+                  slack_factor=None if slack is None else (
+                      need_slack if math.isfinite(need_slack) else -1.0))
 
 
 def path_costs(calibration: dict[str, Any], start: float) -> list[PathCost]:

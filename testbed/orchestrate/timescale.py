@@ -26,7 +26,8 @@ from testbed.emu.live import LiveNetwork
 from testbed.emu.plan import EmuPlan
 from testbed.emu.probes import icmp_ping
 from testbed.emu.scale import Scale
-from testbed.emu.timefactor import ComputeCost, choose, path_costs
+from testbed.emu.slack import quantile_s
+from testbed.emu.timefactor import ComputeCost, SlackCost, choose, path_costs
 from testbed.progress import say
 
 log = logging.getLogger(__name__)
@@ -68,16 +69,54 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
 
     load = threading.Thread(target=lambda: run_batched(
         probes, [frozenset(p.fibres) for p in probes], stream, LOAD_PATHS), daemon=True)
-    load.start()
     compute = scenario.emulation.worker_compute  # the stand-in the workers will be
+    before = forwarder_slack(net)
+    load.start()
     rec = burst(stages, start.delay_ms(op_ms), BURST_S, default_duty(stages),
                 compute=compute)
     load.join(timeout=60)
+    rec["forwarder_slack"] = slack_since(before, forwarder_slack(net))
     rec["mean_op_real_ms"] = op_ms
     rec["cores"] = os.cpu_count()
     if not rec.get("ops"):
         return None, rec
     return ComputeCost(op_ms, rec["miss_mean_ms"], stages), rec
+
+
+def forwarder_slack(net: Any) -> dict[str, Any] | None:
+    """The forwarders' timer slack histograms (testbed.emu.slack) merged; None without
+    user-space forwarders."""
+    from testbed.emu.fidelity_probe import forwarder_stats
+    from testbed.emu.slack import merge
+
+    got = [st["timer_slack"] for st in forwarder_stats(net) if st.get("timer_slack")]
+    try:
+        return merge(got) if got else None
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("time factor auto: forwarders' timer slack unreadable: %s", exc)
+        return None
+
+
+def slack_since(before: dict[str, Any] | None, after: dict[str, Any] | None
+                ) -> dict[str, Any] | None:
+    """What the forwarders' wake-ups were between two forwarder_slack() readings: the
+    wake-ups and the p99 of their lateness (ms); None when nothing was read."""
+    if before is None or after is None:
+        return None
+    counts = [max(0, int(a) - int(b)) for a, b in zip(after["counts"], before["counts"],
+                                                       strict=True)]
+    n = sum(counts)
+    if n == 0:
+        return None
+    q = quantile_s({**after, "counts": counts}, 0.99)
+    return {"wakeups": n, "p99_ms": None if q is None else round(1e3 * q, 4)}
+
+
+def slack_cost(burst_rec: dict[str, Any]) -> SlackCost | None:
+    got = burst_rec.get("forwarder_slack") or {}
+    if not isinstance(got.get("p99_ms"), (int, float)):
+        return None
+    return SlackCost(float(got["p99_ms"]), int(got.get("wakeups", 0)))
 
 
 def rescaled_plan(plan: EmuPlan, factor: float) -> EmuPlan:
@@ -126,7 +165,8 @@ def apply_time_factor(rp: Any, net: Any, calibration: dict[str, Any], quiet: boo
     say("emu: time factor auto: compute burst under load ...", quiet)
     compute, burst_rec = measure_compute(rp.scenario, net)
     paths = path_costs(calibration, start.time_factor)
-    choice = choose(paths, compute, em.time_factor_max, start.time_factor)
+    choice = choose(paths, compute, em.time_factor_max, start.time_factor,
+                    slack=slack_cost(burst_rec))
     say(f"emu: time factor {choice.factor:g} (auto):", quiet and choice.fits)
     for line in choice.reasons:
         say(f"  {line}", quiet and choice.fits)
