@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 AGREEMENT_TOLERANCE = 0.05  # every job, median of its measured iterations
 
 
-def _spin() -> None:  # one core busy for as long as the process lives
+def _spin() -> None:
+    """One core busy for as long as the bench lives: the kernel ends it with its parent
+    (PR_SET_PDEATHSIG), so a bench killed mid-run leaves no spinner behind."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before the line above
+        return
     while True:
         pass
 

@@ -280,3 +280,51 @@ def test_forwarder_wake_lead_learns_the_lateness_within_bounds() -> None:
     for _ in range(400):
         w.learn(-0.001)  # early wake-ups count as on time
     assert w.lead_s == MIN_LEAD_S
+
+
+def _inv(name: str, value: float | None, threshold: float, ok: bool) -> dict[str, Any]:
+    return {"name": name, "value": value, "threshold": threshold, "ok": ok}
+
+
+def test_a_rerun_takes_the_factor_the_failed_dilatable_invariants_ask_for() -> None:
+    """Ops 10 % late at 2 (bound 5 %): 2 x 0.10 / (0.8 x 0.05) = 5; forwarders 0.625 ms
+    late (bound 0.5): 2 x 0.625 / 0.4 = 3.125 -> 3.25; the larger wins. A CPU share that
+    failed too is named, never asked for."""
+    from testbed.emu.timefactor import rerun_factor
+
+    fid = {"faithful": False, "invariants": [
+        _inv("worker_timer_slack", 0.10, 0.05, False),
+        _inv("forwarder_timer_slack", 0.625, 0.5, False),
+        _inv("switch_cpu_share", 0.85, 0.9, False),
+        _inv("rtt_median_error", 0.2, 1.0, True)]}
+    nxt, why = rerun_factor(fid, 2.0, 20.0)
+    assert nxt == 5.0
+    assert any("worker_timer_slack" in w and "asks for 5" in w for w in why)
+    assert any("forwarder_timer_slack" in w and "asks for 3.25" in w for w in why)
+    assert why[-1] == "not a matter of the factor: switch_cpu_share"
+    assert rerun_factor(fid, 2.0, 4.0)[0] == 4.0  # capped at the bound
+    at_bound, why = rerun_factor(fid, 4.0, 4.0)
+    assert at_bound is None and "already at time_factor_max 4" in why[-1]
+    only_cpu = {"invariants": [_inv("switch_cpu_share", 0.85, 0.9, False)]}
+    assert rerun_factor(only_cpu, 2.0, 20.0) == (
+        None, ["not a matter of the factor: switch_cpu_share"])
+    assert rerun_factor({"faithful": True, "invariants": [
+        _inv("worker_timer_slack", 0.01, 0.05, True)]}, 2.0, 20.0)[0] is None
+
+
+def test_time_factor_floor_and_reruns_in_the_spec() -> None:
+    from testbed.spec import parse_scenario
+
+    base = {"name": "tf", "topology": {"links": [{"u": "A", "v": "B", "length_km": 10}]},
+            "dcs": [{"name": "dc-a", "node": "A", "gpus": 8}],
+            "workload": {"kind": "lightpath_requests"}}
+    sc = parse_scenario({**base, "emulation": {"time_factor_min": 3}})
+    assert sc.emulation.time_factor_reruns == 1
+    assert Scale.of(sc.emulation).time_factor == 3.0  # auto starts at the floor
+    assert Scale.of(parse_scenario(base).emulation).time_factor == 1.0
+    fixed = parse_scenario({**base, "emulation": {"time_factor": 7, "time_factor_min": 3}})
+    assert Scale.of(fixed.emulation).time_factor == 7.0
+    with pytest.raises(InputError, match="time_factor_min"):
+        parse_scenario({**base, "emulation": {"time_factor_min": 30, "time_factor_max": 20}})
+    with pytest.raises(InputError, match="time_factor_reruns"):
+        parse_scenario({**base, "emulation": {"time_factor_reruns": 9}})

@@ -2,25 +2,33 @@
 
 Every run verifies the lightpaths and measures each DC pair with iperf3 (TCP goodput)
 and ICMP (RTT) into probes.csv; then the workload runs: lightpath requests replayed
-through the SDN controller, or pipeline jobs on the PyTorch workers. Records use the
+through the SDN controller, or pipeline jobs on the PyTorch workers. With `time_factor:
+auto`, a run judged not faithful on what time dilation shrinks is run again at the factor
+its own measurements ask for (fidelity-evaluated dilation; testbed.emu.timefactor). Records use the
 simulation backend's layout (manifest.json, summary.json, requests.csv / jobs records)
 plus network.json.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from testbed.emu.plan import build_plan
+from testbed.emu.scale import Scale
+from testbed.emu.timefactor import rerun_factor
 from testbed.envprobe import probe
 from testbed.errors import InputError
 from testbed.orchestrate.controller import controller_available
 from testbed.orchestrate.probes import PROBE_SECONDS
 from testbed.orchestrate.run import RunOptions, run_emulation
+from testbed.progress import say
 from testbed.spec import Scenario
+
+log = logging.getLogger(__name__)
 
 
 class EmuBackend:
@@ -54,7 +62,28 @@ class EmuBackend:
             probe_seconds: float = PROBE_SECONDS,
             ready: threading.Event | None = None,
             on_hold: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Build, verify and measure; with hold, keep the network up until SIGINT/SIGTERM."""
-        return run_emulation(scenario, Path(out_dir), RunOptions(
-            quiet=quiet, hold=hold, link_mode=link_mode, probe_seconds=probe_seconds,
-            ready=ready, on_hold=on_hold))
+        """Build, verify and measure; with hold, keep the network up until SIGINT/SIGTERM.
+        time_factor auto: a run whose verdict fails on what dilation shrinks is run again
+        at the factor it asks for (emulation.time_factor_reruns; rerun_factor)."""
+        earlier: list[dict[str, Any]] = []
+        em = scenario.emulation
+        while True:
+            summary = run_emulation(scenario, Path(out_dir), RunOptions(
+                quiet=quiet, hold=hold, link_mode=link_mode, probe_seconds=probe_seconds,
+                ready=ready, on_hold=on_hold, earlier=tuple(earlier)))
+            if hold or not Scale.is_auto(em) or len(earlier) >= em.time_factor_reruns:
+                return summary
+            fidelity = summary.get("fidelity") or {}
+            factor = float(summary.get("time_factor") or em.time_factor_min)
+            nxt, why = rerun_factor(fidelity, factor, em.time_factor_max)
+            if nxt is None:
+                if not fidelity.get("faithful", True):
+                    log.info("time factor auto: no rerun: %s", "; ".join(why))
+                return summary
+            earlier.append({"time_factor": factor, "faithful": False,
+                            "reasons": list(fidelity.get("reasons", [])), "asks": why,
+                            "next_time_factor": nxt})
+            say(f"emu: time factor auto: not faithful at {factor:g} ({'; '.join(why)}): "
+                f"running again with time_factor_min {nxt:g}", False)
+            em = em.model_copy(update={"time_factor_min": nxt})
+            scenario = scenario.model_copy(update={"emulation": em})

@@ -5,7 +5,8 @@ An emulated link runs at the real rate / `bandwidth_divisor` and with the real d
 real bytes x `time_factor` / `bandwidth_divisor`, so serialisation stretches by the same
 factor. Emulated time / `time_factor` is then directly comparable with the simulator's.
 Made once per run from `emulation` (`Scale.of`), carried by the emulation plan and
-passed to whoever converts. `time_factor: auto` starts at AUTO_START_FACTOR; the run then
+passed to whoever converts. `time_factor: auto` starts at `time_factor_min` (default
+AUTO_START_FACTOR); the run then
 measures and picks the factor (testbed.emu.timefactor, testbed.orchestrate.timescale) and
 every later reader gets the chosen number (`with_time_factor`, and the records).
 """
@@ -46,7 +47,9 @@ class Scale:
         if emulation is None:
             return cls()
         factor = emulation.time_factor
-        return cls(emulation.bandwidth_divisor, AUTO_START_FACTOR if factor == AUTO else factor)
+        if factor == AUTO:  # the run starts at the floor and chooses from there
+            factor = float(getattr(emulation, "time_factor_min", AUTO_START_FACTOR))
+        return cls(emulation.bandwidth_divisor, factor)
 
     @staticmethod
     def is_auto(emulation: Any) -> bool:

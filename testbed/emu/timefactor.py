@@ -32,7 +32,7 @@ the bound, the run goes on at the bound and says that it does not fit and the wa
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -228,3 +228,50 @@ def path_costs(calibration: dict[str, Any], start: float) -> list[PathCost]:
         out.append(PathCost(r["pair"], r["expected_rtt_ms"] / 2 / start, max(0.0, excess),
                             (r.get("spread_ms") or 0.0) + drift))
     return out
+
+
+# Fidelity invariants (testbed.emu.fidelity) judged in scenario time whose value shrinks
+# about as 1 / time_factor: what the emulator adds (processing, late wake-ups) is the same
+# in emulated time, and scenario time divides it by the factor.
+DILATABLE = ("rtt_median_error", "rtt_p99_error", "worker_timer_slack",
+             "forwarder_timer_slack")
+
+
+def rerun_factor(fidelity: Mapping[str, Any], factor: float, bound: float,
+                 target_share: float = TARGET_SHARE) -> tuple[float | None, list[str]]:
+    """After a run at `factor` whose verdict failed: the factor a rerun needs, and why.
+
+    Each failed invariant of DILATABLE asks for factor x value / (target_share x its
+    threshold) (its value at that factor would sit at target_share of its bound), rounded
+    up to FACTOR_STEP and capped at the bound. None (with the reason) when no dilatable
+    invariant failed, or the run was already at the bound: a rerun would not change what
+    failed. Invariants that dilation does not shrink (CPU shares, drops, retransmissions,
+    steal) are named but never ask for a factor."""
+    failed = [i for i in fidelity.get("invariants", []) if not i.get("ok", True)]
+    if not failed:
+        return None, ["faithful: no rerun"]
+    asks: list[tuple[float, str]] = []
+    others = []
+    for inv in failed:
+        value, threshold = inv.get("value"), inv.get("threshold")
+        if inv.get("name") in DILATABLE and isinstance(value, (int, float)) and \
+                isinstance(threshold, (int, float)) and threshold > 0 and \
+                math.isfinite(value) and value > 0:
+            need = factor * value / (target_share * threshold)
+            need = math.ceil(need / FACTOR_STEP - 1e-9) * FACTOR_STEP
+            asks.append((need, f"{inv['name']} {value:.4g} against {threshold:g} at "
+                               f"{factor:g} asks for {need:g}"))
+        else:
+            others.append(str(inv.get("name")))
+    why = [w for _, w in asks]
+    if others:
+        why.append("not a matter of the factor: " + ", ".join(others))
+    if not asks:
+        return None, why
+    if factor >= bound:
+        return None, [*why, f"already at time_factor_max {bound:g}: no rerun. Way out: "
+                            f"{WAY_OUT}"]
+    nxt = min(bound, max(need for need, _ in asks))
+    if nxt <= factor:
+        return None, [*why, "no larger factor asked for"]
+    return nxt, why

@@ -80,6 +80,9 @@ class RunOptions:
     probe_seconds: float = PROBE_SECONDS
     ready: threading.Event | None = None
     on_hold: Callable[[dict[str, Any]], None] | None = None
+    # time_factor auto: the runs before this one that were not faithful at their factor
+    # (testbed.backends.emu reruns; summary.json time_factor_reruns)
+    earlier: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,8 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
             judge_run(net, check, work.summary, mon)  # summary `fidelity` (testbed.emu.fidelity)
             mon.flush()  # the last state scraped before Prometheus stops
         say("emu: teardown: network removed", opts.quiet)
-        return collect_records(rp, net, ctl, rd, info, check, work, time.monotonic() - t0)
+        return collect_records(rp, net, ctl, rd, info, check, work, time.monotonic() - t0,
+                               opts.earlier)
 
 
 def build_run_plan(scenario: Scenario) -> RunPlan:
@@ -423,8 +427,10 @@ def start_event_replay(ctl: ControllerProcess | None, net: EmuNetwork, scenario:
 
 def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
                     rd: RunDir, info: dict[str, Any], check: dict[str, Any],
-                    work: WorkloadResult, wall_s: float) -> dict[str, Any]:
-    """Write the run records into the run directory, mark it finished; the summary."""
+                    work: WorkloadResult, wall_s: float,
+                    earlier: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Write the run records into the run directory, mark it finished; the summary
+    (with `time_factor_reruns`: the earlier runs of an auto factor that were rerun)."""
     stage = rd.path
     atomic_write_json(stage / "network.json", info, mode=secret_mode(info))
     atomic_write_text(stage / "probes.csv", rows_to_csv(work.probes, PROBE_FIELDS))
@@ -436,6 +442,8 @@ def collect_records(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
     summary["controller"] = describe(ctl, with_token=False) if ctl else None
     summary["prometheus"] = info["prometheus"]
     summary.update(work.summary)
+    if earlier:
+        summary["time_factor_reruns"] = list(earlier)
     atomic_write_json(stage / "summary.json", summary)
     rd.finish(link_mode=net.link_mode, datapath=net.datapath, **net.plan.scale.as_record(),
               kernel_features={"netem": netem_available(),

@@ -6,7 +6,10 @@ stretch the live network to the chosen factor, and calibrate again.
 Before the workload starts: the calibration has measured every DC pair's processing time
 (sparse and dense echoes) at the start factor; a compute burst (testbed.emu.loadprobe)
 runs one stand-in per worker stage of the scenario's jobs while every DC pair carries a
-dense ping stream. The factor chosen becomes a number in the run's scenario and plan, so
+dense ping stream and a bulk TCP stream (iperf3, at its lightpath's rate: the load the
+workers' transfers put on the forwarders and the switch, which sparse pings do not), and
+the forwarders' wake-ups over the burst are read from their slack histograms. The factor
+chosen becomes a number in the run's scenario and plan, so
 that every later reader (workers' JobPlans, the exporter, events, records) uses it. A
 fixed number in the spec is left as it is (its record says so).
 """
@@ -26,13 +29,15 @@ from testbed.emu.live import LiveNetwork
 from testbed.emu.plan import EmuPlan
 from testbed.emu.probes import icmp_ping
 from testbed.emu.scale import Scale
-from testbed.emu.slack import quantile_s
+from testbed.emu.slack import BOUNDS_S, quantile_s
 from testbed.emu.timefactor import ComputeCost, SlackCost, choose, path_costs
 from testbed.progress import say
 
 log = logging.getLogger(__name__)
 BURST_S = 1.5
 LOAD_PATHS = 8  # DC pairs carrying a dense stream during the burst (fibre-disjoint ones)
+BULK_LEAD_S = 1.0  # the bulk streams start this long before the burst (connect, ramp up)
+BULK_PORT = 5301   # iperf3 servers in the DC hosts' own namespaces: port + k for pair k
 # Workloads whose every time goes through Scale (workers' ops and transfers, events and
 # replays on the scaled clock); all_reduce rounds compare emulated seconds as they are.
 DILATED_WORKLOADS = ("pp_jobs", "lightpath_requests")
@@ -70,17 +75,61 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
     load = threading.Thread(target=lambda: run_batched(
         probes, [frozenset(p.fibres) for p in probes], stream, LOAD_PATHS), daemon=True)
     compute = scenario.emulation.worker_compute  # the stand-in the workers will be
+    bulk, bulk_rec = bulk_streams(net, BULK_LEAD_S + BURST_S + 0.5)
+    for t in bulk:
+        t.start()
+    threading.Event().wait(BULK_LEAD_S if bulk else 0.0)
     before = forwarder_slack(net)
     load.start()
     rec = burst(stages, start.delay_ms(op_ms), BURST_S, default_duty(stages),
                 compute=compute)
     load.join(timeout=60)
     rec["forwarder_slack"] = slack_since(before, forwarder_slack(net))
+    for t in bulk:
+        t.join(timeout=60)
+    rec["bulk_streams"] = bulk_rec
     rec["mean_op_real_ms"] = op_ms
     rec["cores"] = os.cpu_count()
     if not rec.get("ops"):
         return None, rec
     return ComputeCost(op_ms, rec["miss_mean_ms"], stages), rec
+
+
+def bulk_streams(net: Any, seconds: float) -> tuple[list[threading.Thread], list[dict[str, Any]]]:
+    """Threads (not started) that each run one iperf3 TCP stream across a DC-pair lightpath
+    (first host to first host, the first LOAD_PATHS pairs) for `seconds`, and the list
+    their results land in (pair, goodput, retransmits, or the error); none without
+    iperf3 or mnexec."""
+    import shutil
+
+    from testbed.emu.probes import run_iperf3
+    from testbed.emu.verify import first_host
+
+    plan = getattr(net, "plan", None)
+    if plan is None or not hasattr(net, "host_pid") or not (
+            shutil.which("iperf3") and shutil.which("mnexec")):
+        return [], []
+    got: list[dict[str, Any]] = []
+    threads = []
+    for k, lp in enumerate(plan.lightpaths[:LOAD_PATHS]):
+        src, dst = plan.host(first_host(net, lp.dc_a)), plan.host(first_host(net, lp.dc_b))
+        pair = f"{lp.dc_a}~{lp.dc_b}"
+
+        def one(src: Any = src, dst: Any = dst, pair: str = pair, port: int = BULK_PORT + k
+                ) -> None:
+            try:
+                res = run_iperf3(["mnexec", "-a", str(net.host_pid(dst.name))],
+                                 ["mnexec", "-a", str(net.host_pid(src.name))],
+                                 dst.ip.split("/")[0], seconds=seconds, warmup_s=BULK_LEAD_S,
+                                 port=port)
+                got.append({"pair": pair, "goodput_mbps": round(res.goodput_mbps, 3),
+                            "retransmits": res.retransmits})
+            except Exception as exc:  # the burst goes on without this stream's load
+                log.warning("time factor auto: bulk stream %s: %s", pair, exc)
+                got.append({"pair": pair, "error": str(exc)[:200]})
+
+        threads.append(threading.Thread(target=one, name=f"bulk-{k}", daemon=True))
+    return threads, got
 
 
 def forwarder_slack(net: Any) -> dict[str, Any] | None:
@@ -95,6 +144,9 @@ def forwarder_slack(net: Any) -> dict[str, Any] | None:
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("time factor auto: forwarders' timer slack unreadable: %s", exc)
         return None
+
+
+EMPTY_SLACK: dict[str, Any] = {"counts": [0] * (len(BOUNDS_S) + 1)}
 
 
 def slack_since(before: dict[str, Any] | None, after: dict[str, Any] | None
@@ -165,6 +217,8 @@ def apply_time_factor(rp: Any, net: Any, calibration: dict[str, Any], quiet: boo
     say("emu: time factor auto: compute burst under load ...", quiet)
     compute, burst_rec = measure_compute(rp.scenario, net)
     paths = path_costs(calibration, start.time_factor)
+    if not burst_rec.get("forwarder_slack"):  # no burst (no workers): the calibration's
+        burst_rec["forwarder_slack"] = slack_since(EMPTY_SLACK, forwarder_slack(net))
     choice = choose(paths, compute, em.time_factor_max, start.time_factor,
                     slack=slack_cost(burst_rec))
     say(f"emu: time factor {choice.factor:g} (auto):", quiet and choice.fits)

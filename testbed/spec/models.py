@@ -489,6 +489,15 @@ class EmulationSpec(Frozen):
     time_factor_max: Annotated[float, Field(ge=1, le=1e6, allow_inf_nan=False)] = Field(
         default=20.0, description="the largest factor time_factor: auto may choose (a run "
         "that needs more says so, runs at this one and names the way out)")
+    time_factor_min: Annotated[float, Field(ge=1, le=1e6, allow_inf_nan=False)] = Field(
+        default=1.0, description="the smallest factor time_factor: auto may choose (the "
+        "network is calibrated at it first)")
+    time_factor_reruns: Annotated[int, Field(ge=0, le=3)] = Field(
+        default=1, description="time_factor: auto: when a finished run's fidelity verdict "
+        "fails on an invariant that time dilation shrinks (RTT error, the workers' or the "
+        "forwarders' timer slack), run it again, at most this many times, at the factor "
+        "its own measurements ask for (up to time_factor_max; testbed.emu.timefactor."
+        "rerun_factor); 0: never")
     link_mode: Literal["auto", "netem", "userspace"] = "auto"
     datapath: Literal["auto", "user", "kernel"] = "auto"
     hosts_per_dc: Annotated[int, Field(ge=1, le=64)] = 2
@@ -551,6 +560,13 @@ class EmulationSpec(Frozen):
         "warn records it and goes on; auto enforces with netem links and the kernel "
         "datapath (a VM, docs/vm.md) and warns with the user-space link emulator and "
         "datapath, whose processing time drifts by up to 1 ms on a busy small machine")
+
+    @model_validator(mode="after")
+    def _factor_bounds(self) -> EmulationSpec:
+        if self.time_factor_min > self.time_factor_max:
+            raise ValueError(f"time_factor_min {self.time_factor_min:g} is above "
+                             f"time_factor_max {self.time_factor_max:g}")
+        return self
 
     @model_validator(mode="after")
     def _device_for_shadow(self) -> EmulationSpec:
