@@ -79,6 +79,8 @@ def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
             "busy_frac": verdict["host"]["busy_frac"],
             "worst_relative_error": verdict.get("worst_relative_error"),
             "time_factor": fidelity.get("time_factor"), "faithful": fidelity.get("faithful"),
+            "reruns_at": [r.get("time_factor") for r in summary.get("time_factor_reruns", [])],
+            "steal_frac": verdict["host"].get("steal_frac"),
             "jobs": [{k: row.get(k) for k in ("relative_error", "relative_error_p10",
                                               "relative_error_p90", "iterations_measured",
                                               "cpu_share_median")} for row in rows]}
@@ -128,8 +130,11 @@ def main() -> int:
                 errs = " ".join(f"{_pct(j['relative_error'])} [{_pct(j['relative_error_p10'])},"
                                 f"{_pct(j['relative_error_p90'])}]"
                                 for j in res["jobs"])  # type: ignore[union-attr]
-                print(f"{mode} run {i + 1}: busy {res['busy_frac']:.2f}; time_factor "
-                      f"{res['time_factor']}; per job median "
+                reruns = (f" (not faithful at {res['reruns_at']}, run again)"
+                          if res["reruns_at"] else "")
+                print(f"{mode} run {i + 1}: busy {res['busy_frac']:.2f}, steal "
+                      f"{res['steal_frac']}; time_factor {res['time_factor']}{reruns}; "
+                      "per job median "
                       f"[p10,p90]: {errs}; "
                       + ("agrees" if res["reliable"] else f"UNRELIABLE: {res['reasons']}")
                       + ("" if res["contract"] else "  CONTRACT BROKEN"), flush=True)
