@@ -437,7 +437,17 @@ def test_report_section_shows_the_verdict_each_invariant_and_the_parts(tmp_path)
     assert rows["forwarder_cpu_share"][1:5] == ["60.0 %", ">=", "90.0 %", "FAIL"]
     assert rows["rtt_median_error"][4] == "pass"
     assert [r[0] for r in lps.rows] == ["a~b", "a~c"] and lps.rows[0][3] == pytest.approx(0.02)
-    assert procs.rows[0][:3] == ["forwarder", "B-C", "60.0 %"]
+    assert procs.rows[0][:4] == ["forwarder", "B-C", "", "60.0 %"]
+    # a time_factor auto run that was run again says so, each earlier run in words; a
+    # hand-edited entry is shown as unreadable, not as a number it is not
+    (tmp_path / "summary.json").write_text(json.dumps({"backend": "emu", "fidelity": v,
+        "time_factor_reruns": [{"time_factor": 2.0, "next_time_factor": 5.0,
+                                "asks": ["worker_timer_slack 0.1 against 0.05 at 2 asks "
+                                         "for 5"]}, {"time_factor": "x"}, "junk"]}))
+    with DirReader.open(tmp_path) as rd:
+        (sec,) = fidelity_sections(rd)
+    assert "not faithful at time factor 2 (worker_timer_slack 0.1 against 0.05 at 2 asks " \
+        "for 5), run again from 5; an earlier run (unreadable)." in sec.text
     (tmp_path / "summary.json").write_text(json.dumps({"fidelity": {
         "faithful": True, "invariants": [{"name": "x", "value": "1e999", "unit": "ms"}]}}))
     with DirReader.open(tmp_path) as rd:  # a hand-edited record: no number, no crash

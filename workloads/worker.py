@@ -139,7 +139,8 @@ def _device_priority(plan_path: Path) -> dict[str, str]:
     it) go into the real-time class below theirs (testbed.emu.priority), so that its
     wake-ups at op deadlines and its transfers do not queue behind the machine's ordinary
     processes. It asks for almost no CPU (it sleeps through its ops), so it cannot starve
-    them. Read from the plan before torch is imported; {} for any other worker."""
+    them. Read from the plan before the worker starts a thread; {} for any other
+    worker."""
     try:
         data = json.loads(Path(plan_path).read_text())
     except (OSError, ValueError):

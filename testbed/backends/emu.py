@@ -2,11 +2,11 @@
 
 Every run verifies the lightpaths and measures each DC pair with iperf3 (TCP goodput)
 and ICMP (RTT) into probes.csv; then the workload runs: lightpath requests replayed
-through the SDN controller, or pipeline jobs on the PyTorch workers. With `time_factor:
-auto`, a run judged not faithful on what time dilation shrinks is run again at the factor
-its own measurements ask for (fidelity-evaluated dilation; testbed.emu.timefactor). Records use the
+through the SDN controller, or pipeline jobs on the PyTorch workers. Records use the
 simulation backend's layout (manifest.json, summary.json, requests.csv / jobs records)
-plus network.json.
+plus network.json. With `time_factor: auto`, a run judged not faithful on what time
+dilation shrinks is run again at the factor its own measurements ask for
+(fidelity-evaluated dilation; testbed.emu.timefactor.rerun_factor).
 """
 
 from __future__ import annotations

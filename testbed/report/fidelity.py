@@ -33,6 +33,23 @@ def _shown(v: Any, unit: Any) -> str:
     return f"{x:.4g} {str(unit)[:10]}".strip()
 
 
+def reruns_text(reruns: Any) -> str:
+    """The earlier runs of a time_factor auto run, in words ('' when none): each one's
+    factor, what failed and the factor it asked for (summary.json time_factor_reruns)."""
+    if not isinstance(reruns, list):
+        return ""
+    parts = []
+    for r in reruns[:MAX_REASONS]:
+        if not isinstance(r, dict):
+            continue
+        f, nxt = _num(r.get("time_factor")), _num(r.get("next_time_factor"))
+        why = "; ".join(str(x)[:200] for x in list(r.get("asks") or [])[:MAX_REASONS])
+        parts.append(f"not faithful at time factor {f:g} ({why}), run again from {nxt:g}"
+                     if f is not None and nxt is not None else "an earlier run (unreadable)")
+    return (" Earlier runs (time_factor auto, checked by the run itself): "
+            + "; ".join(parts) + ".") if parts else ""
+
+
 def fidelity_sections(d: DirReader) -> list[Section]:
     """One section: the verdict and its reasons, a table of the invariants (value,
     threshold, pass/fail, what gave the value, why), then each lightpath's RTT error and
@@ -52,6 +69,7 @@ def fidelity_sections(d: DirReader) -> list[Section]:
         " Times in scenario time (emulated / time_factor "
         f"{tf:g})." if tf is not None else "") + (
         " Each invariant, its threshold and why: docs/emulation.md, \"Fidelity verdict\".")
+    text += reruns_text(summ.get("time_factor_reruns") if isinstance(summ, dict) else None)
     tables = []
     invs = [i for i in list(v.get("invariants") or []) if isinstance(i, dict)]
     rows, note = table_rows(d, invs, "summary.json fidelity.invariants")
@@ -77,8 +95,10 @@ def fidelity_sections(d: DirReader) -> list[Section]:
         procs.sort(key=lambda p: (_num(p.get("cpu_share")) or 0.0))
         rows, note = table_rows(d, procs, "summary.json fidelity.processes")
         tables.append(Table(
-            ["role", "name", "CPU share", "CPU used (s)", "waited (s)", "load (cores)"],
-            [[p.get("role"), p.get("name"), _shown(p.get("cpu_share"), "share"),
+            ["role", "name", "compute", "CPU share", "CPU used (s)", "waited (s)",
+             "load (cores)"],
+            [[p.get("role"), p.get("name"), str(p.get("compute") or "")[:10],
+              _shown(p.get("cpu_share"), "share"),
               _num(p.get("cpu_s")), _num(p.get("wait_s")), _num(p.get("load"))]
              for p in rows],
             "The run's own processes, least served first: share of the time each wanted "
