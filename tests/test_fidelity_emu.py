@@ -78,14 +78,21 @@ def _lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip()]
 
 
-def test_every_invariant_is_measured_on_a_pipeline_run(spec: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+def _emu_run(spec: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`lightpipe emu SPEC --out OUT -q`, which must succeed with every job ok: the
+    process and its summary."""
     res = subprocess.run([sys.executable, "-c", ENTRY, "emu", str(spec), "--out", str(out),
                           "-q"], cwd=ROOT, capture_output=True, text=True,
                          timeout=scaled(480))
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert all(j["ok"] for j in summary["worker_jobs"])
+    return res, summary
+
+
+def test_every_invariant_is_measured_on_a_pipeline_run(spec: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res, summary = _emu_run(spec, out)
     v = summary["fidelity"]
     inv = {i["name"]: i for i in v["invariants"]}
     assert set(inv) == EVERY_INVARIANT
@@ -151,12 +158,7 @@ def test_device_stand_ins_on_a_pipeline_run(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump({**SCENARIO, "emulation": {
         **SCENARIO["emulation"], "worker_compute": "device"}}))
     out = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-c", ENTRY, "emu", str(spec), "--out", str(out),
-                          "-q"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=scaled(480))
-    assert res.returncode == 0, res.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    assert all(j["ok"] for j in summary["worker_jobs"])
+    _, summary = _emu_run(spec, out)
     starts = [json.loads(ln) for rec in (out / "workers").glob("*/stage*.jsonl")
               for ln in rec.read_text().splitlines() if '"start"' in ln]
     assert len(starts) == 2
