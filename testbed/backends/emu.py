@@ -74,7 +74,7 @@ class EmuBackend:
             if hold or not Scale.is_auto(em) or len(earlier) >= em.time_factor_reruns:
                 return summary
             fidelity = summary.get("fidelity") or {}
-            factor = float(summary.get("time_factor") or em.time_factor_min)
+            factor = Scale.of_record(summary, "summary.json").time_factor
             nxt, why = rerun_factor(fidelity, factor, em.time_factor_max)
             if nxt is None:
                 if not fidelity.get("faithful", True):

@@ -42,7 +42,12 @@ def reruns_text(reruns: Any) -> str:
     for r in reruns[:MAX_REASONS]:
         if not isinstance(r, dict):
             continue
-        f, nxt = _num(r.get("time_factor")), _num(r.get("next_time_factor"))
+        try:
+            f: float | None = Scale.of_record(r, "summary.json time_factor_reruns"
+                                              ).time_factor if "time_factor" in r else None
+        except RuntimeFailure:
+            f = None
+        nxt = _num(r.get("next_time_factor"))
         why = "; ".join(str(x)[:200] for x in list(r.get("asks") or [])[:MAX_REASONS])
         parts.append(f"not faithful at time factor {f:g} ({why}), run again from {nxt:g}"
                      if f is not None and nxt is not None else "an earlier run (unreadable)")
