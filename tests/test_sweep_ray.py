@@ -6,6 +6,7 @@ subprocess by its GCS address, as it would join a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
@@ -250,11 +251,23 @@ def test_two_node_cluster_runs_every_point_on_the_other_node(tmp_path: Path) -> 
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 0, "include_dashboard": False})
+    made: list[Cluster] = []
+
+    def two_nodes() -> Cluster:  # Ray gives each raylet a fixed 30 s to register: on a
+        # busy 2-core machine (CI of 2026-12-02, three lanes beside it) it can miss them
+        made.append(Cluster(initialize_head=True,
+                            head_node_args={"num_cpus": 0, "include_dashboard": False}))
+        made[-1].add_node(num_cpus=2)
+        made[-1].wait_for_nodes()
+        return made[-1]
+
+    def undo() -> None:
+        if made:
+            with contextlib.suppress(Exception):
+                made.pop().shutdown()
+
+    cluster = sweep_ray.started_with_retries(two_nodes, undo, "a two-node Ray cluster")
     try:
-        cluster.add_node(num_cpus=2)
-        cluster.wait_for_nodes()
         local, on_ray = tmp_path / "local", tmp_path / "ray"
         assert main(["sweep", str(QUICKSTART), *GRID, "--jobs", "2", "--quiet",
                      "--out", str(local)]) == 0

@@ -17,16 +17,17 @@ import signal
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from testbed.atomicio import atomic_write_bytes
 from testbed.emu.state import ProcRecord, descendants, kill_procs, proc_start_ticks
 from testbed.errors import InputError, RuntimeFailure
 from testbed.experiments.sweep import Result, Task, run_point_caught
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MISSING = "ray is not installed: pip install 'lightpipe[ray]'"
@@ -195,23 +196,32 @@ def start_local(ray: Any, num_cpus: int, attempts: int = LOCAL_START_ATTEMPTS,
                 **common: Any) -> None:
     """ray.init() a local instance. Ray waits a fixed 30 s for its raylet to register and
     gives up, which a busy 2-core machine can miss (CI of 4714e83: three test lanes beside
-    it); then what the attempt started (this process's new descendants, by PID and start
-    time: Ray's shutdown knows nothing of a node that never came up) is ended and the start
-    tried again, `attempts` times in all. RuntimeFailure when the last one fails."""
+    it); then what the attempt started is ended and the start tried again
+    (started_with_retries). RuntimeFailure when the last one fails."""
+    started_with_retries(lambda: ray.init(num_cpus=num_cpus, **common),
+                         lambda: _shutdown(ray), "a local Ray instance", attempts)
+
+
+def started_with_retries(start: Callable[[], T], undo: Callable[[], None], what: str,
+                         attempts: int = LOCAL_START_ATTEMPTS) -> T:
+    """start() (a Ray node or cluster on this machine), `attempts` times in all: after a
+    failed try, undo() and end what the try started (this process's new descendants, by
+    PID and start time: Ray's shutdown knows nothing of a node that never came up).
+    RuntimeFailure naming `what` when the last one fails."""
     for attempt in range(1, attempts + 1):
         before = _own_descendants()
         try:
-            ray.init(num_cpus=num_cpus, **common)
-            return
+            return start()
         except Exception as exc:
-            _shutdown(ray)
+            undo()
             ended = kill_procs([r for r in _own_descendants() - before])
             why = _first_line(exc)
             if attempt == attempts:
-                raise RuntimeFailure(f"cannot start a local Ray instance ({attempts} "
-                                     f"attempts): {why}") from None
-            log.warning("ray: the local instance did not start (attempt %d of %d; %d "
-                        "process(es) it left ended): %s", attempt, attempts, ended, why)
+                raise RuntimeFailure(f"cannot start {what} ({attempts} attempts): "
+                                     f"{why}") from None
+            log.warning("ray: %s did not start (attempt %d of %d; %d process(es) it left "
+                        "ended): %s", what, attempt, attempts, ended, why)
+    raise AssertionError("unreachable")
 
 
 def _own_descendants() -> set[ProcRecord]:
