@@ -328,3 +328,16 @@ def test_time_factor_floor_and_reruns_in_the_spec() -> None:
         parse_scenario({**base, "emulation": {"time_factor_min": 30, "time_factor_max": 20}})
     with pytest.raises(InputError, match="time_factor_reruns"):
         parse_scenario({**base, "emulation": {"time_factor_reruns": 9}})
+
+
+def test_the_suite_can_turn_reruns_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.backends.emu import RERUNS_ENV, reruns_allowed
+    from testbed.spec.models import EmulationSpec
+
+    em = EmulationSpec(time_factor_reruns=2)
+    monkeypatch.delenv(RERUNS_ENV, raising=False)
+    assert reruns_allowed(em) == 2
+    monkeypatch.setenv(RERUNS_ENV, "0")
+    assert reruns_allowed(em) == 0
+    monkeypatch.setenv(RERUNS_ENV, "nine")
+    assert reruns_allowed(em) == 2  # ignored, with a warning
