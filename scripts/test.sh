@@ -42,13 +42,13 @@ lane() {  # lane NAME PYTEST-ARGS...: run pytest, prefix its lines, keep its exi
   echo "$rc" > "$leakdir/$name.rc"
   return "$rc"
 }
-# The serial lane's SDN controllers stay at its nice 0 (LIGHTPIPE_CONTROL_PRIORITY), as
-# they were before the controller's own priority: at nice -10 they would take more of
-# the CPU from the root lane's networks beside it.
-# Neither lane runs an auto-factor run again (LIGHTPIPE_TIME_FACTOR_RERUNS=0): a run that
+# No lane runs an auto-factor run again (LIGHTPIPE_TIME_FACTOR_RERUNS=0): a run that
 # the suite's own load makes unfaithful would double its load beside the measured tests;
 # the rule is tested on given verdicts (tests/test_timefactor.py).
 export LIGHTPIPE_TIME_FACTOR_RERUNS=0
+# The serial lane's SDN controllers stay at its nice 0 (LIGHTPIPE_CONTROL_PRIORITY), as
+# they were before the controller's own priority: at nice -10 they would take more of
+# the CPU from the root lane's networks beside it.
 LIGHTPIPE_CONTROL_PRIORITY=inherit lane serial "$PY" -m pytest tests -m serial \
   -p no:cacheprovider --durations=12 "$@" &
 serial=$!
