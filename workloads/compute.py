@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from testbed.emu.slack import set_timer_slack_ns
+from testbed.emu.slack import set_timer_slack_ns, sleep_until
 from workloads.plan import COMPUTES
 
 DEVICE_TIMER_SLACK_NS = 1  # the kernel's least: wake-ups on the deadline, not 50 us after
@@ -147,10 +147,7 @@ class DeviceStandIn:
         if duration_s <= 0:
             return 0
         self.asked_s += duration_s
-        end = time.perf_counter() + duration_s
-        while (left := end - time.perf_counter()) > 0:
-            time.sleep(left)
-        self.late_s += time.perf_counter() - end
+        self.late_s += sleep_until(time.perf_counter() + duration_s)
         self.ops += 1
         return 0
 

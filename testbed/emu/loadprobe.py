@@ -46,16 +46,13 @@ def _calibrate(chunk_s: float) -> int:
 def run_device_ops(op_s: float, seconds: float) -> list[float]:
     """A device stand-in's ops (workloads.compute.DeviceStandIn: sleep to the deadline)
     back to back for `seconds`; each op's end - deadline (s)."""
-    from testbed.emu.slack import set_timer_slack_ns
+    from testbed.emu.slack import set_timer_slack_ns, sleep_until
 
     set_timer_slack_ns(1)
     misses = []
     stop = time.perf_counter() + seconds
     while time.perf_counter() < stop:
-        end = time.perf_counter() + op_s
-        while (left := end - time.perf_counter()) > 0:
-            time.sleep(left)
-        misses.append(time.perf_counter() - end)
+        misses.append(sleep_until(time.perf_counter() + op_s))
     return misses
 
 

@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,3 +89,11 @@ def set_timer_slack_ns(ns: int) -> int:
         return int(libc.prctl(PR_SET_TIMERSLACK + 1, 0, 0, 0, 0))  # PR_GET_TIMERSLACK
     except (OSError, AttributeError):
         return -1
+
+
+def sleep_until(end_s: float) -> float:
+    """Sleep until time.perf_counter() reaches end_s (a device stand-in's op deadline:
+    workloads.compute.DeviceStandIn, testbed.emu.loadprobe); how late it woke (s)."""
+    while (left := end_s - time.perf_counter()) > 0:
+        time.sleep(left)
+    return time.perf_counter() - end_s
