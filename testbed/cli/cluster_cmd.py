@@ -398,8 +398,10 @@ def check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
             for r in results for row in r.rows]
     order = {p.pair: i for i, p in enumerate(probes)}
     rows.sort(key=lambda row: order.get(str(row.get("pair")), len(order)))
-    for row in rows:  # each echo is the calibration's input; the record keeps medians
-        row.pop("rtts_ms", None)
+    for row in rows:  # each echo is the calibration's input; the record keeps the sparse
+        # pings' echoes as a one-machine verification row does (the fidelity verdict's p99)
+        row["samples_ms"] = row.pop("rtts_ms", None) or []
+        row["replies"] = len(row["samples_ms"])
         row.pop("dense_rtts_ms", None)
     answered = [row for row in rows if row.get("pings")]
     calibrated = bool(calibration and calibration.get("enabled"))

@@ -146,6 +146,7 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
                     result.update(_replay(up, cw, ctl, stage, quiet))
                 else:
                     result.update(_jobs(up, cw, plan, stage, mon, cc, quiet))
+                result["fidelity"] = _fidelity(up, cw, plan, stage, result, mon)
                 if mon.prom is not None:
                     mon.flush()
                     result["prometheus_series"] = prometheus_series(mon.prom.url, None)
@@ -167,6 +168,44 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
         result["clocks"] = cw.clocks()
         result["agent_errors"] = list(cw.errors)
     return result
+
+
+def _fidelity(up: Any, cw: Any, plan: Any, stage: Path, result: dict[str, Any], mon: Any
+              ) -> dict[str, Any]:
+    """The run's fidelity verdict across machines (testbed.cluster.fidelity): every
+    machine's measurements from its agent, the DC pairs' RTTs of the last pair check
+    (on the controller's rules where it runs); exported through the monitor and folded
+    into the agreement verdict, as on one machine."""
+    from testbed.cluster.fidelity import cluster_verdict
+    from testbed.emu.fidelity import with_fidelity
+
+    try:
+        v = cluster_verdict(plan.scale, plan, final_rtt_rows(stage), cw.fidelity(),
+                            list(result.get("worker_jobs", [])))
+    except Exception as exc:  # the run's records must still be written
+        log.warning("fidelity not measured: %s", exc, exc_info=True)
+        v = {"faithful": False, "reasons": [f"fidelity not measured: {exc}"[:300]],
+             "invariants": []}
+    if isinstance(result.get("agreement_verdict"), dict):
+        result["agreement_verdict"] = with_fidelity(result["agreement_verdict"], v)
+    mon.record_fidelity(v)
+    return v
+
+
+def final_rtt_rows(stage: Path) -> list[dict[str, Any]]:
+    """The DC pairs' rows of the run's last pair check: on the controller's rules
+    (cluster_rtt_controller.json) where it ran, else cluster_rtt.json's; [] if none."""
+    import json
+
+    from testbed.safefs import read_regular
+
+    for name in ("cluster_rtt_controller.json", "cluster_rtt.json"):
+        try:
+            doc = json.loads(read_regular(stage / name, 16 << 20))
+        except FileNotFoundError:
+            continue
+        return [r for r in doc.get("pairs", []) if isinstance(r, dict)]
+    return []
 
 
 def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> Any:

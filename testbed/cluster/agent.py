@@ -20,6 +20,12 @@ in (driver -> agent)                      out (agent -> driver)
   of_open / of_data / of_close  ch, b64: one switch connection's bytes, both ways
   fibre  u, v, up (a fibre event in the     fibre  ok, why
          data plane, by the share holder)
+  fidelity_start (read the CPU of this     fidelity ok, processes, host, network, why
+         machine's forwarders, switch and
+         workers from now on)
+  fidelity (what was read, and the share
+         holder's counters: the run's
+         fidelity verdict's inputs here)
   own    (take the run down if the          error  why (a refused message), job, stage
          session ends without `bye`)
   bye    (stop the workers and end)
@@ -234,6 +240,9 @@ class Agent:
         self.sent_rendezvous: set[str] = set()
         self.own = False
         self.openflow: Any = None  # testbed.cluster.ofrelay.MachineEnd, once asked
+        self.sampler: Any = None   # testbed.emu.procstat.ProcSampler, after fidelity_start
+        self.host_load: Any = None  # testbed.metrics.hostload.HostLoad, with it
+        self.fidelity_problem = ""  # why fidelity_start could not start
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
     # -- output ------------------------------------------------------------------------
@@ -327,6 +336,10 @@ class Agent:
                            "caps_mbps": reply.get("caps_mbps"), "why": reply.get("error")})
             elif op == "events_done":
                 self.events_done()
+            elif op == "fidelity_start":
+                self.start_fidelity()
+            elif op == "fidelity":
+                self.send(self.fidelity())
             elif op == "own":
                 self.own = True
             elif op == "bye":
@@ -355,6 +368,46 @@ class Agent:
         reply = request(self.state_dir, {"controller": {"probe_ms": probe_ms}})
         return {"op": "openflow", "ok": bool(reply.get("ok")),
                 "switches": reply.get("switches", []), "ports": reply.get("ports", []),
+                "why": reply.get("error")}
+
+    # -- fidelity ----------------------------------------------------------------------
+    def start_fidelity(self) -> None:
+        """Read the CPU of the share's forwarders and switch (by the PIDs and start times
+        the run's state recorded: testbed.emu.procstat), of the workers started from now
+        on, and this machine's steal time, until `fidelity`."""
+        from testbed.emu.fidelity_probe import watch_run_processes
+        from testbed.emu.procstat import ProcSampler
+        from testbed.emu.state import RunState
+        from testbed.metrics.hostload import HostLoad
+
+        if self.sampler is not None:
+            return
+        try:
+            state = RunState.load(self.state_dir)
+        except (OSError, ValueError, TypeError) as exc:  # answered at `fidelity`
+            self.fidelity_problem = f"the run's state is unreadable here ({exc})"[:300]
+            return
+        sampler = ProcSampler().start()
+        watch_run_processes(sampler, state)
+        self.sampler, self.host_load = sampler, HostLoad()
+        self.host_load.start()
+
+    def fidelity(self) -> dict[str, Any]:
+        """The `fidelity` answer: what this machine's processes got (a worker's over its
+        iterations), its steal time, and the share holder's counters."""
+        from testbed.cluster.holdctl import request
+        from testbed.emu.fidelity_probe import worker_records
+
+        if self.sampler is None:
+            return {"op": "fidelity", "ok": False,
+                    "why": self.fidelity_problem or "not started (fidelity_start)"}
+        procs = worker_records(self.sampler)
+        host = self.host_load.summary()
+        reply = request(self.state_dir, {"fidelity": {}})
+        network = {k: reply.get(k) for k in ("forwarders", "tcp", "fabric", "switch",
+                                             "send_socket", "receive_sockets")}
+        return {"op": "fidelity", "ok": bool(reply.get("ok")), "processes": procs,
+                "host": host, "network": network if reply.get("ok") else {},
                 "why": reply.get("error")}
 
     # -- workers -----------------------------------------------------------------------
@@ -419,6 +472,10 @@ class Agent:
             lsock.close()
             raise
         self.workers[(o.job, o.stage)] = AgentWorker(o, proc, rec, logp, lsock)
+        if self.sampler is not None:  # mnexec execs the worker in place: its PID is ours
+            self.sampler.watch(proc.pid, "worker", f"{o.job}/stage{o.stage}",
+                               records=str(rec),
+                               compute="device" if o.plan.get("compute") == "device" else "cpu")
         log.info("job %s stage %d: pid %d on %s", o.job, o.stage, proc.pid, o.host.node)
         self.send({"op": "started", "job": o.job, "stage": o.stage, "pid": proc.pid,
                    "metrics_port": int(lsock.getsockname()[1]), "spawn_s": spawn_s})
@@ -513,6 +570,8 @@ class Agent:
             self.pump()
             if self.openflow is not None:
                 self.openflow.close()
+            if self.sampler is not None:
+                self.sampler.stop()
 
 
 def _tail_text(path: Path) -> str:

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 LINE_MAX_BYTES = 8 << 20
 STDERR_KEEP_BYTES = 8192
 LOST_CODE = 255
-ASKED = ("links", "openflow", "fibre", "cap")  # requests the agent answers with the same op
+# requests the agent answers with a message of the same op
+ASKED = ("links", "openflow", "fibre", "cap", "fidelity")
 
 
 def resolve_address(address: str) -> str:
@@ -365,6 +366,7 @@ class ClusterWorkers:
             hello = s.open(timeout_s)
             if own:
                 s.send({"op": "own"})
+            s.send({"op": "fidelity_start"})  # its processes' CPU, read from now on
             links = s.serve_links()
             if not links.get("ok"):
                 log.warning("%s: no link metrics: %s", s.head(), links.get("why"))
@@ -409,6 +411,16 @@ class ClusterWorkers:
     def openflow_stats(self) -> dict[str, dict[str, int]]:
         """Per machine: the relay's channels and bytes (seen from the driver's end)."""
         return {n: s.of.stats() for n, s in self.sessions.items() if s.of is not None}
+
+    def fidelity(self, timeout_s: float = 60.0) -> dict[str, dict[str, Any]]:
+        """Per machine (side by side): the fidelity verdict's inputs its agent read (its
+        processes' CPU, its steal time, its share's counters), or {ok: False, why}."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(self.sessions)))) as pool:
+            futs = {n: pool.submit(s.ask, {"op": "fidelity"}, timeout_s)
+                    for n, s in self.sessions.items()}
+            return {n: f.result() for n, f in futs.items()}
 
     def clocks(self) -> dict[str, dict[str, float | int]]:
         return {n: s.offset.as_dict() for n, s in self.sessions.items()}

@@ -129,7 +129,8 @@ def cmd_serve() -> int:
                 control = ControlServer(
                     state_dir, net.emulators, home_fd=net.home_netns_fd,
                     hooks={"controller": lambda b: attach_switches(net, b["probe_ms"]),
-                           "fibre": lambda b: fibre_event(net, b["u"], b["v"], b["up"])}
+                           "fibre": lambda b: fibre_event(net, b["u"], b["v"], b["up"]),
+                           "fidelity": lambda _b: share_fidelity(net)}
                 ).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
@@ -200,6 +201,18 @@ def fibre_event(net: Any, u: str, v: str, up: bool) -> dict[str, Any]:
     except RuntimeFailure as exc:
         return {"ok": False, "error": str(exc)[:300]}
     return {"ok": True}
+
+
+def share_fidelity(net: Any) -> dict[str, Any]:
+    """The share's part of the run's fidelity measurements (its own fibres, hosts and
+    switch); the reply."""
+    from testbed.emu.fidelity_probe import network_measurements
+
+    try:
+        got = network_measurements(net, [h.node for h in net.share.hosts])
+    except Exception as exc:  # a verdict that cannot be made says why
+        return {"ok": False, "error": f"fidelity not measured: {str(exc)[:300]}"}
+    return {"ok": True, **got}
 
 
 def _tune_hosts(plan: Any, hosts: dict[str, dict[str, Any]]) -> None:

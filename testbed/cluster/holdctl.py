@@ -23,7 +23,11 @@ it from the switch), answered with {"ok": true}; or
 {"cap": {"fibre": MIDDLE, "vlan": VLAN, "rate_mbps": RATE | null}}: a lightpath's capacity
 on a fibre emulated here, set (or removed: null) by the run's controller through the
 driver's relay (testbed.cluster.caprelay), answered with {"ok": true, "caps_mbps": {VLAN:
-RATE}} (the fibre's caps now).
+RATE}} (the fibre's caps now); or
+{"fidelity": {}}: what the run's fidelity verdict reads from this machine's share besides
+RTTs and CPU (its forwarders' counters and timer slack, its hosts' TCP counters, the shaped
+fabric's and the user-space switch's drops, the switch sockets' sizing:
+testbed.emu.fidelity_probe.network_measurements), answered with {"ok": true, ...those}.
 Only a peer of the holder's own user is served. `python -m testbed.cluster.hold correct
 RUN` (over SSH, from the driver) validates the request and relays it here.
 """
@@ -94,6 +98,10 @@ def parse_request(raw: bytes) -> dict[str, Any]:
         return {"fibre": {"u": f["u"], "v": f["v"], "up": f["up"]}}
     if isinstance(doc, dict) and set(doc) == {"cap"}:
         return {"cap": parse_cap(doc["cap"])}
+    if isinstance(doc, dict) and set(doc) == {"fidelity"}:
+        if doc["fidelity"] != {}:
+            raise InputError("fidelity", "expected {} (no fields)")
+        return {"fidelity": {}}
     if not isinstance(doc, dict) or set(doc) - {"fibres", "vlans"}:
         raise InputError("correct", "expected an object with fibres and vlans")
     fibres, vlans = doc.get("fibres", {}), doc.get("vlans", {})
@@ -243,7 +251,7 @@ class ControlServer:
                     reply = self.serve_links(req["links"])
                 elif "cap" in req:
                     reply = set_cap(self.emulators, req["cap"])
-                elif set(req) & {"controller", "fibre"}:
+                elif set(req) & {"controller", "fibre", "fidelity"}:
                     (what, body), = req.items()
                     hook = self.hooks.get(what)
                     reply = (hook(body) if hook is not None else
@@ -294,7 +302,8 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
         s.settimeout(timeout_s)
         try:
             s.connect(str(path))
-            body = {k: req[k] for k in ("links", "controller", "fibre", "cap") if k in req} or {
+            body = {k: req[k] for k in ("links", "controller", "fibre", "cap", "fidelity")
+                    if k in req} or {
                 "fibres": req["fibres"],
                 "vlans": {k: {str(v): c for v, c in per.items()}
                           for k, per in req["vlans"].items()}}

@@ -102,19 +102,19 @@ def _window_and_usage(record_path: str) -> tuple[float | None, float | None, Any
     return t0, t1, used
 
 
-def host_tcp_counters(net: Any) -> dict[str, dict[str, int]]:
-    """Per emulated host: TCP counters since its namespace was made (`nstat -asz`
-    inside it: absolute, history untouched)."""
+def host_tcp_counters(net: Any, hosts: Any = None) -> dict[str, dict[str, int]]:
+    """Per emulated host (`hosts`' names; default: the plan's): TCP counters since its
+    namespace was made (`nstat -asz` inside it: absolute, history untouched)."""
     out: dict[str, dict[str, int]] = {}
-    for h in net.plan.hosts:
+    for name in (hosts if hosts is not None else [h.name for h in net.plan.hosts]):
         try:
-            res = net.host_cmd(h.name, ["nstat", "-asz", "--json", *TCP_FIDELITY_COUNTERS],
+            res = net.host_cmd(name, ["nstat", "-asz", "--json", *TCP_FIDELITY_COUNTERS],
                                timeout_s=10, check=True)
             kernel = json.loads(res.stdout).get("kernel", {})
         except Exception as exc:  # a host whose counters cannot be read: left out
-            log.debug("no TCP counters from %s: %s", h.name, exc)
+            log.debug("no TCP counters from %s: %s", name, exc)
             continue
-        out[h.name] = {k: int(kernel.get(k, 0)) for k in TCP_FIDELITY_COUNTERS}
+        out[name] = {k: int(kernel.get(k, 0)) for k in TCP_FIDELITY_COUNTERS}
     return out
 
 
@@ -192,37 +192,57 @@ def switch_socket_drops(net: Any) -> dict[str, int]:
             "segments_per_frame": math.ceil(GSO_MAX_BYTES / MSS_BYTES)}
 
 
+def worker_records(sampler: ProcSampler) -> list[dict[str, Any]]:
+    """The sampler's records (stopped first), a worker's over its iterations (from its
+    records' ready to done, not its start-up's imports), exact where the worker read
+    itself, each worker with its compute (cpu: tensor work; device: a stand-in's timer)."""
+    sampler.stop()
+    records = {p["pid"]: p["meta"]["records"] for p in sampler.watched()
+               if p["role"] == "worker" and p["meta"].get("records")}
+    read = {pid: _window_and_usage(r) for pid, r in records.items()}  # each file once
+    procs = sampler.records({pid: (t0, t1) for pid, (t0, t1, _) in read.items()})
+    compute = {p["pid"]: p["meta"].get("compute") for p in sampler.watched()
+               if p["role"] == "worker" and p["meta"].get("compute")}
+    for p in procs:  # exact where the worker read itself (a window under one reading)
+        own = own_usage_of(*read[p["pid"]]) if p["pid"] in read else None
+        if own is not None:
+            p.update(own)
+        if p["pid"] in compute:
+            p["compute"] = compute[p["pid"]]
+    return procs
+
+
+def name_forwarders(procs: list[dict[str, Any]], plan: Any) -> list[dict[str, Any]]:
+    """A forwarder named by its fibre (the link exporter's label), not its middle node."""
+    fibre_of = {f.middle: f"{f.u}-{f.v}" for f in plan.fibres}
+    for p in procs:
+        if p["role"] == "forwarder" and p["name"] in fibre_of:
+            p["name"] = fibre_of[p["name"]]
+    return procs
+
+
+def network_measurements(net: Any, hosts: Any = None) -> dict[str, Any]:
+    """What the verdict reads from a live network besides RTTs and CPU: its forwarders'
+    counters, its hosts' TCP counters (`hosts`: default every host of the plan), the
+    shaped fabric's and the user-space switch's drops, the switch sockets' sizing."""
+    return {"forwarders": forwarder_stats(net), "tcp": host_tcp_counters(net, hosts),
+            "fabric": fabric_drops(net), "switch": switch_socket_drops(net),
+            "send_socket": getattr(net, "switch_sndbuf", None),
+            "receive_sockets": getattr(net, "switch_rcvbuf", None)}
+
+
 def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
             sampler: ProcSampler | None = None, host: Mapping[str, Any] | None = None
             ) -> dict[str, Any]:
     """The run's fidelity verdict (testbed.emu.fidelity.verdict) from the live network:
     `check` is the verification record (its final `rtts`), `work` the workload's summary
     (worker_jobs, host_load), `sampler` the run's ProcSampler (stopped here)."""
-    if sampler is not None:
-        sampler.stop()
-    procs = []
-    if sampler is not None:  # a worker over its iterations, not its start-up
-        records = {p["pid"]: p["meta"]["records"] for p in sampler.watched()
-                   if p["role"] == "worker" and p["meta"].get("records")}
-        read = {pid: _window_and_usage(r) for pid, r in records.items()}  # each file once
-        procs = sampler.records({pid: (t0, t1) for pid, (t0, t1, _) in read.items()})
-        compute = {p["pid"]: p["meta"].get("compute") for p in sampler.watched()
-                   if p["role"] == "worker" and p["meta"].get("compute")}
-        for p in procs:  # exact where the worker read itself (a window under one reading)
-            own = own_usage_of(*read[p["pid"]]) if p["pid"] in read else None
-            if own is not None:
-                p.update(own)
-            if p["pid"] in compute:  # cpu (tensor work) or device (a stand-in's timer)
-                p["compute"] = compute[p["pid"]]
-    fibre_of = {f.middle: f"{f.u}-{f.v}" for f in net.plan.fibres}
-    for p in procs:  # a forwarder by its fibre (the link exporter's label)
-        if p["role"] == "forwarder" and p["name"] in fibre_of:
-            p["name"] = fibre_of[p["name"]]
-    return verdict(net.plan.scale, check.get("rtts", []), procs, forwarder_stats(net),
-                   host_tcp_counters(net), list(work.get("worker_jobs", [])),
-                   host if host is not None else work.get("host_load"), fabric_drops(net),
-                   switch_socket_drops(net), getattr(net, "switch_sndbuf", None),
-                   getattr(net, "switch_rcvbuf", None))
+    procs = name_forwarders(worker_records(sampler), net.plan) if sampler is not None else []
+    m = network_measurements(net)
+    return verdict(net.plan.scale, check.get("rtts", []), procs, m["forwarders"], m["tcp"],
+                   list(work.get("worker_jobs", [])),
+                   host if host is not None else work.get("host_load"), m["fabric"],
+                   m["switch"], m["send_socket"], m["receive_sockets"])
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any

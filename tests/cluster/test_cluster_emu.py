@@ -129,6 +129,20 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
     if series is not None:  # a Prometheus here scraped both machines: workers and fibres
         assert series["lightpipe_worker_sent_bytes_total"] == 4, series
         assert series["lightpipe_fibre_tx_bytes_total"] == 8, series  # 4 fibres x 2 ways
+    # One fidelity verdict from both machines' own measurements: each machine's
+    # forwarders, switch and stages read on it, the pairs' RTTs with their echoes.
+    fid = s["fidelity"]
+    assert set(fid["machines"]) == {"m-a", "m-b"}, fid.get("reasons")
+    for m, got in fid["machines"].items():
+        assert got["ok"] and got["forwarders"] == 2 and got["workers"] == 2, (m, got)
+    assert {p["machine"] for p in fid["processes"] if p["role"] == "switch"} == {"m-a", "m-b"}
+    assert sorted(p["name"] for p in fid["processes"] if p["role"] == "forwarder") == [
+        "n1-n2", "n2-n3", "n3-n4", "n4-n1"]
+    assert len(fid["lightpaths"]) == 6 and all(e["replies"] for e in fid["lightpaths"])
+    assert {i["name"] for i in fid["invariants"] if i["measured"]} >= {
+        "rtt_median_error", "forwarder_cpu_share", "switch_cpu_share", "worker_cpu_share",
+        "host_steal"}, fid["invariants"]
+    assert len(fid["tcp"]) == s["hosts"], fid["tcp"]  # every host's, on its machine
     assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
     assert a.left() == [] and b.left() == []
 
