@@ -5,6 +5,7 @@ bookkeeping of a real one without a data plane, and the machines are modelled.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -278,3 +279,49 @@ def test_cluster_up_calibrates_again_while_pairs_are_out_of_band(
     assert cluster_cmd._check_and_recheck(up, [], {}, None) == ""
     assert len(calls) == calibrations
     assert [[*r["out_of_band"]] for r in (seen[-1] or [])] == rechecked
+
+
+def test_a_moved_lightpath_is_checked_and_corrected_on_its_new_fibres(tmp_path: Path
+                                                                      ) -> None:
+    """testbed.cluster.reroute: a lightpath the controller moved is pinged on its new
+    route from its first DC's machine, corrected on its own new fibres (each on its
+    machine), and lands in the band; a gone one and an unanswered GET are rows that say
+    so, and no route is asked for after the checks began."""
+    import networkx as nx
+
+    from testbed.cluster.reroute import check_lightpaths, lightpath_probe
+
+    plan, placement, shares, emulators = _two_machines(tmp_path)
+    on, _ = _machines(emulators)
+    ping, _ = _network(plan, placement, emulators, tunnel_ms=0.6)
+    lp = next(x for x in plan.lightpaths if len(x.path) >= 3)
+    g = nx.Graph([(f.u, f.v) for f in plan.fibres])
+    g.remove_edge(lp.path[0], lp.path[1])  # the cut: its first fibre
+    new = nx.shortest_path(g, lp.path[0], lp.path[-1])
+    record = {"nodes": new, "src_dc": lp.dc_a, "dst_dc": lp.dc_b, "vid": lp.vlan}
+    calls: list[str] = []
+
+    def client(method: str, path: str, body: Any) -> tuple[Any, Any]:
+        calls.append(path)
+        if path == "/lightpaths/7":
+            return 200, record
+        if path == "/lightpaths/9":
+            raise OSError("connection refused")
+        return 404, None
+
+    probe = lightpath_probe(plan, placement.dc_machine, record)
+    assert probe.src_machine == placement.dc_machine[lp.dc_a] and probe.vlan == lp.vlan
+    assert len(probe.fibres) == len(new) - 1
+    assert probe.configured_ms == pytest.approx(
+        sum(plan.fibre(u, v).delay_ms for u, v in itertools.pairwise(new)))
+    rows = check_lightpaths(plan, placement.dc_machine, _fibre_machine(shares), client,
+                            [7, 8, 9], on, ping)
+    assert calls == ["/lightpaths/7", "/lightpaths/8", "/lightpaths/9"]
+    moved, gone, refused = rows
+    assert moved["ok"] and moved["route"] == new and moved["pair"] == probe.pair, moved
+    assert abs(moved["after_error_ms"]) <= 0.25 < abs(moved["before_error_ms"])
+    assert set(moved["corrections_ms"]) == {plan.fibre(u, v).middle
+                                            for u, v in itertools.pairwise(new)}
+    assert moved["machines"] and set(moved["machines"]) <= {"m1", "m2"}
+    assert gone == {"id": 8, "ok": False, "error": "GET /lightpaths/8: 404"}
+    assert refused["id"] == 9 and not refused["ok"] and "refused" in refused["error"]

@@ -304,25 +304,20 @@ def bring_up(args: argparse.Namespace, cluster: Any, scenario: Any,
     return up
 
 
-def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any],
-               record: dict[str, Any], out: Any) -> dict[str, Any]:
-    """Calibrate the fibres' delays across the machines (testbed.cluster.calib); write
-    DIR/cluster_calibration.json; the record (RuntimeFailure naming a machine)."""
+def machine_steps(cluster: Any, prefix: str) -> tuple[Any, Any]:
+    """(apply, ping) of testbed.cluster.calib over SSH: a correction request to one
+    machine's share holder (`hold correct`: its fibres' states back), and probes pinged
+    from the machines of their first DCs (their rtt rows); RuntimeFailure naming the
+    machine."""
     import json
 
-    from testbed.atomicio import atomic_write_json
-    from testbed.cli.common import emit
-    from testbed.cluster.calib import calibrate_cluster
     from testbed.cluster.drive import ping_pairs, run_step
-    from testbed.emu.calibrate import CalibrationConfig
     from testbed.errors import RuntimeFailure
 
     machines = {m.name: m for m in cluster.machines}
-    modes = {str(m.get("link_mode")) for m in record["machines"].values()}
-    cfg = CalibrationConfig.for_link_mode("netem" if "netem" in modes else "userspace")
 
     def apply(machine: str, req: dict[str, Any]) -> dict[str, Any]:
-        r = run_step(cluster, machines[machine], "correct", plan.prefix,
+        r = run_step(cluster, machines[machine], "correct", prefix,
                      stdin=json.dumps(req).encode(), timeout_s=120.0)
         if not r.ok or r.fibres is None:
             raise RuntimeFailure(f"machine {r.machine} ({r.address}): "
@@ -330,13 +325,28 @@ def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any
         return r.fibres
 
     def ping(asked: Any) -> list[dict[str, Any]]:
-        results = ping_pairs(cluster, plan.prefix, asked)
+        results = ping_pairs(cluster, prefix, asked)
         bad = [r for r in results if not r.ok and not r.rows]
         if bad:
             raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): "
                                  f"{bad[0].problem}")
         return [row for r in results for row in r.rows]
 
+    return apply, ping
+
+
+def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any],
+               record: dict[str, Any], out: Any) -> dict[str, Any]:
+    """Calibrate the fibres' delays across the machines (testbed.cluster.calib); write
+    DIR/cluster_calibration.json; the record (RuntimeFailure naming a machine)."""
+    from testbed.atomicio import atomic_write_json
+    from testbed.cli.common import emit
+    from testbed.cluster.calib import calibrate_cluster
+    from testbed.emu.calibrate import CalibrationConfig
+
+    modes = {str(m.get("link_mode")) for m in record["machines"].values()}
+    cfg = CalibrationConfig.for_link_mode("netem" if "netem" in modes else "userspace")
+    apply, ping = machine_steps(cluster, plan.prefix)
     fibre_machine = {f.middle: m for m, sh in shares.items() for f in sh.fibres}
     cal = calibrate_cluster(plan, fibre_machine, probes, apply, ping, cfg)
     cal["link_modes"] = sorted(modes)

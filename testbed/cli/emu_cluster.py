@@ -143,7 +143,7 @@ def _run_workload(up: Any, stage: Path, quiet: bool) -> dict[str, Any]:
                     say(f"emu: Prometheus at {mon.prom.url}", quiet)
                 if scenario.workload.kind == "lightpath_requests":
                     assert ctl is not None  # checked with the input
-                    result.update(_replay(up, cw, ctl, stage, quiet))
+                    result.update(_replay(up, cw, ctl, plan, stage, quiet))
                 else:
                     result.update(_jobs(up, cw, plan, stage, mon, cc, quiet))
                 result["fidelity"] = _fidelity(up, cw, plan, stage, result, mon)
@@ -288,11 +288,30 @@ def _events(up: Any, cw: Any, cc: Any, mon: Any) -> Any:
 
     if not up.scenario.events:
         return None
+    client = None if cc is None else (lambda m, p, b: cc.ctl.request(m, p, b))
+    after = None
+    if client is not None:  # each restored lightpath's RTT on its new route, recorded
+        def after(ids: list[int]) -> list[dict[str, Any]]:
+            return _check_moved(up, cc.plan, client, ids)
+
     return FaultInjector(
-        up.scenario.events, scale=up.plan.scale.time_factor,
-        client=None if cc is None else (lambda m, p, b: cc.ctl.request(m, p, b)),
+        up.scenario.events, scale=up.plan.scale.time_factor, client=client,
         set_link=None if cc is None else _link_switch(up, cw), monitor=mon,
-        controller=None if cc is None else cc.restarter()).start(on_training=True)
+        controller=None if cc is None else cc.restarter(),
+        after_reroute=after).start(on_training=True)
+
+
+def _check_moved(up: Any, plan: Any, client: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """testbed.cluster.reroute.check_lightpaths on the run's machines: each moved
+    lightpath pinged from its first DC's machine and corrected on its new fibres there."""
+    from testbed.cli.cluster_cmd import machine_steps
+    from testbed.cluster.reroute import check_lightpaths
+
+    apply, ping = machine_steps(up.cluster, plan.prefix)
+    fibre_machine = {f.middle: m for m, sh in up.shares.items() for f in sh.fibres}
+    modes = {str(m.get("link_mode")) for m in up.record["machines"].values()}
+    return check_lightpaths(plan, up.placement.dc_machine, fibre_machine, client, ids,
+                            apply, ping, "netem" if "netem" in modes else "userspace")
 
 
 def _link_switch(up: Any, cw: Any) -> Any:
@@ -313,7 +332,8 @@ def _link_switch(up: Any, cw: Any) -> Any:
     return set_link
 
 
-def _replay(up: Any, cw: Any, ctl: Any, stage: Path, quiet: bool) -> dict[str, Any]:
+def _replay(up: Any, cw: Any, ctl: Any, plan: Any, stage: Path, quiet: bool
+            ) -> dict[str, Any]:
     """lightpath_requests: the scenario's requests and fibre events replayed through the
     controller as on one machine; a fibre cut is its emulator's links set down by the
     machine that emulates it (through that machine's agent)."""
@@ -323,7 +343,18 @@ def _replay(up: Any, cw: Any, ctl: Any, stage: Path, quiet: bool) -> dict[str, A
     set_link = _link_switch(up, cw)
     say(f"emu: replay: requests through the SDN controller (about "
         f"{up.scenario.emulation.replay_s:g} s) ...", quiet)
-    return run_replay(ctl, set_link, up.scenario, stage)
+    replayed = run_replay(ctl, set_link, up.scenario, stage)
+    if up.scenario.events:  # DC-pair lightpaths the replayed events moved: their RTT
+        from testbed.emu.reroute import moved_from_plan
+
+        def client(m: str, path: str, body: Any) -> Any:
+            return ctl.request(m, path, body)
+
+        checked = _check_moved(up, plan, client, moved_from_plan(plan, client))
+        replayed["rtt_after_reroute"] = checked
+        replayed["reroute_rtt_out"] = [r.get("pair", r["id"]) for r in checked
+                                       if not r["ok"]]
+    return replayed
 
 
 def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str

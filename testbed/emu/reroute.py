@@ -81,14 +81,27 @@ def check_probe(net: LiveNetwork, probe: PathProbe,
     return row
 
 
+def fetch_routes(client: Client, ids: Sequence[int]) -> list[tuple[int, Any]]:
+    """(id, the controller's record) per lightpath id, or (id, why) where it has none:
+    every route first, while the controller that just restored them answers (the
+    checks take seconds, and a controller_kill may fall in them)."""
+    got: list[tuple[int, Any]] = []
+    for i in ids:
+        try:
+            status, lp = client("GET", f"/lightpaths/{i}", None)
+        except OSError as exc:  # urllib's URLError included
+            status, lp = str(exc)[:200], None
+        got.append((i, lp if status == 200 else f"GET /lightpaths/{i}: {status}"))
+    return got
+
+
 def check_lightpaths(net: LiveNetwork, client: Client, ids: Sequence[int],
                      cfg: CalibrationConfig | None = None) -> list[dict[str, Any]]:
     """A row per controller lightpath id (on its route now); one that is gone says so."""
     rows = []
-    for i in ids:
-        status, lp = client("GET", f"/lightpaths/{i}", None)
-        if status != 200:
-            rows.append({"id": i, "ok": False, "error": f"GET /lightpaths/{i}: {status}"})
+    for i, lp in fetch_routes(client, ids):
+        if isinstance(lp, str):
+            rows.append({"id": i, "ok": False, "error": lp})
             continue
         try:
             row = check_probe(net, lightpath_probe(net, lp), cfg)
@@ -100,7 +113,12 @@ def check_lightpaths(net: LiveNetwork, client: Client, ids: Sequence[int],
 
 def moved_lightpaths(net: LiveNetwork, client: Client) -> list[int]:
     """Controller lightpaths whose route is not the one the plan (calibration) knew."""
-    planned = {lp.vlan: tuple(lp.path) for lp in net.plan.lightpaths}
+    return moved_from_plan(net.plan, client)
+
+
+def moved_from_plan(plan: Any, client: Client) -> list[int]:
+    """moved_lightpaths against a plan (an EmuPlan: its lightpaths' VLANs and routes)."""
+    planned = {lp.vlan: tuple(lp.path) for lp in plan.lightpaths}
     status, body = client("GET", "/lightpaths", None)
     if status != 200:
         return []

@@ -170,6 +170,15 @@ def test_emu_cluster_plays_events_during_training(machines: tuple[list[StandIn],
     cut, repair = s["events"][:2]
     assert cut["kind"] == "fiber_cut" and cut["restored"] and cut["lost"] == [], cut
     assert repair["kind"] == "fiber_repair" and "repair_seen_s" in repair, repair
+    # Each restored lightpath pinged on its new route from its first DC's machine and
+    # corrected on its new fibres on the machines emulating them, as on one machine.
+    checked = cut["rtt_after_reroute"]
+    assert len(checked) == len(cut["restored"]) == s["reroute_rtt_checks"] > 0, cut
+    for row in checked:
+        assert row.get("after_error_ms") is not None, row
+        assert "n2" not in row["route"] or "n3" not in row["route"][
+            row["route"].index("n2") + 1:row["route"].index("n2") + 2], row
+    assert any(r["machines"] == ["m-a", "m-b"] for r in checked), checked
     kill = next(r for r in s["faults"] if r["kind"] == "controller_kill")
     assert kill["applied"] and kill["pid_restarted"] != kill["pid_killed"], kill
     assert kill["lightpaths_after"] == kill["lightpaths_before"] > 0, kill
@@ -214,6 +223,11 @@ def test_emu_cluster_replays_requests_and_a_cut_through_one_controller(
     assert cut["kind"] == "fiber_cut" and cut["via"] == "port_status", cut
     assert cut["cut_to_restored_s"] > 0 and repair["via"] == "port_status", repair
     assert s["agreement"] is not None
+    # The plan's lightpaths the cut moved: their RTT on the route they are on now.
+    for row in s["rtt_after_reroute"]:
+        assert row.get("after_error_ms") is not None and row["machines"], row
+    assert isinstance(s["reroute_rtt_out"], list)
+    assert s["fidelity"]["machines"].keys() == {"m-a", "m-b"}
     assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
     assert a.left() == [] and b.left() == []
 
