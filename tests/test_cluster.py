@@ -770,6 +770,7 @@ def test_share_args_validated_and_quoted() -> None:
     assert share_args(c, m1, "start") == ["sh", "-c", SHARE_SCRIPT, "sh", c.venv_of(m1),
                                           "start"]
     assert share_args(c, m1, "down", "lp0a0b")[-2:] == ["down", "lp0a0b"]
+    assert share_args(c, m1, "status")[-1] == "status"  # names no run
     for action, prefix, field in (("start; id", None, "ACTION"), ("down", None, "RUN"),
                                   ("ping", "lp0a0b;id", "RUN")):
         with pytest.raises(InputError) as exc:
@@ -859,3 +860,44 @@ def test_cli_up_unreachable_machine_is_one_line(cli: Any, tmp_path: Path) -> Non
     assert res.err.startswith("lightpipe: error: machine near (127.0.0.1): unreachable (")
     assert res.err.count("\n") == 1
     assert not (tmp_path / "o" / "cluster_run.json").exists()
+
+
+def test_hold_status_lists_the_shares_this_machine_holds(tmp_path: Path,
+                                                        monkeypatch: Any) -> None:
+    """`hold status`: one `held` line per run directory with a share (ready.json), its
+    holder told alive by PID and start time; a one-machine run (no ready.json) is not a
+    share; a link planted as ready.json is not followed; the driver reads the lines."""
+    import json
+
+    from testbed.cluster.drive import ShareResult, parse_share_output
+    from testbed.cluster.hold import cmd_status, held_shares
+    from testbed.emu.state import RunState, proc_start_ticks
+
+    root = tmp_path / "state"
+    root.mkdir(mode=0o700)
+    monkeypatch.setenv("LIGHTPIPE_STATE_DIR", str(root))
+    for prefix, owner in (("lp0a01", os.getpid()), ("lp0a02", 2 ** 22 - 7),
+                          ("lp0a03", os.getpid())):
+        d = root / prefix
+        d.mkdir(mode=0o700)
+        RunState(prefix, str(d), owner, proc_start_ticks(os.getpid()) or 0).save()
+    (root / "lp0a01" / "ready.json").write_text(json.dumps(
+        {"machine": "m1", "hosts": {"h1": {}, "h2": {}}, "tunnels": ["lp0a01x0"],
+         "link_mode": "userspace", "datapath": "user", "up_s": 2.5}))
+    (root / "lp0a02" / "ready.json").write_text(json.dumps({"machine": "m1"}))
+    (tmp_path / "secret").write_text("{}")
+    (root / "lp0a03" / "ready.json").symlink_to(tmp_path / "secret")
+    rows = {r["prefix"]: r for r in held_shares()}
+    assert rows["lp0a01"]["holder_alive"] is True and rows["lp0a01"]["hosts"] == ["h1", "h2"]
+    assert rows["lp0a01"]["tunnels"] == ["lp0a01x0"] and rows["lp0a01"]["up_s"] == 2.5
+    assert rows["lp0a02"]["holder_alive"] is False and rows["lp0a02"]["hosts"] == []
+    assert "error" in rows["lp0a03"] and "machine" not in rows["lp0a03"]
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cmd_status() == 0
+    r = ShareResult("m1", "192.0.2.1", reachable=True)
+    parse_share_output(buf.getvalue() + "@lightpipe-share step status 0\n", r)
+    assert r.ok and [x["prefix"] for x in r.rows] == ["lp0a01", "lp0a02", "lp0a03"]

@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "then that machine's own `lightpipe clean RUN`)")
     down.add_argument("prefix", metavar="RUN", help="the run prefix `cluster up` printed")
     down.add_argument("--cluster", metavar="FILE", required=True, help="cluster file (YAML)")
+    st = sub.add_parser("status", help="list what every machine holds: each run's share, "
+                        "its holder alive or not, its processes, hosts and tunnels")
+    st.add_argument("--cluster", metavar="FILE", required=True, help="cluster file (YAML)")
+    st.add_argument("--json", action="store_true", help="print the record as JSON")
     parser.set_defaults(cluster_action=None)
 
 
@@ -69,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
         return run_up(args)
     if args.cluster_action == "down":
         return run_down(args)
+    if args.cluster_action == "status":
+        return run_status(args)
     if args.cluster_action != "check":
-        raise InputError("ACTION", "expected check, up or down")
+        raise InputError("ACTION", "expected check, up, down or status")
     cluster = load_cluster(args.cluster)
     doc: dict[str, Any] = {"cluster": cluster.name,
                            "machines": list(cluster.machine_names)}
@@ -477,4 +483,52 @@ def run_down(args: argparse.Namespace) -> int:
         more = f" (and {len(bad) - 1} more machine(s), listed above)" if len(bad) > 1 else ""
         raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): "
                              f"{bad[0].problem}{more}")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`lightpipe cluster status --cluster FILE`: per machine, the shares it holds (as its
+    own state records them; a run is listed by every machine that holds part of it); exit
+    1 naming the first machine that could not be asked."""
+    from testbed.cli.common import emit, emit_json
+    from testbed.cluster.drive import status_shares
+    from testbed.cluster.spec import load_cluster
+    from testbed.errors import RuntimeFailure
+
+    cluster = load_cluster(args.cluster)
+    results = status_shares(cluster)
+    doc: dict[str, Any] = {"cluster": cluster.name, "machines": {}}
+    runs: dict[str, list[str]] = {}
+    for r in results:
+        doc["machines"][r.machine] = ({"address": r.address, "shares": r.rows} if r.ok else
+                                      {"address": r.address, "error": r.problem})
+        for row in r.rows if r.ok else []:
+            runs.setdefault(str(row.get("prefix")), []).append(r.machine)
+    doc["runs"] = runs
+    if args.json:
+        emit_json(doc)
+    else:
+        for r in results:
+            if not r.ok:
+                emit(f"{r.head()}: {r.problem}")
+                continue
+            if not r.rows:
+                emit(f"{r.head()}: holds no share")
+            for row in r.rows:
+                if "error" in row:
+                    emit(f"{r.head()}: run {row['prefix']}: {row['error']}")
+                    continue
+                holder = ("holder alive" if row.get("holder_alive") else
+                          "holder GONE (lightpipe clean --cluster FILE)")
+                emit(f"{r.head()}: run {row['prefix']} ({row.get('phase')}): {holder}, "
+                     f"{row.get('processes_alive')}/{row.get('processes')} processes alive, "
+                     f"{len(row.get('hosts', []))} host(s), "
+                     f"{len(row.get('tunnels', []))} tunnel end(s), "
+                     f"{row.get('link_mode')}/{row.get('datapath')}")
+        for prefix, ms in sorted(runs.items()):
+            emit(f"run {prefix}: on {', '.join(ms)}")
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise RuntimeFailure(f"machine {bad[0].machine} ({bad[0].address}): "
+                             f"{bad[0].problem}")
     return 0

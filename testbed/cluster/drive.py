@@ -26,7 +26,8 @@ from testbed.errors import InputError
 log = logging.getLogger(__name__)
 
 MARK = "@lightpipe-share"
-ACTIONS = ("start", "ping", "correct", "down", "agent")
+ACTIONS = ("start", "ping", "correct", "down", "agent", "status")
+NO_RUN = ("start", "status")  # the actions that name no run
 
 # `sh -c SCRIPT sh VENV ACTION [RUN]`, stdin passed on to the tool (the document).
 SHARE_SCRIPT = r"""
@@ -108,7 +109,7 @@ def share_args(cluster: ClusterSpec, machine: MachineSpec, action: str,
     """The remote command's words for one machine (each validated; InputError names it)."""
     if action not in ACTIONS:
         raise InputError("ACTION", f"one of {', '.join(ACTIONS)}")
-    if action != "start" and (prefix is None or not PREFIX_RE.fullmatch(prefix)):
+    if action not in NO_RUN and (prefix is None or not PREFIX_RE.fullmatch(prefix)):
         raise InputError("RUN", f"not a LightPipe run prefix: {prefix!r} (lp + 4 hex "
                          "digits)")
     venv = cluster.venv_of(machine)
@@ -134,7 +135,7 @@ def parse_share_output(text: str, out: ShareResult) -> None:
             if code.strip().lstrip("-").isdigit():
                 out.status[step] = int(code)
             continue
-        if word in ("ready", "rtt", "fibres"):
+        if word in ("ready", "rtt", "fibres", "held"):
             try:
                 doc = json.loads(rest)
             except ValueError:
@@ -145,7 +146,7 @@ def parse_share_output(text: str, out: ShareResult) -> None:
                 out.ready = doc
             elif word == "fibres":
                 out.fibres = doc
-            else:
+            else:  # a ping's rtt rows, or status's held shares
                 out.rows.append(doc)
             continue
         out.said.append((word, rest))
@@ -183,6 +184,15 @@ def on_every(cluster: ClusterSpec, machines: Sequence[MachineSpec],
         return []
     with ThreadPoolExecutor(max_workers=min(8, len(machines))) as pool:
         return list(pool.map(step, machines))
+
+
+def status_shares(cluster: ClusterSpec) -> list[ShareResult]:
+    """Every machine's held shares (`hold status`: one `held` row per run), side by side."""
+    for m in cluster.machines:
+        check_ssh_inputs(cluster, m)
+        share_args(cluster, m, "status")
+    return on_every(cluster, list(cluster.machines),
+                    lambda m: run_step(cluster, m, "status", timeout_s=60.0))
 
 
 def up_shares(cluster: ClusterSpec, prefix: str, docs: dict[str, bytes],

@@ -369,19 +369,64 @@ def cmd_correct(prefix: str) -> int:
     return 0
 
 
+def held_shares() -> list[dict[str, Any]]:
+    """What this machine holds: per run directory of the state root with a share in it
+    (ready.json, written by its holder), the run, whether its holder is still the process
+    that made it (PID and start time), its phase and what the holder reported ready.
+    Every file is the run's own: regular, root's (this user's), bounded."""
+    from testbed.emu.state import RunState, alive, list_runs, run_is_live
+    from testbed.safefs import read_regular
+
+    out = []
+    for d in list_runs():
+        try:
+            ready = json.loads(read_regular(d / "ready.json", 1 << 20,
+                                            owner_uid=os.geteuid()))
+            st = RunState.load(d)
+        except FileNotFoundError:
+            continue  # a one-machine run, or a share not ready yet
+        except (OSError, ValueError, TypeError) as exc:
+            out.append({"prefix": d.name, "error": f"unreadable ({exc})"[:200]})
+            continue
+        if not isinstance(ready, dict):
+            continue
+        hosts = ready.get("hosts") if isinstance(ready.get("hosts"), dict) else {}
+        out.append({"prefix": d.name, "machine": str(ready.get("machine", ""))[:64],
+                    "holder_pid": st.owner_pid, "holder_alive": run_is_live(st),
+                    "phase": st.phase,
+                    "processes_alive": sum(1 for p in st.procs if alive(p)),
+                    "processes": len(st.procs),
+                    "hosts": sorted(str(h)[:64] for h in hosts)[:256],
+                    "tunnels": [str(t)[:16] for t in ready.get("tunnels", [])][:256],
+                    "link_mode": str(ready.get("link_mode", ""))[:16],
+                    "datapath": str(ready.get("datapath", ""))[:16],
+                    "up_s": ready.get("up_s") if isinstance(ready.get("up_s"), int | float)
+                    else None})
+    return out
+
+
+def cmd_status() -> int:
+    """One `held` line per share this machine holds."""
+    for row in held_shares():
+        status("held", json.dumps(row, sort_keys=True))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["start"]:
         return cmd_start()
     if args == ["serve"]:
         return cmd_serve()
+    if args == ["status"]:
+        return cmd_status()
     if len(args) == 2 and args[0] == "stop":
         return cmd_stop(args[1])
     if len(args) == 2 and args[0] == "ping":
         return cmd_ping(args[1])
     if len(args) == 2 and args[0] == "correct":
         return cmd_correct(args[1])
-    status("bad", "usage: start | stop RUN | ping RUN | correct RUN")
+    status("bad", "usage: start | status | stop RUN | ping RUN | correct RUN")
     return 2
 
 

@@ -279,12 +279,28 @@ def test_down_after_kill_9_of_a_share_holder(machines: tuple[list[StandIn], Path
     assert json.loads((out / "cluster_rtt.json").read_text())["calibrated"] is False
     rec = json.loads((out / "cluster_run.json").read_text())
     run, holder = rec["prefix"], rec["machines"]["m-a"]["pid"]
+    scode, sso, sse = _lightpipe("cluster", "status", "--cluster", str(two), "--json")
+    assert scode == 0, (sso, sse)
+    held = json.loads(sso)
+    assert held["runs"] == {run: ["m-a", "m-b"]}, held
+    for m in ("m-a", "m-b"):
+        (share,) = held["machines"][m]["shares"]
+        assert share["prefix"] == run and share["holder_alive"] and share["machine"] == m
+        assert len(share["hosts"]) == 2 and len(share["tunnels"]) == 2, share
+        assert share["processes_alive"] == share["processes"] > 0, share
     os.kill(holder, 9)
     assert _gone(holder)
     assert a.runs() == [run] and a.procs()  # what the holder built outlives it
+    scode, sso, sse = _lightpipe("cluster", "status", "--cluster", str(two))
+    print(f"\n{sso}{sse}")
+    assert scode == 0 and f"run {run} (" in sso, (sso, sse)
+    assert re.search(rf"m-a \([^)]*\): run {run} \(\w+\): holder GONE", sso), sso
+    assert re.search(rf"m-b \([^)]*\): run {run} \(\w+\): holder alive", sso), sso
     dcode, dso, dse = _lightpipe("cluster", "down", "--cluster", str(two), run)
     print(f"\n{dso}{dse}")
     assert dcode == 0, (dso, dse)
+    scode, sso, sse = _lightpipe("cluster", "status", "--cluster", str(two))
+    assert scode == 0 and sso.count("holds no share") == 2, (sso, sse)
     assert f"down m-a ({a.address}): ok (share {run}: its holder had already ended)" in dso
     assert f"m-a: clean: removed run {run} (" in dso
     assert re.search(rf"down m-b \({re.escape(b.address)}\): ok \(share {run} in ", dso)
