@@ -189,3 +189,24 @@ def test_the_pair_check_keeps_each_echo_for_the_verdict(tmp_path: Path,
     (e,) = lightpath_rtt_errors([kept], Scale())
     assert e["replies"] == 3 and e["p99_error_ms"] > 2.9
     assert e["median_error_ms"] == pytest.approx(0.1)
+
+
+def test_the_clocks_error_is_judged_against_the_shortest_iteration() -> None:
+    """clock_offset_error: the worst machine's offset error (emulated ms, taken back to
+    scenario time) over the shortest job's iteration; 1 % at most."""
+    from testbed.cluster.fidelity import clock_invariant
+
+    scale = Scale(time_factor=10.0)
+    clocks = {"m-a": {"offset_s": 0.0, "error_ms": 0.02},
+              "m-b": {"offset_s": 1e-5, "error_ms": 0.5}}
+    jobs = [{"job": "j0", "emulated_iteration_time_s": 0.2},
+            {"job": "j1", "emulated_iteration_time_s": 0.004}]
+    inv = clock_invariant(scale, clocks, jobs)
+    assert inv.value == pytest.approx(0.05 / 4.0) and not inv.ok  # 0.05 ms of 4 ms
+    assert "machine m-b" in inv.detail and "j1" in inv.detail
+    assert clock_invariant(scale, clocks, jobs[:1]).ok  # 0.05 ms of 200 ms
+    assert not clock_invariant(scale, clocks, []).measured  # a replay: no iteration
+    plan = _ring_plan()
+    good = _reply(0.0, [_proc("forwarder", plan.fibres[0].middle, 0.99)])
+    v = cluster_verdict(plan.scale, plan, _rows(plan), {"lp1": good}, jobs[1:], clocks)
+    assert not v["faithful"] and v["reasons"][-1].startswith("clock_offset_error")

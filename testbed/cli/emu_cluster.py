@@ -181,7 +181,7 @@ def _fidelity(up: Any, cw: Any, plan: Any, stage: Path, result: dict[str, Any], 
 
     try:
         v = cluster_verdict(plan.scale, plan, final_rtt_rows(stage), cw.fidelity(),
-                            list(result.get("worker_jobs", [])))
+                            list(result.get("worker_jobs", [])), cw.clocks())
     except Exception as exc:  # the run's records must still be written
         log.warning("fidelity not measured: %s", exc, exc_info=True)
         v = {"faithful": False, "reasons": [f"fidelity not measured: {exc}"[:300]],

@@ -12,6 +12,7 @@ across the machines:
 * counters: summed (forwarders' totals, fabric and switch drops); TCP per host (a host
   lives on one machine);
 * steal and socket sizing: the worst machine's, named;
+* the clocks: each machine's offset error against the shortest iteration of a job;
 * a machine whose measurements did not come back makes the run not faithful, with its
   reason: a verdict is never made from part of the cluster.
 """
@@ -22,11 +23,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from testbed.emu.fidelity import verdict
+from testbed.emu.fidelity import Invariant, verdict
 from testbed.emu.fidelity_probe import name_forwarders
 from testbed.emu.scale import Scale
 
 MAX_PROCESSES = 4096  # per machine: a reply past it is cut (the verdict reads shares)
+MAX_CLOCK_SHARE = 0.01  # clock offset error / shortest iteration (of the 5 % agreement)
 
 
 def _dict(x: Any) -> dict[str, Any]:
@@ -103,16 +105,47 @@ def merge(replies: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             "send_socket": send, "receive_sockets": recv, "machines": machines}
 
 
+def clock_invariant(scale: Scale, clocks: Mapping[str, Mapping[str, Any]],
+                    jobs: Sequence[Mapping[str, Any]]) -> Invariant:
+    """The machines' clocks against the jobs' iterations: a job's iteration time spans
+    stages on several machines, each machine's records shifted by its measured offset,
+    whose error is at most half the shortest of its round trips (testbed.cluster.clock);
+    that error must stay a small part (MAX_CLOCK_SHARE) of the shortest iteration, in
+    scenario time, so that the agreement's 5 % is the emulation's, not the clocks'."""
+    why = ("the machines' clocks are known well enough for a job's iteration time across "
+           "them")
+    errs = [(float(c["error_ms"]), m) for m, c in clocks.items()
+            if isinstance(c, Mapping) and isinstance(c.get("error_ms"), int | float)]
+    its = [(float(j["emulated_iteration_time_s"]), str(j.get("job", "")))
+           for j in jobs if isinstance(j.get("emulated_iteration_time_s"), int | float)
+           and j["emulated_iteration_time_s"] > 0]
+    if not errs or not its:
+        return Invariant("clock_offset_error", None, MAX_CLOCK_SHARE, "max", "share",
+                         "no job's iteration across machines" if errs else "", why)
+    err_ms, m = max(errs)
+    it_s, job = min(its)
+    value = scale.real_ms(err_ms) / (it_s * 1e3)
+    return Invariant("clock_offset_error", value, MAX_CLOCK_SHARE, "max", "share",
+                     f"machine {m}: +-{scale.real_ms(err_ms):.4f} ms of {job}'s "
+                     f"{it_s * 1e3:.2f} ms iteration", why)
+
+
 def cluster_verdict(scale: Scale, plan: Any, rtt_rows: Sequence[Mapping[str, Any]],
                     replies: Mapping[str, Mapping[str, Any]],
-                    jobs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                    jobs: Sequence[Mapping[str, Any]] = (),
+                    clocks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """summary.json `fidelity` of a run across machines: the one-machine verdict of every
-    machine's measurements merged, with `machines`; not faithful where a machine's
-    measurements are missing."""
+    machine's measurements merged, the clocks' invariant added, with `machines`; not
+    faithful where a machine's measurements are missing."""
     got = merge(replies)
     v = verdict(scale, rtt_rows, name_forwarders(got["processes"], plan),
                 got["forwarder_stats"], got["tcp"], jobs, got["host"], got["fabric"],
                 got["switch"], got["send_socket"], got["receive_sockets"])
+    clock = clock_invariant(scale, clocks or {}, jobs)
+    v["invariants"].append(clock.as_record())
+    if not clock.ok:
+        v["faithful"] = False
+        v["reasons"].append(clock.reason())
     v["machines"] = got["machines"]
     lost = [f"machine {m}: fidelity not measured ({r.get('why') or 'no answer'})"
             for m, r in sorted(got["machines"].items()) if not r["ok"]]
