@@ -901,3 +901,10 @@ def test_hold_status_lists_the_shares_this_machine_holds(tmp_path: Path,
     r = ShareResult("m1", "192.0.2.1", reachable=True)
     parse_share_output(buf.getvalue() + "@lightpipe-share step status 0\n", r)
     assert r.ok and [x["prefix"] for x in r.rows] == ["lp0a01", "lp0a02", "lp0a03"]
+    root.chmod(0o777)  # a state root others could plant runs in: refused, one line
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cmd_status() == 1
+    r = ShareResult("m1", "192.0.2.1", reachable=True)
+    parse_share_output(buf.getvalue() + "@lightpipe-share step status 1\n", r)
+    assert r.rows == [] and "LIGHTPIPE_STATE_DIR" in r.problem, r.problem

@@ -406,8 +406,14 @@ def held_shares() -> list[dict[str, Any]]:
 
 
 def cmd_status() -> int:
-    """One `held` line per share this machine holds."""
-    for row in held_shares():
+    """One `held` line per share this machine holds (a state root that cannot be trusted:
+    one `failed` line)."""
+    try:
+        rows = held_shares()
+    except InputError as exc:
+        status("failed", str(exc)[:300])
+        return 1
+    for row in rows:
         status("held", json.dumps(row, sort_keys=True))
     return 0
 

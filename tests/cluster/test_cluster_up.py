@@ -319,3 +319,63 @@ def _gone(pid: int) -> bool:
         return bool(select.select([fd], [], [], 30)[0])
     finally:
         os.close(fd)
+
+
+@need
+def test_cost_grows_per_dc_fibre_and_machine(machines: tuple[list[StandIn], Path],
+                                             tmp_path: Path) -> None:
+    """How `cluster up`'s cost grows: rings of 4, 8 and 12 optical nodes with a DC of one
+    host on each, the first half of the DCs on m-a and the rest on m-b (2 fibres cross),
+    no delay calibration (its cost is the pair check's, per pair). Printed per size: each
+    machine's share (switches, fibre emulators, hosts) and its holder's build time, the
+    whole `up`, the pair check's time per DC pair; then a least-squares line of a
+    machine's build time against its switches and fibre emulators. Every pair answers
+    at every size and `down` leaves nothing."""
+    (a, b), f = machines
+    two = _cluster_subset(f, ["m-a", "m-b"])
+    rows = []
+    for n in (4, 8, 12):
+        dcs = [(f"d{i + 1}", f"n{i + 1}", 1) for i in range(n)]
+        spec, out = tmp_path / f"ring{n}.yaml", tmp_path / f"out{n}"
+        spec.write_text(yaml.safe_dump(ring(n, dcs).model_dump(mode="json")))
+        place = [w for i, (d, _, _) in enumerate(dcs)
+                 for w in ("--place", f"{d}={'m-a' if i < n // 2 else 'm-b'}")]
+        code, so, se = _lightpipe("cluster", "check", str(spec), "--cluster", str(two),
+                                  *place, "--offline", "--json")
+        assert code == 0, (so, se)
+        load = json.loads(so)["load"]
+        t0 = time.monotonic()
+        code, so, se = _lightpipe("cluster", "up", str(spec), "--cluster", str(two),
+                                  "--out", str(out), *place, "--link-mode", "userspace",
+                                  "--datapath", "user", "--no-calibrate")
+        wall_s = time.monotonic() - t0
+        m = re.search(r"as run (lp[0-9a-f]{4})", so)
+        assert m is not None, (so, se)
+        try:
+            assert code == 0, (so, se)
+            rec = json.loads((out / "cluster_run.json").read_text())
+            rtt = json.loads((out / "cluster_rtt.json").read_text())
+            assert rtt["pairs_answered"] == rtt["pairs_planned"] == n * (n - 1) // 2
+        finally:
+            dcode, dso, dse = _lightpipe("cluster", "down", "--cluster", str(two),
+                                         m.group(1))
+        assert dcode == 0, (dso, dse)
+        assert a.left() == [] and b.left() == []
+        for mach in ("m-a", "m-b"):
+            rows.append({"dcs": n, "machine": mach, **load[mach],
+                         "build_s": rec["machines"][mach]["up_s"]})
+        print(f"\nring of {n}: up {rec['up_s']:.2f} s (whole command {wall_s:.1f} s, load "
+              f"{os.getloadavg()[0]:.1f}); pair check {rtt['took_s']:.1f} s for "
+              f"{rtt['pairs_planned']} pairs ({rtt['took_s'] / rtt['pairs_planned']:.3f} s "
+              "each); " + "; ".join(
+                  f"{r['machine']}: {r['switches']} switches, {r['fibre_emulators']} fibre "
+                  f"emulators, {r['hosts']} hosts, built in {r['build_s']:.2f} s"
+                  for r in rows[-2:]))
+    import numpy as np
+
+    x = np.array([[r["switches"], r["fibre_emulators"], 1.0] for r in rows])
+    y = np.array([r["build_s"] for r in rows])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    print(f"a machine's build time ~ {coef[0]:.3f} s per switch + {coef[1]:.3f} s per fibre "
+          f"emulator + {coef[2]:.2f} s (least squares over {len(rows)} shares)")
+    (tmp_path / "cost.json").write_text(json.dumps({"rows": rows, "fit": list(coef)}))
