@@ -22,7 +22,7 @@ from testbed.cluster.sharedoc import PairProbe
 from testbed.emu.calibrate import CalibrationConfig
 from testbed.emu.delaycal import RTT_TOL_MS
 from testbed.emu.plan import EmuPlan
-from testbed.emu.reroute import Client, fetch_routes, reroute_config
+from testbed.emu.reroute import Client, fetch_routes, reroute_config, reroute_row
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +51,9 @@ def check_probe(plan: EmuPlan, fibre_machine: Mapping[str, str], probe: PairProb
     mine = {middle[f]: fibre_machine[middle[f]] for f in probe.fibres}
     rec = calibrate_cluster(plan, mine, [probe], apply, ping, cfg)
     tol_ms = plan.scale.delay_ms(RTT_TOL_MS)
-    before = rec["before"][0] if rec["before"] else None
-    after = rec["after"][0] if rec["after"] else None
-    row: dict[str, Any] = {
-        "pair": probe.pair, "vlan": probe.vlan, "fibres": [middle[f] for f in probe.fibres],
-        "hops": len(probe.fibres), "expected_rtt_ms": round(2 * probe.configured_ms, 4),
-        "tolerance_ms": round(tol_ms, 4),
-        "before_error_ms": None if before is None else before["error_ms"],
-        "after_error_ms": None if after is None else after["error_ms"],
-        "after_median_ms": None if after is None else after["median_ms"],
-        "spread_ms": None if after is None else after["spread_ms"],
-        "corrections_ms": rec["path_corrections_ms"].get(probe.pair, {}),
-        "machines": sorted(set(mine.values()) | {probe.src_machine, probe.dst_machine}),
-        "ok": after is not None and abs(after["error_ms"]) <= tol_ms,
-        "wall_s": round(time.monotonic() - t0, 3)}
+    row = reroute_row(probe.pair, probe.vlan, [middle[f] for f in probe.fibres],
+                      probe.configured_ms, rec, tol_ms, t0)
+    row["machines"] = sorted(set(mine.values()) | {probe.src_machine, probe.dst_machine})
     (log.info if row["ok"] else log.warning)(
         "after reroute: %s on %d fibre(s) across %s: RTT error %s ms before, %s ms after "
         "its own correction (band +-%.2f ms)", probe.pair, row["hops"],

@@ -52,6 +52,24 @@ def lightpath_probe(net: LiveNetwork, lp: dict[str, Any]) -> PathProbe:
                      hb.ip.split("/")[0], fibres, one_way, int(lp["vid"]))
 
 
+def reroute_row(pair: str, vlan: int | None, fibres: list[str], configured_ms: float,
+                rec: dict[str, Any], tol_ms: float, t0: float) -> dict[str, Any]:
+    """One checked path's row from its calibration record (one path: its `before` and
+    `after` rounds), within the band or not (tol_ms, emulated); t0: when it began."""
+    before = rec["before"][0] if rec["before"] else None
+    after = rec["after"][0] if rec["after"] else None
+    return {
+        "pair": pair, "vlan": vlan, "fibres": fibres, "hops": len(fibres),
+        "expected_rtt_ms": round(2 * configured_ms, 4), "tolerance_ms": round(tol_ms, 4),
+        "before_error_ms": None if before is None else before["error_ms"],
+        "after_error_ms": None if after is None else after["error_ms"],
+        "after_median_ms": None if after is None else after["median_ms"],
+        "spread_ms": None if after is None else after["spread_ms"],
+        "corrections_ms": rec["path_corrections_ms"].get(pair, {}),
+        "ok": after is not None and abs(after["error_ms"]) <= tol_ms,
+        "wall_s": round(time.monotonic() - t0, 3)}
+
+
 def check_probe(net: LiveNetwork, probe: PathProbe,
                 cfg: CalibrationConfig | None = None) -> dict[str, Any]:
     """Measure one path, correct its lightpath on its own fibres, measure again; its row
@@ -61,19 +79,8 @@ def check_probe(net: LiveNetwork, probe: PathProbe,
     emulators = {f: net.emulators[f] for f in probe.fibres}
     rec = calibrate(emulators, lambda: measure([probe], cfg), cfg)
     tol_ms = net.plan.scale.delay_ms(RTT_TOL_MS)
-    before = rec["before"][0] if rec["before"] else None
-    after = rec["after"][0] if rec["after"] else None
-    row: dict[str, Any] = {
-        "pair": probe.pair, "vlan": probe.vlan, "fibres": list(probe.fibres),
-        "hops": len(probe.fibres), "expected_rtt_ms": round(2 * probe.configured_ms, 4),
-        "tolerance_ms": round(tol_ms, 4),
-        "before_error_ms": None if before is None else before["error_ms"],
-        "after_error_ms": None if after is None else after["error_ms"],
-        "after_median_ms": None if after is None else after["median_ms"],
-        "spread_ms": None if after is None else after["spread_ms"],
-        "corrections_ms": rec["path_corrections_ms"].get(probe.pair, {}),
-        "ok": after is not None and abs(after["error_ms"]) <= tol_ms,
-        "wall_s": round(time.monotonic() - t0, 3)}
+    row = reroute_row(probe.pair, probe.vlan, list(probe.fibres), probe.configured_ms,
+                      rec, tol_ms, t0)
     (log.info if row["ok"] else log.warning)(
         "after reroute: %s on %d fibre(s): RTT error %s ms before, %s ms after its own "
         "correction (band +-%.2f ms)", probe.pair, row["hops"], row["before_error_ms"],
