@@ -280,6 +280,7 @@ def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
     from testbed.emu.network import EmuNetwork
     from testbed.emu.plan import build_plan
     from testbed.emu.verify import verify
+    from testbed.orchestrate.run import verify_network
 
     sc = parse_scenario({
         "name": "neg", "topology": {"links": [{"u": "A", "v": "B", "length_km": 400},
@@ -289,9 +290,11 @@ def test_verification_catches_wrong_delay_and_cut_fibre() -> None:
         "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": 1}})
     plan = build_plan(sc)
     with EmuNetwork(plan, link_mode="userspace") as net:
-        calibrate_network(net)
-        good = verify(net)
-        assert good["ok"], good
+        # The baseline as the run path verifies it: calibrated again where the pair
+        # drifted out of the band (a loaded 2-core CI machine, 2026-12-02: one verify
+        # right after the calibration missed the band once).
+        good = verify_network(net, calibrate_network(net), "enforce")
+        assert good["ok"], (good["rtts"], good["rtt_rechecks"])
         assert [r["pair"] for r in good["rtts"]] == ["dc-a~dc-c"] and good["rtt_ok"]
         probe = good["probes"][0]
         assert probe["hops_seen"] == [plan.fibre("A", "B").middle, plan.fibre("B", "C").middle]
