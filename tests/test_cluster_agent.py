@@ -201,7 +201,8 @@ def test_emu_cluster_usage_errors_exit_2(cli: Any, tmp_path: Path) -> None:
         "emulation: {", "emulation: {forwarding: static, "))
     for argv, words in (
             ([str(scen / "routing-leafspine.yaml"), "--cluster", str(f)], "workload.kind: "
-             "emu --cluster runs pp_jobs and lightpath_requests"),
+             "allreduce_jobs runs in one DC's leaf-spine fabric, which a cluster never "
+             "splits"),
             ([str(static), "--cluster", str(f)], "emulation.forwarding: lightpath_requests "
              "replays"),
             ([pp, "--cluster", str(f), "--hold"], "--hold: not with --cluster"),

@@ -189,7 +189,8 @@ def run_clean(args: argparse.Namespace) -> int:
 
 def run_up(args: argparse.Namespace) -> int:
     """`lightpipe cluster up`: plan once, start every machine's share, ping every DC pair,
-    write DIR/cluster_run.json and DIR/cluster_rtt.json; hold (the shares run on)."""
+    probe every lightpath, write DIR/cluster_run.json, DIR/cluster_rtt.json and
+    DIR/cluster_probes.json; hold (the shares run on)."""
     from pathlib import Path
 
     from testbed.cli.common import check_out, emit
@@ -232,6 +233,7 @@ class UpRun:
     record: dict[str, Any]         # cluster_run.json
     calibration: dict[str, Any]
     rtt_path: Any = None
+    probes: dict[str, Any] | None = None   # cluster_probes.json
 
     def down(self) -> list[Any]:
         from testbed.cluster.drive import down_shares
@@ -302,12 +304,75 @@ def bring_up(args: argparse.Namespace, cluster: Any, scenario: Any,
             failure = f"delay calibration: {exc}"
     if not failure:
         failure = _check_and_recheck(up, probes, record, out)
+    if not failure:
+        failure = probe_lightpaths(up, out)
     if failure:
         emit(f"cluster up: taking run {plan.prefix} down")
         _report_down(up.down())
         raise RuntimeFailure(failure)
     up.rtt_path = out / "cluster_rtt.json"
     return up
+
+
+def probe_lightpaths(up: UpRun, out: Any, name: str = "cluster_probes.json") -> str:
+    """Every lightpath direction probed across the machines (testbed.cluster.lpprobe),
+    as a one-machine verification probes them; DIR/NAME written; a probe off its route
+    fails (its line), one outside its fibres' delays is recorded and warned about."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from testbed.atomicio import atomic_write_json
+    from testbed.cli.common import emit
+    from testbed.cluster.lpprobe import probe_words, run_probes
+    from testbed.errors import RuntimeFailure
+
+    step = probe_step(up.cluster, up.plan.prefix)
+
+    def side_by_side(ms: Any, fn: Any) -> list[Any]:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(ms)))) as pool:
+            return list(pool.map(fn, ms))
+
+    try:
+        rec = run_probes(up.plan, up.placement, step, side_by_side)
+    except RuntimeFailure as exc:
+        return f"lightpath probes: {exc}"
+    rec["note"] = ("each fibre's delay from kernel stamps in its middle node (one machine's "
+                   "clock); the route on every machine; the one-way time only where both "
+                   "hosts share a machine (one_way_checked)")
+    atomic_write_json(out / name, rec)
+    up.probes = rec
+    rows = rec["probes"]
+    for row in rows:
+        if not row["ok"]:
+            emit(f"  {'warning: ' if row['route_ok'] else ''}{probe_words(row)}")
+    emit(f"cluster check: {sum(r['route_ok'] for r in rows)}/{len(rows)} lightpath probes "
+         f"on their routes, {sum(r['delay_ok'] for r in rows)} within their fibres' delays "
+         f"(one way checked on {rec['one_way_checked']}; {rec['rounds']} round(s), "
+         f"{rec['took_s']:.1f} s); {out}/{name} written")
+    off = [r for r in rows if not r["route_ok"]]
+    if off:
+        return f"lightpath probe(s) off their route: {probe_words(off[0])}"
+    return ""
+
+
+def probe_step(cluster: Any, prefix: str) -> Any:
+    """(machine, request) -> the holder's reply, over SSH (`hold correct`); RuntimeFailure
+    naming the machine when the step fails."""
+    import json
+
+    from testbed.cluster.drive import run_step
+    from testbed.errors import RuntimeFailure
+
+    machines = {m.name: m for m in cluster.machines}
+
+    def step(machine: str, req: dict[str, Any]) -> dict[str, Any]:
+        r = run_step(cluster, machines[machine], "correct", prefix,
+                     stdin=json.dumps(req).encode(), timeout_s=90.0)
+        if not r.ok or not r.rows:
+            raise RuntimeFailure(f"machine {r.machine} ({r.address}): "
+                                 f"{r.problem or 'no reply from its holder'}")
+        return r.rows[-1]
+
+    return step
 
 
 def machine_steps(cluster: Any, prefix: str) -> tuple[Any, Any]:

@@ -3,8 +3,9 @@
 The steps, each an existing piece:
 
     bring_up          testbed.cli.cluster_cmd: plan once, every machine's share over SSH,
-                      delays calibrated across the machines, every DC pair checked
-                      (cluster_run.json, cluster_calibration.json, cluster_rtt.json)
+                      delays calibrated across the machines, every DC pair checked and
+                      every lightpath probed (cluster_run.json, cluster_calibration.json,
+                      cluster_rtt.json, cluster_probes.json)
     worker agents     testbed.cluster.agentlink: one SSH session per machine that holds a
                       stage, each clock's offset measured; `own`: an agent whose driver
                       goes away (even kill -9) takes its machine's share down
@@ -66,9 +67,13 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
     from testbed.rundir import run_dir
 
     kind, forwarding = scenario.workload.kind, scenario.emulation.forwarding
+    if kind == "allreduce_jobs":  # one DC's fabric, which placement keeps on one machine
+        raise InputError("workload.kind", "allreduce_jobs runs in one DC's leaf-spine fabric, "
+                         "which a cluster never splits (a DC stays on one machine): run it "
+                         "with `lightpipe emu` on that machine (docs/cluster.md)")
     if kind not in ("pp_jobs", "lightpath_requests"):
         raise InputError("workload.kind", f"emu --cluster runs pp_jobs and lightpath_requests "
-                         f"workloads; {kind} is not run across machines yet (docs/cluster.md)")
+                         f"workloads, not {kind} (docs/cluster.md)")
     if kind == "lightpath_requests" and forwarding != "controller":
         raise InputError("emulation.forwarding", "lightpath_requests replays its requests "
                          "through the SDN controller: 'controller', not 'static'")
@@ -94,7 +99,8 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
         rd.finish(link_mode=summary["link_mode"], datapath=summary["datapath"],
                   **up.plan.scale.as_record(), forwarding=summary["forwarding"],
                   controller=summary["controller"], cluster=summary["cluster"]["name"],
-                  records=["summary.json", "cluster_run.json", "cluster_rtt.json"]
+                  records=["summary.json", "cluster_run.json", "cluster_rtt.json",
+                           "cluster_probes.json"]
                   + (["cluster_calibration.json"] if up.calibration.get("enabled") else [])
                   + (["cluster_rtt_controller.json", "controller.log"] if controlled
                      else [])
@@ -384,6 +390,16 @@ def _summary(up: Any, work: dict[str, Any], wall_s: float, datapath: str
         "rtt_ok": rtt.get("pairs_within_band") == rtt.get("pairs_planned"),
         "rtt_enforced": False,
         "rtt_recalibrations": len(rtt.get("rtt_rechecks", [])),
+        "rtt_failures": [f"{x['pair']}: {x.get('median_ms')} ms vs {x['expected_rtt_ms']}"
+                         for x in rtt.get("pairs", []) if not x.get("within_band")],
+        # the lightpath probes across machines (cluster_probes.json), as a one-machine run's
+        "routes_ok": (up.probes or {}).get("routes_ok"),
+        "delays_ok": (up.probes or {}).get("delays_ok"),
+        "delay_failures": [f"VLAN {x['vlan']} {x['src_host']} -> {x['dst_host']}: fibres "
+                           f"{x['fibre_delay_ms']} ms"
+                           for x in (up.probes or {}).get("probes", [])
+                           if x["route_ok"] and not x["delay_ok"]],
+        "probes": len((up.probes or {}).get("probes", [])),
         "delay_calibrated": bool(up.calibration.get("enabled")),
         "forwarding": sc.emulation.forwarding,
         "controller": work.pop("controller", None),

@@ -135,7 +135,7 @@ def parse_share_output(text: str, out: ShareResult) -> None:
             if code.strip().lstrip("-").isdigit():
                 out.status[step] = int(code)
             continue
-        if word in ("ready", "rtt", "fibres", "held"):
+        if word in ("ready", "rtt", "fibres", "held", "probe"):
             try:
                 doc = json.loads(rest)
             except ValueError:
@@ -146,7 +146,7 @@ def parse_share_output(text: str, out: ShareResult) -> None:
                 out.ready = doc
             elif word == "fibres":
                 out.fibres = doc
-            else:  # a ping's rtt rows, or status's held shares
+            else:  # a ping's rtt rows, status's held shares, or a probe request's reply
                 out.rows.append(doc)
             continue
         out.said.append((word, rest))

@@ -112,6 +112,7 @@ def cmd_start(ready_timeout_s: float = READY_TIMEOUT_S) -> int:
 def cmd_serve() -> int:
     """Build the share, write its records, print the readiness line, hold until SIGTERM."""
     from testbed.cluster.holdctl import ControlServer
+    from testbed.cluster.lpwatch import ProbeWatch
     from testbed.cluster.sharedoc import DOC_MAX_BYTES, read_share_doc
     from testbed.cluster.sharenet import ShareNetwork
     from testbed.emu.network import sigterm_as_interrupt
@@ -126,11 +127,14 @@ def cmd_serve() -> int:
         try:
             with net:
                 state_dir = net.state_dir
+                watch = ProbeWatch(net)
                 control = ControlServer(
                     state_dir, net.emulators, home_fd=net.home_netns_fd,
                     hooks={"controller": lambda b: attach_switches(net, b["probe_ms"]),
                            "fibre": lambda b: fibre_event(net, b["u"], b["v"], b["up"]),
-                           "fidelity": lambda _b: share_fidelity(net)}
+                           "fidelity": lambda _b: share_fidelity(net),
+                           "probe_watch": watch.watch, "probe_send": watch.send,
+                           "probe_collect": watch.collect}
                 ).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],
@@ -156,6 +160,7 @@ def cmd_serve() -> int:
                     until_signalled()
                 finally:
                     control.close()
+                    watch.close()
         except KeyboardInterrupt:
             log.info("share %s: stopping", order.plan.prefix)
     return 0
@@ -354,8 +359,14 @@ def cmd_ping(prefix: str) -> int:
 
 
 def cmd_correct(prefix: str) -> int:
-    """Relay a validated correction request to the run's holder; print its fibres' state."""
-    from testbed.cluster.holdctl import REQUEST_MAX_BYTES, parse_request, request
+    """Relay a validated control request to the run's holder; print its fibres' state (a
+    correction), or its whole reply on a `probe` line (the lightpath probes' requests)."""
+    from testbed.cluster.holdctl import (
+        PROBE_REQUESTS,
+        REQUEST_MAX_BYTES,
+        parse_request,
+        request,
+    )
 
     got_input = _run_input(prefix, REQUEST_MAX_BYTES, parse_request)
     if isinstance(got_input, int):
@@ -365,7 +376,10 @@ def cmd_correct(prefix: str) -> int:
     if not reply.get("ok"):
         status("failed", str(reply.get("error", "refused"))[:300])
         return 1
-    status("fibres", json.dumps(reply.get("fibres", {}), sort_keys=True))
+    if set(req) & set(PROBE_REQUESTS):
+        status("probe", json.dumps(reply, sort_keys=True))
+    else:
+        status("fibres", json.dumps(reply.get("fibres", {}), sort_keys=True))
     return 0
 
 

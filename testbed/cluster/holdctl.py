@@ -24,6 +24,8 @@ it from the switch), answered with {"ok": true}; or
 on a fibre emulated here, set (or removed: null) by the run's controller through the
 driver's relay (testbed.cluster.caprelay), answered with {"ok": true, "caps_mbps": {VLAN:
 RATE}} (the fibre's caps now); or
+{"probe_watch": ...}, {"probe_send": ...}, {"probe_collect": ...}: the share's half of the
+lightpath probes across machines (testbed.cluster.lpwatch), each answered when done; or
 {"fidelity": {}}: what the run's fidelity verdict reads from this machine's share besides
 RTTs and CPU (its forwarders' counters and timer slack, its hosts' TCP counters, the shaped
 fabric's and the user-space switch's drops, the switch sockets' sizing:
@@ -102,6 +104,9 @@ def parse_request(raw: bytes) -> dict[str, Any]:
         if doc["fidelity"] != {}:
             raise InputError("fidelity", "expected {} (no fields)")
         return {"fidelity": {}}
+    if isinstance(doc, dict) and len(doc) == 1 and next(iter(doc)) in PROBE_REQUESTS:
+        (what, body), = doc.items()
+        return {what: PROBE_REQUESTS[what](body)}
     if not isinstance(doc, dict) or set(doc) - {"fibres", "vlans"}:
         raise InputError("correct", "expected an object with fibres and vlans")
     fibres, vlans = doc.get("fibres", {}), doc.get("vlans", {})
@@ -122,6 +127,98 @@ def parse_request(raw: bytes) -> dict[str, Any]:
                 raise InputError(f"correct.vlans.{node}", f"not a VLAN id: {str(vlan)[:8]!r}")
             out_v[node][int(vlan)] = _ms(c, f"correct.vlans.{node}.{vlan}")
     return {"fibres": out_f, "vlans": out_v}
+
+
+def _token(v: Any, where: str) -> str:
+    if not (isinstance(v, str) and len(v) == 16 and all(c in "0123456789abcdef" for c in v)):
+        raise InputError(where, "expected a probe token (16 lower-case hex digits)")
+    return v
+
+
+def _vlan(v: Any, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4094:
+        raise InputError(where, f"not a VLAN id: {str(v)[:8]!r}")
+    return v
+
+
+def _name(v: Any, where: str) -> str:
+    if not (isinstance(v, str) and NODE_NAME_RE.fullmatch(v)):
+        raise InputError(where, f"not a node name: {str(v)[:40]!r}")
+    return v
+
+
+def _number(v: Any, where: str, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+            or not lo <= v <= hi:
+        raise InputError(where, f"expected a number in {lo:g}..{hi:g}")
+    return float(v)
+
+
+def _probes(body: Any, where: str, fields: set[str]) -> list[dict[str, Any]]:
+    from testbed.cluster.lpwatch import MAX_PROBES
+
+    probes = body.get("probes") if isinstance(body, dict) else None
+    if not isinstance(probes, list) or not 0 < len(probes) <= MAX_PROBES \
+            or not all(isinstance(p, dict) and set(p) == fields for p in probes):
+        raise InputError(f"{where}.probes", f"expected 1..{MAX_PROBES} objects with "
+                                           f"{', '.join(sorted(fields))}")
+    return probes
+
+
+def parse_probe_watch(body: Any) -> dict[str, Any]:
+    """{probes: [{token, vlan, fibres: [{middle, from}], dst_host|null}], timeout_s}."""
+    from testbed.cluster.lpwatch import TIMEOUT_S_RANGE
+
+    if not isinstance(body, dict) or set(body) != {"probes", "timeout_s"}:
+        raise InputError("probe_watch", "expected {probes, timeout_s}")
+    out = []
+    for i, p in enumerate(_probes(body, "probe_watch", {"token", "vlan", "fibres",
+                                                        "dst_host"})):
+        w = f"probe_watch.probes[{i}]"
+        fibres = p["fibres"]
+        if not isinstance(fibres, list) or len(fibres) > 64 or not all(
+                isinstance(f, dict) and set(f) == {"middle", "from"} for f in fibres):
+            raise InputError(f"{w}.fibres", "expected up to 64 objects {middle, from}")
+        out.append({"token": _token(p["token"], f"{w}.token"),
+                    "vlan": _vlan(p["vlan"], f"{w}.vlan"),
+                    "fibres": [{"middle": _name(f["middle"], f"{w}.fibres.middle"),
+                                "from": _name(f["from"], f"{w}.fibres.from")} for f in fibres],
+                    "dst_host": None if p["dst_host"] is None
+                    else _name(p["dst_host"], f"{w}.dst_host")})
+    return {"probes": out,
+            "timeout_s": _number(body["timeout_s"], "probe_watch.timeout_s", *TIMEOUT_S_RANGE)}
+
+
+def parse_probe_send(body: Any) -> dict[str, Any]:
+    """{probes: [{token, vlan, src_host, dst_host}], gap_ms}."""
+    from testbed.cluster.lpwatch import GAP_MS_MAX
+
+    if not isinstance(body, dict) or set(body) != {"probes", "gap_ms"}:
+        raise InputError("probe_send", "expected {probes, gap_ms}")
+    out = []
+    for i, p in enumerate(_probes(body, "probe_send", {"token", "vlan", "src_host",
+                                                       "dst_host"})):
+        w = f"probe_send.probes[{i}]"
+        out.append({"token": _token(p["token"], f"{w}.token"),
+                    "vlan": _vlan(p["vlan"], f"{w}.vlan"),
+                    "src_host": _name(p["src_host"], f"{w}.src_host"),
+                    "dst_host": _name(p["dst_host"], f"{w}.dst_host")})
+    return {"probes": out, "gap_ms": _number(body["gap_ms"], "probe_send.gap_ms", 0.0,
+                                             GAP_MS_MAX)}
+
+
+def parse_probe_collect(body: Any) -> dict[str, Any]:
+    """{wait_s}."""
+    from testbed.cluster.lpwatch import WAIT_S_MAX
+
+    if not isinstance(body, dict) or set(body) != {"wait_s"}:
+        raise InputError("probe_collect", "expected {wait_s}")
+    return {"wait_s": _number(body["wait_s"], "probe_collect.wait_s", 0.0, WAIT_S_MAX)}
+
+
+PROBE_REQUESTS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "probe_watch": parse_probe_watch, "probe_send": parse_probe_send,
+    "probe_collect": parse_probe_collect}
 
 
 def parse_cap(c: Any) -> dict[str, Any]:
@@ -251,7 +348,7 @@ class ControlServer:
                     reply = self.serve_links(req["links"])
                 elif "cap" in req:
                     reply = set_cap(self.emulators, req["cap"])
-                elif set(req) & {"controller", "fibre", "fidelity"}:
+                elif set(req) & {"controller", "fibre", "fidelity", *PROBE_REQUESTS}:
                     (what, body), = req.items()
                     hook = self.hooks.get(what)
                     reply = (hook(body) if hook is not None else
@@ -302,8 +399,8 @@ def request(state_dir: Path, req: Mapping[str, Any], timeout_s: float = TIMEOUT_
         s.settimeout(timeout_s)
         try:
             s.connect(str(path))
-            body = {k: req[k] for k in ("links", "controller", "fibre", "cap", "fidelity")
-                    if k in req} or {
+            body = {k: req[k] for k in ("links", "controller", "fibre", "cap", "fidelity",
+                                        *PROBE_REQUESTS) if k in req} or {
                 "fibres": req["fibres"],
                 "vlans": {k: {str(v): c for v, c in per.items()}
                           for k, per in req["vlans"].items()}}

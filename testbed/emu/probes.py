@@ -172,6 +172,21 @@ class ProbeResult:
         return self.delivered and self.tag_ok and self.hops_seen == self.hops_expected
 
 
+PROBE_MARK = b"LPPROBE"   # a probe's UDP payload: the mark, then its token
+PROBE_TOKEN_BYTES = 8
+
+
+def probe_frame(src_mac: str, src_ip: str, dst_mac: str, dst_ip: str, vlan: int,
+                token: bytes) -> bytes:
+    """A lightpath probe's frame (untagged: the ROADMs tag it with the lightpath's VLAN):
+    UDP to port 9 (discard) from a port named by the VLAN, the payload PROBE_MARK + token."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    return bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, ttl=64)
+                 / UDP(sport=40000 + vlan % 20000, dport=9) / (PROBE_MARK + token))
+
+
 def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
                     dst_ns: str, dst_if: str, dst_mac: str, dst_ip: str, vlan: int,
                     hops: Sequence[tuple[str, ...]], expected_ms: float,
@@ -182,18 +197,14 @@ def lightpath_probe(src_ns: str, src_if: str, src_mac: str, src_ip: str,
     leaves by]). With both interfaces, kernel timestamps give each fibre's own delay,
     free of the switches' latency.
     """
-    from scapy.layers.inet import IP, UDP
-    from scapy.layers.l2 import Ether
-
-    token = os.urandom(8)
+    token = os.urandom(PROBE_TOKEN_BYTES)
     watch_in = {h[0]: sniff_socket(h[1], h[2]) for h in hops}
     watch_out = {h[0]: sniff_socket(h[1], h[3]) for h in hops if len(h) > 3}
     dst_sock = sniff_socket(dst_ns, dst_if)
     with in_netns(src_ns):
         tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         tx.bind((src_if, ETH_P_ALL))
-    frame = bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, ttl=64)
-                  / UDP(sport=40000 + vlan % 20000, dport=9) / (b"LPPROBE" + token))
+    frame = probe_frame(src_mac, src_ip, dst_mac, dst_ip, vlan, token)
     seen: dict[str, float] = {}
     left: dict[str, float] = {}
     tag_ok = True

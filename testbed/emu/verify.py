@@ -62,24 +62,36 @@ def probe_ok(res: ProbeResult, plan: EmuPlan, path: tuple[str, ...],
     """(route and tags right, delays within tolerance) for one probe result; each fibre
     against the delay its emulator runs at (emulated_ms by middle node; default: the
     configured delay), the whole path against the configured delays."""
-    fibres = [plan.fibre(u, v) for u, v in itertools.pairwise(path)]
+    return res.ok, (fibres_in_time(res, plan, path, emulated_ms)
+                    and path_in_time(res, plan, path, emulated_ms))
+
+
+def fibres_in_time(res: ProbeResult, plan: EmuPlan, path: tuple[str, ...],
+                   emulated_ms: Mapping[str, float] | None = None) -> bool:
+    """Each fibre of the path held the probe for the delay its emulator runs at (within
+    its tolerance; emulated_ms by middle node, default the configured delay)."""
     delays = res.fibre_delay_ms or {}
     emulated_ms = emulated_ms or {}
+    for u, v in itertools.pairwise(path):
+        f = plan.fibre(u, v)
+        runs_at = float(emulated_ms.get(f.middle, f.delay_ms))
+        if not within(delays.get(f.middle), runs_at, fibre_tolerance_ms(runs_at)):
+            return False
+    return True
 
-    def runs_at(f: Any) -> float:
-        return float(emulated_ms.get(f.middle, f.delay_ms))
 
-    fibre_ok = all(within(delays.get(f.middle), runs_at(f), fibre_tolerance_ms(runs_at(f)))
-                   for f in fibres)
+def path_in_time(res: ProbeResult, plan: EmuPlan, path: tuple[str, ...],
+                 emulated_ms: Mapping[str, float] | None = None) -> bool:
+    """The probe reached the far host no earlier than its fibres hold it (the calibration
+    shortened them for the hosts' and bridges' time, which an injected frame partly
+    skips) and no later than the configured delays + the path's tolerance."""
+    fibres = [plan.fibre(u, v) for u, v in itertools.pairwise(path)]
+    emulated_ms = emulated_ms or {}
     expected = sum(f.delay_ms for f in fibres)
-    # No earlier than the fibres hold it (the calibration shortened them for the hosts'
-    # and bridges' time, which an injected frame partly skips), no later than configured
-    # + tolerance.
-    floor = min(expected, sum(runs_at(f) for f in fibres))
+    floor = min(expected, sum(float(emulated_ms.get(f.middle, f.delay_ms)) for f in fibres))
     one_way = res.one_way_ms
-    path_ok = (one_way is not None and floor - FIBRE_EARLY_MS <= one_way
-               and one_way - expected <= path_tolerance_ms(expected, len(fibres)))
-    return res.ok, fibre_ok and path_ok
+    return (one_way is not None and floor - FIBRE_EARLY_MS <= one_way
+            and one_way - expected <= path_tolerance_ms(expected, len(fibres)))
 
 
 def answered(ping: dict[str, Any], lossy: bool) -> bool:

@@ -224,6 +224,22 @@ def test_up_checks_every_pair_and_down_leaves_nothing(
             assert r["pings"] >= 8 and r["median_ms"] > r["expected_rtt_ms"] * 0.9, r
             assert set(r) >= {"src_machine", "dst_machine", "expected_rtt_ms", "median_ms",
                               "max_ms", "error_ms", "within_band", "fibres", "hops"}
+        # The lightpath probes across the machines: both directions of every DC pair's
+        # lightpath on its route, every fibre's own delay measured on its machine (the two
+        # that cross included), the one-way time only where both hosts share a machine.
+        lp = json.loads((out / "cluster_probes.json").read_text())
+        assert lp["routes_ok"] and len(lp["probes"]) == 12, lp
+        assert lp["one_way_checked"] == 4  # a~b and c~d, both ways
+        crossing = {m for r in lp["probes"] for m, mm in r["fibre_machines"].items()
+                    if r["src_machine"] != r["dst_machine"]}
+        for r in lp["probes"]:
+            assert r["hops_seen"] == r["hops_expected"] and r["tag_ok"], r
+            assert set(r["fibre_delay_ms"]) == set(r["hops_expected"]), r
+            assert (r["one_way_ms"] is None) == (r["src_machine"] != r["dst_machine"])
+        assert len(crossing) >= 2
+        print(f"lightpath probes: {sum(r['delay_ok'] for r in lp['probes'])}/12 within "
+              f"their fibres' delays, {lp['rounds']} round(s), {lp['took_s']:.1f} s")
+        assert "lightpath probes on their routes" in so
         for m in (a, b):  # the tunnels' ends live in the run's namespaces
             assert 4789 in m.udp_ports()
             root = json.loads(sh("ip", "-n", m.netns, "-j", "-d", "link", "show").stdout)

@@ -52,6 +52,12 @@ def check_up(out: Path) -> None:
     need(rtt["pairs_planned"] > 0, "no DC pair planned")
     need(rtt["pairs_answered"] == rtt["pairs_planned"], "a DC pair did not answer")
     need(rtt["pairs_within_band"] == rtt["pairs_planned"], "a DC pair is out of its band")
+    lp = load(out / "cluster_probes.json")  # every lightpath direction, across the guests
+    print(f"lightpath probes: {sum(r['route_ok'] for r in lp['probes'])}/{len(lp['probes'])}"
+          f" on their routes, {sum(r['delay_ok'] for r in lp['probes'])} within their "
+          f"fibres' delays, {lp['rounds']} round(s), {lp['took_s']} s")
+    need(lp["routes_ok"] and len(lp["probes"]) == 2 * rtt["pairs_planned"],
+         "a lightpath probe is off its route")
     print(f"prefix {run['prefix']}")
 
 

@@ -1,0 +1,222 @@
+"""A share's half of the lightpath probes across machines: watch its fibres, send, collect.
+
+A one-machine run follows each lightpath probe through every fibre it crosses
+(testbed.emu.probes.lightpath_probe: kernel receive stamps on both sides of each fibre's
+middle node, the VLAN tag it carries there, its arrival at the far host). Across machines
+the fibres of one lightpath sit on several machines, so the driver
+(testbed.cluster.lpprobe) does it in three requests to every share holder, each answered
+when done (readiness by reply, no waiting on a clock):
+
+    {"probe_watch": {"probes": [{"token", "vlan", "fibres": [{"middle", "from"}],
+                                 "dst_host"}], "timeout_s"}}
+        sniff sockets on the interfaces the probes enter and leave this machine's fibre
+        emulators by, and on the probes' far hosts here; answered once they are bound.
+    {"probe_send": {"probes": [{"token", "vlan", "src_host", "dst_host"}], "gap_ms"}}
+        each probe's frame from its source host here, gap_ms apart; answered with each
+        one's send time.
+    {"probe_collect": {"wait_s"}}
+        waits (up to wait_s) until every watched probe was seen everywhere it was
+        expected, closes the sockets, answers what was seen.
+
+A fibre's own delay is the difference of two kernel stamps taken in its middle node, one
+machine, one clock: it needs no clock shared between machines. The hold control server
+validates every request (testbed.cluster.holdctl) before it reaches this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from testbed.emu.probes import PROBE_MARK, PROBE_TOKEN_BYTES, probe_frame, recv_with_vlan
+
+log = logging.getLogger(__name__)
+
+MAX_PROBES = 4096
+TIMEOUT_S_RANGE = (1.0, 600.0)   # how long a watch stays open at most
+WAIT_S_MAX = 20.0   # within the control socket's 30 s answer time
+GAP_MS_MAX = 1000.0
+_MARK_AT = 42  # Ethernet 14 + IPv4 20 + UDP 8: where an untagged probe's payload starts
+
+
+def token_of(data: bytes) -> bytes | None:
+    """The probe token in a frame, or None (tagged or not: the mark is searched)."""
+    i = data.find(PROBE_MARK, _MARK_AT if len(data) > _MARK_AT else 0)
+    if i < 0:
+        return None
+    tok = data[i + len(PROBE_MARK):i + len(PROBE_MARK) + PROBE_TOKEN_BYTES]
+    return tok if len(tok) == PROBE_TOKEN_BYTES else None
+
+
+class ProbeWatch:
+    """The share's one open watch (a new one replaces it)."""
+
+    def __init__(self, net: Any) -> None:
+        self.net = net
+        self.lock = threading.Lock()
+        self.socks: dict[int, tuple[socket.socket, str, str]] = {}  # fd -> (sock, name, side)
+        self.expect: dict[str, set[tuple[str, str]]] = {}   # token hex -> (name, side)
+        self.vlan: dict[str, int] = {}
+        self.seen: dict[str, dict[str, list[Any]]] = {}     # token -> name -> [stamp, tag]
+        self.left: dict[str, dict[str, float]] = {}
+        self.arrived: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.deadline = 0.0
+
+    # -- the three requests ------------------------------------------------------------
+    def watch(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.reset()
+        net = self.net
+        wanted: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, ifname) -> (name, side)
+        expect: dict[str, set[tuple[str, str]]] = {}
+        try:
+            for p in body["probes"]:
+                keys = expect.setdefault(p["token"], set())
+                self.vlan[p["token"]] = p["vlan"]
+                for f in p["fibres"]:
+                    emu = net.emulators.get(f["middle"])
+                    if emu is None:
+                        return {"ok": False, "error": f"fibre {f['middle']} is not emulated "
+                                                      "on this machine"}
+                    fib = emu.fibre
+                    if f["from"] not in (fib.u, fib.v):
+                        return {"ok": False, "error": f"fibre {f['middle']} does not end at "
+                                                      f"{f['from']}"}
+                    into, out = ((emu.intf_u, emu.intf_v) if f["from"] == fib.u
+                                 else (emu.intf_v, emu.intf_u))
+                    ns = f"/proc/{emu.ns_pid}/ns/net"
+                    wanted[(ns, into)] = (f["middle"], f"in:{into}")
+                    wanted[(ns, out)] = (f["middle"], f"out:{out}")
+                    keys |= {(f["middle"], f"in:{into}"), (f["middle"], f"out:{out}")}
+                if p["dst_host"] is not None:
+                    _node, ns, ifname = self._host(p["dst_host"])
+                    wanted[(ns, ifname)] = (p["dst_host"], "dst")
+                    keys.add((p["dst_host"], "dst"))
+            from testbed.emu.probes import sniff_socket
+
+            for (ns, ifname), (name, side) in wanted.items():
+                s = sniff_socket(ns, ifname)
+                self.socks[s.fileno()] = (s, name, side)
+        except (KeyError, OSError, ValueError) as exc:
+            self.close()
+            return {"ok": False, "error": f"probe watch: {str(exc)[:300]}"}
+        self.expect = expect
+        self.deadline = time.monotonic() + float(body["timeout_s"])
+        self.stop.clear()
+        self.thread = threading.Thread(target=self._loop, name="probe-watch", daemon=True)
+        self.thread.start()
+        return {"ok": True, "sockets": len(self.socks), "probes": len(expect)}
+
+    def send(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        from testbed.emu.netns import in_netns
+        from testbed.emu.probes import ETH_P_ALL
+
+        plan = self.net.plan
+        sent: dict[str, float] = {}
+        try:
+            for i, p in enumerate(body["probes"]):
+                src, dst = plan.host(p["src_host"]), plan.host(p["dst_host"])
+                _node, ns, ifname = self._host(p["src_host"])
+                frame = probe_frame(src.mac, src.ip.split("/")[0], dst.mac,
+                                    dst.ip.split("/")[0], p["vlan"], bytes.fromhex(p["token"]))
+                with in_netns(ns):
+                    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW,
+                                       socket.htons(ETH_P_ALL))
+                    tx.bind((ifname, ETH_P_ALL))
+                try:
+                    if i and body["gap_ms"]:
+                        time.sleep(body["gap_ms"] / 1000.0)
+                    sent[p["token"]] = time.time()
+                    tx.send(frame)
+                finally:
+                    tx.close()
+        except (KeyError, OSError, ValueError) as exc:
+            return {"ok": False, "error": f"probe send: {str(exc)[:300]}", "sent": sent}
+        return {"ok": True, "sent": sent}
+
+    def collect(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        end = time.monotonic() + float(body["wait_s"])
+        while time.monotonic() < end and not self._complete():
+            time.sleep(0.01)
+        self.close()
+        emulated = {}
+        for tok, keys in self.expect.items():
+            vlan = self.vlan.get(tok)
+            emulated[tok] = {name: round(self.net.emulators[name].emulated_delay_ms(vlan), 6)
+                             for name, side in keys if side != "dst"}
+        with self.lock:
+            return {"ok": True, "seen": self.seen, "left": self.left, "arrived": self.arrived,
+                    "emulated_ms": emulated}
+
+    # -- helpers -----------------------------------------------------------------------
+    def _host(self, name: str) -> tuple[str, str, str]:
+        """(node, namespace path, interface) of a host of this share (KeyError if not)."""
+        h = self.net.plan.host(name)
+        node = self.net.nodes[h.node]
+        return h.node, f"/proc/{int(node.pid)}/ns/net", str(node.defaultIntf())
+
+    def _complete(self) -> bool:
+        with self.lock:
+            for tok, keys in self.expect.items():
+                for name, side in keys:
+                    if side == "dst":
+                        if tok not in self.arrived:
+                            return False
+                    elif side.startswith("in:"):
+                        if name not in self.seen.get(tok, {}):
+                            return False
+                    elif name not in self.left.get(tok, {}):
+                        return False
+        return True
+
+    def _loop(self) -> None:
+        sides = {fd: (name, side) for fd, (_s, name, side) in self.socks.items()}
+        socks = [s for s, _n, _d in self.socks.values()]
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            try:
+                ready, _, _ = select.select(socks, [], [], 0.05)
+            except (OSError, ValueError):
+                return  # closed under us
+            for s in ready:
+                name, side = sides[s.fileno()]
+                while True:
+                    try:
+                        data, tag, stamp = recv_with_vlan(s)
+                    except (BlockingIOError, OSError):
+                        break
+                    tok = token_of(data)
+                    if tok is None:
+                        continue
+                    self._record(tok.hex(), name, side, tag, stamp)
+
+    def _record(self, tok: str, name: str, side: str, tag: int | None, stamp: float) -> None:
+        if tok not in self.expect:
+            return
+        with self.lock:
+            if side == "dst":
+                self.arrived.setdefault(tok, stamp)
+            elif side.startswith("in:"):
+                self.seen.setdefault(tok, {}).setdefault(name, [stamp, tag])
+            else:
+                self.left.setdefault(tok, {}).setdefault(name, stamp)
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+            self.thread = None
+        for s, _n, _d in self.socks.values():
+            s.close()
+        self.socks = {}
+
+    def reset(self) -> None:
+        """Forget what the last watch saw (a new watch starts clean)."""
+        self.close()
+        with self.lock:
+            self.expect, self.vlan, self.seen, self.left, self.arrived = {}, {}, {}, {}, {}
