@@ -128,6 +128,14 @@ def one_run(cluster: Any, subset: Path, names: list[str], size: str, work: Path,
         cal = json.loads((out / "cluster_calibration.json").read_text())
     except (OSError, ValueError):
         pass
+    try:  # the lightpath probes across the machines (cluster up's last check)
+        lp = json.loads((out / "cluster_probes.json").read_text())
+        row["probes"] = {"directions": len(lp["probes"]),
+                         "on_route": sum(bool(r["route_ok"]) for r in lp["probes"]),
+                         "in_time": sum(bool(r["delay_ok"]) for r in lp["probes"]),
+                         "rounds": lp["rounds"], "took_s": lp["took_s"]}
+    except (OSError, ValueError, KeyError):
+        row["probes"] = None
     errs = [r["median_ms"] - r["expected_rtt_ms"] for r in rtt["pairs"]
             if r.get("median_ms") is not None]
     row |= {"up_s": rec["up_s"], "crossing_fibres": rec["crossing_fibres"],
@@ -148,8 +156,9 @@ def one_run(cluster: Any, subset: Path, names: list[str], size: str, work: Path,
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| machines | size (DCs x hosts) | pairs in band | RTT error median / worst | "
-            "up (each share) | calibration | pair check | memory in use while up | held |")
-    lines = [head, "|" + "---|" * 9]
+            "up (each share) | calibration | pair check | lightpath probes on route / in "
+            "time | memory in use while up | held |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         shares = ", ".join(f"{k} {v:.0f} s" for k, v in (r.get("share_up_s") or {}).items()
                            if v is not None)
@@ -162,7 +171,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             + (f"{err['median']:+.2f} / {err['worst']:+.2f} ms" if err else "-")
             + f" | {r.get('up_s', 0):.0f} s ({shares}) | "
             + (f"{r['calibration_s']:.0f} s" if r.get("calibration_s") else "-")
-            + f" | {r.get('check_s', 0):.0f} s | {mem} | "
+            + f" | {r.get('check_s', 0):.0f} s | "
+            + (f"{pr['on_route']}/{pr['directions']} / {pr['in_time']} ({pr['took_s']:.0f} s)"
+               if (pr := r.get("probes")) else "-")
+            + f" | {mem} | "
             + ("yes" if r["held"] else f"no: {r.get('failure') or r.get('out_of_band')}")
             + " |")
     return "\n".join(lines)

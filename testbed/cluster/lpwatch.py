@@ -59,8 +59,12 @@ class ProbeWatch:
     def __init__(self, net: Any) -> None:
         self.net = net
         self.lock = threading.Lock()
-        self.socks: dict[int, tuple[socket.socket, str, str]] = {}  # fd -> (sock, name, side)
-        self.expect: dict[str, set[tuple[str, str]]] = {}   # token hex -> (name, side)
+        # fd -> (socket, fibre middle or host name, interface, "fibre" | "host")
+        self.socks: dict[int, tuple[socket.socket, str, str, str]] = {}
+        # per token: the interface it enters / leaves each watched fibre by, its far host
+        self.into: dict[str, dict[str, str]] = {}
+        self.out: dict[str, dict[str, str]] = {}
+        self.dst: dict[str, str | None] = {}
         self.vlan: dict[str, int] = {}
         self.seen: dict[str, dict[str, list[Any]]] = {}     # token -> name -> [stamp, tag]
         self.left: dict[str, dict[str, float]] = {}
@@ -73,45 +77,46 @@ class ProbeWatch:
     def watch(self, body: Mapping[str, Any]) -> dict[str, Any]:
         self.reset()
         net = self.net
-        wanted: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, ifname) -> (name, side)
-        expect: dict[str, set[tuple[str, str]]] = {}
+        # One socket per interface, whichever probes and directions cross it.
+        wanted: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, ifname) -> (name, kind)
         try:
             for p in body["probes"]:
-                keys = expect.setdefault(p["token"], set())
-                self.vlan[p["token"]] = p["vlan"]
+                tok = p["token"]
+                self.vlan[tok] = p["vlan"]
+                self.into[tok], self.out[tok] = {}, {}
                 for f in p["fibres"]:
                     emu = net.emulators.get(f["middle"])
                     if emu is None:
+                        self.reset()
                         return {"ok": False, "error": f"fibre {f['middle']} is not emulated "
                                                       "on this machine"}
                     fib = emu.fibre
                     if f["from"] not in (fib.u, fib.v):
+                        self.reset()
                         return {"ok": False, "error": f"fibre {f['middle']} does not end at "
                                                       f"{f['from']}"}
                     into, out = ((emu.intf_u, emu.intf_v) if f["from"] == fib.u
                                  else (emu.intf_v, emu.intf_u))
+                    self.into[tok][f["middle"]], self.out[tok][f["middle"]] = into, out
                     ns = f"/proc/{emu.ns_pid}/ns/net"
-                    wanted[(ns, into)] = (f["middle"], f"in:{into}")
-                    wanted[(ns, out)] = (f["middle"], f"out:{out}")
-                    keys |= {(f["middle"], f"in:{into}"), (f["middle"], f"out:{out}")}
+                    wanted[(ns, into)] = wanted[(ns, out)] = (f["middle"], "fibre")
+                self.dst[tok] = p["dst_host"]
                 if p["dst_host"] is not None:
                     _node, ns, ifname = self._host(p["dst_host"])
-                    wanted[(ns, ifname)] = (p["dst_host"], "dst")
-                    keys.add((p["dst_host"], "dst"))
+                    wanted[(ns, ifname)] = (p["dst_host"], "host")
             from testbed.emu.probes import sniff_socket
 
-            for (ns, ifname), (name, side) in wanted.items():
+            for (ns, ifname), (name, kind) in wanted.items():
                 s = sniff_socket(ns, ifname)
-                self.socks[s.fileno()] = (s, name, side)
+                self.socks[s.fileno()] = (s, name, ifname, kind)
         except (KeyError, OSError, ValueError) as exc:
-            self.close()
+            self.reset()
             return {"ok": False, "error": f"probe watch: {str(exc)[:300]}"}
-        self.expect = expect
         self.deadline = time.monotonic() + float(body["timeout_s"])
         self.stop.clear()
         self.thread = threading.Thread(target=self._loop, name="probe-watch", daemon=True)
         self.thread.start()
-        return {"ok": True, "sockets": len(self.socks), "probes": len(expect)}
+        return {"ok": True, "sockets": len(self.socks), "probes": len(self.vlan)}
 
     def send(self, body: Mapping[str, Any]) -> dict[str, Any]:
         from testbed.emu.netns import in_netns
@@ -145,11 +150,8 @@ class ProbeWatch:
         while time.monotonic() < end and not self._complete():
             time.sleep(0.01)
         self.close()
-        emulated = {}
-        for tok, keys in self.expect.items():
-            vlan = self.vlan.get(tok)
-            emulated[tok] = {name: round(self.net.emulators[name].emulated_delay_ms(vlan), 6)
-                             for name, side in keys if side != "dst"}
+        emulated = {tok: {m: round(self.net.emulators[m].emulated_delay_ms(self.vlan[tok]), 6)
+                          for m in fibres} for tok, fibres in self.into.items()}
         with self.lock:
             return {"ok": True, "seen": self.seen, "left": self.left, "arrived": self.arrived,
                     "emulated_ms": emulated}
@@ -163,47 +165,47 @@ class ProbeWatch:
 
     def _complete(self) -> bool:
         with self.lock:
-            for tok, keys in self.expect.items():
-                for name, side in keys:
-                    if side == "dst":
-                        if tok not in self.arrived:
-                            return False
-                    elif side.startswith("in:"):
-                        if name not in self.seen.get(tok, {}):
-                            return False
-                    elif name not in self.left.get(tok, {}):
-                        return False
+            for tok, fibres in self.into.items():
+                if self.dst.get(tok) is not None and tok not in self.arrived:
+                    return False
+                if set(fibres) - set(self.seen.get(tok, {})) \
+                        or set(fibres) - set(self.left.get(tok, {})):
+                    return False
         return True
 
     def _loop(self) -> None:
-        sides = {fd: (name, side) for fd, (_s, name, side) in self.socks.items()}
-        socks = [s for s, _n, _d in self.socks.values()]
+        roles = {fd: (name, ifname, kind) for fd, (_s, name, ifname, kind)
+                 in self.socks.items()}
+        socks = [entry[0] for entry in self.socks.values()]
         while not self.stop.is_set() and time.monotonic() < self.deadline:
             try:
                 ready, _, _ = select.select(socks, [], [], 0.05)
             except (OSError, ValueError):
                 return  # closed under us
             for s in ready:
-                name, side = sides[s.fileno()]
+                name, ifname, kind = roles[s.fileno()]
                 while True:
                     try:
                         data, tag, stamp = recv_with_vlan(s)
                     except (BlockingIOError, OSError):
                         break
                     tok = token_of(data)
-                    if tok is None:
-                        continue
-                    self._record(tok.hex(), name, side, tag, stamp)
+                    if tok is not None:
+                        self._record(tok.hex(), name, ifname, kind, tag, stamp)
 
-    def _record(self, tok: str, name: str, side: str, tag: int | None, stamp: float) -> None:
-        if tok not in self.expect:
-            return
+    def _record(self, tok: str, name: str, ifname: str, kind: str, tag: int | None,
+                stamp: float) -> None:
+        """The first time a probe's frame shows where this token is expected: entering or
+        leaving one of its fibres by the interface of its direction, or at its own far
+        host (a host also sees the probes it sends, and an ICMP error may carry one back:
+        neither counts)."""
         with self.lock:
-            if side == "dst":
-                self.arrived.setdefault(tok, stamp)
-            elif side.startswith("in:"):
+            if kind == "host":
+                if self.dst.get(tok) == name:
+                    self.arrived.setdefault(tok, stamp)
+            elif self.into.get(tok, {}).get(name) == ifname:
                 self.seen.setdefault(tok, {}).setdefault(name, [stamp, tag])
-            else:
+            elif self.out.get(tok, {}).get(name) == ifname:
                 self.left.setdefault(tok, {}).setdefault(name, stamp)
 
     def close(self) -> None:
@@ -211,12 +213,13 @@ class ProbeWatch:
         if self.thread is not None:
             self.thread.join(timeout=5)
             self.thread = None
-        for s, _n, _d in self.socks.values():
-            s.close()
+        for entry in self.socks.values():
+            entry[0].close()
         self.socks = {}
 
     def reset(self) -> None:
-        """Forget what the last watch saw (a new watch starts clean)."""
+        """Close the watch and forget what it saw (a new watch starts clean)."""
         self.close()
         with self.lock:
-            self.expect, self.vlan, self.seen, self.left, self.arrived = {}, {}, {}, {}, {}
+            self.into, self.out, self.dst, self.vlan = {}, {}, {}, {}
+            self.seen, self.left, self.arrived = {}, {}, {}

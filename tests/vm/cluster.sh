@@ -5,8 +5,9 @@
 # key made for the test. Outside CI (about 15-25 minutes here):
 #
 #   sudo bash tests/vm/cluster.sh                # the whole test, then destroy
-#   sudo bash tests/vm/cluster.sh --cmd "CMD"    # up (or reuse), CMD as root on lp1 in
-#                                                # /lightpipe; returns CMD's status; VMs kept
+#   sudo bash tests/vm/cluster.sh --cmd "CMD"    # up (or reuse: this checkout rsynced),
+#                                                # CMD as root on lp1 in /lightpipe;
+#                                                # returns CMD's status; VMs kept
 #   sudo bash tests/vm/cluster.sh --destroy      # destroy kept VMs and clean up
 #
 # The test, every command run on lp1 as a user would (the `lightpipe` wrapper, as root):
@@ -111,7 +112,8 @@ up() {
   export LP_BOX
   done_step
   if both_running; then
-    log "reusing the running guests"
+    log "reusing the running guests (this checkout rsynced to /lightpipe on both)"
+    vagrant_ rsync 2>&1 | stamp
   else
     step "vagrant up --provider libvirt (two guests: provision.sh, make setup)"
     vagrant_ up --provider libvirt 2>&1 | stamp
