@@ -32,6 +32,10 @@ def test_probe_requests_are_validated_field_by_field() -> None:
     send = {"probe_send": {"probes": [{"token": TOKEN, "vlan": 12, "src_host": "dc-a-h0",
                                        "dst_host": "dc-b-h0"}], "gap_ms": 5}}
     assert parse_request(json.dumps(send).encode())["probe_send"]["gap_ms"] == 5.0
+    run = {"probe_run": {**send["probe_send"], "wait_s": 4}}
+    assert parse_request(json.dumps(run).encode())["probe_run"]["wait_s"] == 4.0
+    none = {"probe_run": {"probes": [], "gap_ms": 5, "wait_s": 4}}  # only collect
+    assert parse_request(json.dumps(none).encode())["probe_run"]["probes"] == []
     assert parse_request(b'{"probe_collect": {"wait_s": 3}}') == {
         "probe_collect": {"wait_s": 3.0}}
     bad = [
@@ -48,6 +52,8 @@ def test_probe_requests_are_validated_field_by_field() -> None:
         ({"probe_send": {"probes": [{"token": TOKEN}], "gap_ms": 1}}, "probe_send.probes"),
         ({"probe_collect": {"wait_s": 99}}, "probe_collect.wait_s"),
         ({"probe_collect": {}}, "probe_collect"),
+        ({"probe_run": {"probes": [], "gap_ms": 5, "wait_s": -1}}, "probe_run.wait_s"),
+        ({"probe_send": {"probes": [], "gap_ms": 5}}, "probe_send.probes"),
     ]
     for doc, field in bad:
         with pytest.raises(InputError, match=field.replace(".", r"\.")):
@@ -176,14 +182,13 @@ def test_failed_probes_go_round_again_with_fresh_tokens() -> None:
         if what == "probe_watch":
             watched[machine] = body["probes"]
             return {"ok": True}
-        if what == "probe_send":
-            tokens = [p["token"] for p in body["probes"]]
-            if not sends:
-                lost.add(tokens[0])  # the very first probe sent never arrives
-            sends.append(tokens)
-            return {"ok": True, "sent": {t: CLOCK[machine] for t in tokens}}
+        assert what == "probe_run"  # send this machine's probes, then collect
+        tokens = [p["token"] for p in body["probes"]]
+        if not sends:
+            lost.add(tokens[0])  # the very first probe sent never arrives
+        sends.append(tokens)
         out: dict[str, Any] = {"ok": True, "seen": {}, "left": {}, "arrived": {},
-                               "emulated_ms": {}}
+                               "emulated_ms": {}, "sent": {t: CLOCK[machine] for t in tokens}}
         for w in watched[machine]:  # as a holder whose probes all went right
             t = CLOCK[machine]
             for f in w["fibres"]:
@@ -196,7 +201,7 @@ def test_failed_probes_go_round_again_with_fresh_tokens() -> None:
                 out["arrived"][w["token"]] = t + 0.001
         return out
 
-    rec = run_probes(plan, placement, step, lambda ms, fn: [fn(m) for m in ms], tries=3)
+    rec = run_probes(plan, placement, step, lambda ms, fn: [fn(m) for m in ms])
     assert rec["rounds"] == 2 and rec["routes_ok"] and rec["delays_ok"], rec
     first = {t for tokens in sends[:2] for t in tokens}
     again = [t for tokens in sends[2:] for t in tokens]
@@ -230,7 +235,7 @@ def test_holder_watch_send_collect_matches_the_one_machine_probes(tmp_path: Path
         watch = ProbeWatch(net)
         server = ControlServer(d, net.emulators, hooks={
             "probe_watch": watch.watch, "probe_send": watch.send,
-            "probe_collect": watch.collect}).start()
+            "probe_collect": watch.collect, "probe_run": watch.run}).start()
         try:
             def step(_m: str, req: dict[str, Any]) -> dict[str, Any]:
                 return request(d, parse_request(__import__("json").dumps(req).encode()))

@@ -134,7 +134,7 @@ def cmd_serve() -> int:
                            "fibre": lambda b: fibre_event(net, b["u"], b["v"], b["up"]),
                            "fidelity": lambda _b: share_fidelity(net),
                            "probe_watch": watch.watch, "probe_send": watch.send,
-                           "probe_collect": watch.collect}
+                           "probe_collect": watch.collect, "probe_run": watch.run}
                 ).start()
                 atomic_write_json(state_dir / "share.json", order.doc, mode=0o600)
                 hosts = {h.node: {"dc": h.dc, "ip": h.ip.split("/")[0],

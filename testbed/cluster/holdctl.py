@@ -24,7 +24,8 @@ it from the switch), answered with {"ok": true}; or
 on a fibre emulated here, set (or removed: null) by the run's controller through the
 driver's relay (testbed.cluster.caprelay), answered with {"ok": true, "caps_mbps": {VLAN:
 RATE}} (the fibre's caps now); or
-{"probe_watch": ...}, {"probe_send": ...}, {"probe_collect": ...}: the share's half of the
+{"probe_watch": ...}, {"probe_send": ...}, {"probe_collect": ...}, {"probe_run": ...}: the
+share's half of the
 lightpath probes across machines (testbed.cluster.lpwatch), each answered when done; or
 {"fidelity": {}}: what the run's fidelity verdict reads from this machine's share besides
 RTTs and CPU (its forwarders' counters and timer slack, its hosts' TCP counters, the shaped
@@ -154,13 +155,14 @@ def _number(v: Any, where: str, lo: float, hi: float) -> float:
     return float(v)
 
 
-def _probes(body: Any, where: str, fields: set[str]) -> list[dict[str, Any]]:
+def _probes(body: Any, where: str, fields: set[str], least: int = 1
+            ) -> list[dict[str, Any]]:
     from testbed.cluster.lpwatch import MAX_PROBES
 
     probes = body.get("probes") if isinstance(body, dict) else None
-    if not isinstance(probes, list) or not 0 < len(probes) <= MAX_PROBES \
+    if not isinstance(probes, list) or not least <= len(probes) <= MAX_PROBES \
             or not all(isinstance(p, dict) and set(p) == fields for p in probes):
-        raise InputError(f"{where}.probes", f"expected 1..{MAX_PROBES} objects with "
+        raise InputError(f"{where}.probes", f"expected {least}..{MAX_PROBES} objects with "
                                            f"{', '.join(sorted(fields))}")
     return probes
 
@@ -189,36 +191,45 @@ def parse_probe_watch(body: Any) -> dict[str, Any]:
             "timeout_s": _number(body["timeout_s"], "probe_watch.timeout_s", *TIMEOUT_S_RANGE)}
 
 
-def parse_probe_send(body: Any) -> dict[str, Any]:
+def parse_probe_send(body: Any, what: str = "probe_send") -> dict[str, Any]:
     """{probes: [{token, vlan, src_host, dst_host}], gap_ms}."""
     from testbed.cluster.lpwatch import GAP_MS_MAX
 
     if not isinstance(body, dict) or set(body) != {"probes", "gap_ms"}:
-        raise InputError("probe_send", "expected {probes, gap_ms}")
+        raise InputError(what, "expected {probes, gap_ms}")
     out = []
-    for i, p in enumerate(_probes(body, "probe_send", {"token", "vlan", "src_host",
-                                                       "dst_host"})):
-        w = f"probe_send.probes[{i}]"
+    for i, p in enumerate(_probes(body, what, {"token", "vlan", "src_host", "dst_host"},
+                                  least=1 if what == "probe_send" else 0)):
+        w = f"{what}.probes[{i}]"
         out.append({"token": _token(p["token"], f"{w}.token"),
                     "vlan": _vlan(p["vlan"], f"{w}.vlan"),
                     "src_host": _name(p["src_host"], f"{w}.src_host"),
                     "dst_host": _name(p["dst_host"], f"{w}.dst_host")})
-    return {"probes": out, "gap_ms": _number(body["gap_ms"], "probe_send.gap_ms", 0.0,
+    return {"probes": out, "gap_ms": _number(body["gap_ms"], f"{what}.gap_ms", 0.0,
                                              GAP_MS_MAX)}
 
 
-def parse_probe_collect(body: Any) -> dict[str, Any]:
+def parse_probe_run(body: Any) -> dict[str, Any]:
+    """{probes: [{token, vlan, src_host, dst_host}] (maybe none), gap_ms, wait_s}."""
+    if not isinstance(body, dict) or set(body) != {"probes", "gap_ms", "wait_s"}:
+        raise InputError("probe_run", "expected {probes, gap_ms, wait_s}")
+    send = parse_probe_send({k: body[k] for k in ("probes", "gap_ms")}, "probe_run")
+    wait = parse_probe_collect({"wait_s": body["wait_s"]}, "probe_run")
+    return {**send, **wait}
+
+
+def parse_probe_collect(body: Any, what: str = "probe_collect") -> dict[str, Any]:
     """{wait_s}."""
     from testbed.cluster.lpwatch import WAIT_S_MAX
 
     if not isinstance(body, dict) or set(body) != {"wait_s"}:
-        raise InputError("probe_collect", "expected {wait_s}")
-    return {"wait_s": _number(body["wait_s"], "probe_collect.wait_s", 0.0, WAIT_S_MAX)}
+        raise InputError(what, "expected {wait_s}")
+    return {"wait_s": _number(body["wait_s"], f"{what}.wait_s", 0.0, WAIT_S_MAX)}
 
 
 PROBE_REQUESTS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "probe_watch": parse_probe_watch, "probe_send": parse_probe_send,
-    "probe_collect": parse_probe_collect}
+    "probe_collect": parse_probe_collect, "probe_run": parse_probe_run}
 
 
 def parse_cap(c: Any) -> dict[str, Any]:

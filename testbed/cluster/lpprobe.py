@@ -6,8 +6,9 @@ route, in order, each fibre holding it for its emulated delay, and delivered to 
 host in time. Across machines the driver asks the share holders (testbed.cluster.lpwatch,
 over `hold correct` and each holder's control socket) to watch every fibre and far host
 of every probe, then the source machines to send, then every machine for what it saw;
-probes that failed go round again (up to PROBE_TRIES rounds, as a one-machine probe is
-retried). The rows have the one-machine shape, plus where each end ran:
+probes that failed go round again under fresh tokens (up to CLUSTER_TRIES rounds; a
+one-machine probe is retried PROBE_TRIES times, each try a frame, where a round here costs
+two SSH steps per machine). The rows have the one-machine shape, plus where each end ran:
 
 - a fibre's delay (entry -> exit stamps in its middle node) is taken on one machine, on
   one clock, for every fibre, crossing or not;
@@ -32,7 +33,6 @@ from testbed.cluster.lpwatch import GAP_MS_MAX, WAIT_S_MAX
 from testbed.emu.plan import EmuPlan
 from testbed.emu.probes import ProbeResult
 from testbed.emu.verify import (
-    PROBE_TRIES,
     ProbeJob,
     fibres_in_time,
     path_in_time,
@@ -42,6 +42,7 @@ from testbed.emu.verify import (
 
 GAP_MS = 5.0          # between two probes sent from one machine
 WATCH_TIMEOUT_S = 120.0
+CLUSTER_TRIES = 3     # rounds at most (each costs two SSH steps per machine)
 assert GAP_MS <= GAP_MS_MAX
 
 
@@ -176,19 +177,22 @@ def one_round(batch: Sequence[PlacedProbe], step: Step,
     """Watch on every machine concerned, send from the sources, collect everywhere: (send
     times by token, collect replies by machine)."""
     watch, send = requests(batch)
-    ms = sorted(watch)
-    side_by_side(ms, lambda m: _ok(m, step(m, {"probe_watch": watch[m]})))
+    side_by_side(sorted(watch), lambda m: _ok(m, step(m, {"probe_watch": watch[m]})))
+    # Every machine watches now: each sends its own probes and collects what it saw.
+    wait_s = collect_wait_s(batch)
+    ms = sorted(set(watch) | set(send))
+    got = dict(zip(ms, side_by_side(ms, lambda m: _ok(m, step(m, {"probe_run": {
+        "probes": send.get(m, {}).get("probes", []), "gap_ms": GAP_MS, "wait_s": wait_s}}))),
+        strict=True))
     sent: dict[str, float] = {}
-    for reply in side_by_side(sorted(send), lambda m: _ok(m, step(m, {"probe_send": send[m]}))):
+    for reply in got.values():
         sent.update(reply.get("sent") or {})
-    wait = {"probe_collect": {"wait_s": collect_wait_s(batch)}}
-    got = dict(zip(ms, side_by_side(ms, lambda m: _ok(m, step(m, wait))), strict=True))
     return sent, got
 
 
 def run_probes(plan: EmuPlan, placement: Any, step: Step,
                side_by_side: Callable[[Sequence[str], Callable[[str], Any]], list[Any]],
-               tries: int = PROBE_TRIES) -> dict[str, Any]:
+               tries: int = CLUSTER_TRIES) -> dict[str, Any]:
     """Every lightpath direction probed across the machines (rounds until each is ok, at
     most `tries`); the record: rows in plan order, routes_ok, delays_ok, rounds, took_s.
 

@@ -17,6 +17,10 @@ when done (readiness by reply, no waiting on a clock):
     {"probe_collect": {"wait_s"}}
         waits (up to wait_s) until every watched probe was seen everywhere it was
         expected, closes the sockets, answers what was seen.
+    {"probe_run": {"probes", "gap_ms", "wait_s"}}
+        probe_send (of none or more probes), then probe_collect, in one request: what the
+        driver sends each machine once every machine watches (one SSH step per machine
+        and round less).
 
 A fibre's own delay is the difference of two kernel stamps taken in its middle node, one
 machine, one clock: it needs no clock shared between machines. The hold control server
@@ -155,6 +159,17 @@ class ProbeWatch:
         with self.lock:
             return {"ok": True, "seen": self.seen, "left": self.left, "arrived": self.arrived,
                     "emulated_ms": emulated}
+
+    def run(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Send this machine's probes (none: only collect), then collect: one request
+        per machine and round once every machine watches."""
+        sent: dict[str, Any] = {"ok": True, "sent": {}}
+        if body["probes"]:
+            sent = self.send(body)
+            if not sent.get("ok"):
+                self.close()
+                return sent
+        return {**self.collect(body), "sent": sent["sent"]}
 
     # -- helpers -----------------------------------------------------------------------
     def _host(self, name: str) -> tuple[str, str, str]:
