@@ -268,6 +268,11 @@ def bring_up(args: argparse.Namespace, cluster: Any, scenario: Any,
         check_ssh_inputs(cluster, m)
     out = make_out()
     emit(f"cluster up: {scenario.name} as run {plan.prefix} on {len(docs)} machine(s)")
+    from testbed.emu.scale import Scale
+
+    if Scale.is_auto(scenario.emulation):
+        emit(f"note: emulation.time_factor auto is not chosen across machines yet: this run "
+             f"uses {plan.scale.time_factor:g} (set a number to choose it; docs/scale.md)")
     t0 = time.monotonic()
     started, downs = up_shares(cluster, plan.prefix, docs, args.ready_timeout)
     up_s = time.monotonic() - t0
