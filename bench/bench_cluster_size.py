@@ -46,7 +46,8 @@ RUN_RE = re.compile(r"as run (lp[0-9a-f]{4})")
 MEMINFO = "awk '/^MemTotal:/{t=$2} /^MemAvailable:/{a=$2} END{print t, a}' /proc/meminfo"
 
 
-def scenario(topology: str, dcs: int, hosts: int) -> dict[str, Any]:
+def scenario(topology: str, dcs: int, hosts: int, time_factor: float = 1.0
+             ) -> dict[str, Any]:
     """The library topology with a DC on each of its first `dcs` nodes (by id order)."""
     from testbed.topologies import load_library
 
@@ -58,7 +59,7 @@ def scenario(topology: str, dcs: int, hosts: int) -> dict[str, Any]:
             "dcs": [{"name": f"dc-{n}", "node": str(n), "gpus": 8} for n in nodes[:dcs]],
             "workload": {"kind": "lightpath_requests"},
             "emulation": {"bandwidth_divisor": 10000, "hosts_per_dc": hosts,
-                          "forwarding": "static"}}
+                          "forwarding": "static", "time_factor": time_factor}}
 
 
 def memory_mb(cluster: Any, names: list[str]) -> dict[str, float | None]:
@@ -89,14 +90,17 @@ def lightpipe(*argv: str, timeout_s: float) -> tuple[int, str]:
 
 
 def one_run(cluster: Any, subset: Path, names: list[str], size: str, work: Path,
-            ready_timeout_s: int) -> dict[str, Any]:
+            ready_timeout_s: int, time_factor: float = 1.0) -> dict[str, Any]:
     """`cluster up` then `cluster down` of one size on one machine set: its row."""
     topo, dcs, hosts = SIZE_RE.fullmatch(size).groups()  # type: ignore[union-attr]
-    spec = work / f"{topo}-{dcs}x{hosts}.yaml"
-    spec.write_text(yaml.safe_dump(scenario(topo, int(dcs), int(hosts)), sort_keys=False))
-    out = work / f"{'+'.join(names)}-{topo}-{dcs}x{hosts}"
+    tag = f"{topo}-{dcs}x{hosts}" + (f"-tf{time_factor:g}" if time_factor != 1.0 else "")
+    spec = work / f"{tag}.yaml"
+    spec.write_text(yaml.safe_dump(scenario(topo, int(dcs), int(hosts), time_factor),
+                                   sort_keys=False))
+    out = work / f"{'+'.join(names)}-{tag}"
     row: dict[str, Any] = {"machines": names, "size": size, "dcs": int(dcs),
-                           "hosts_per_dc": int(hosts), "load_before": os.getloadavg()[0],
+                           "hosts_per_dc": int(hosts), "time_factor": time_factor,
+                           "load_before": os.getloadavg()[0],
                            "memory_before_mb": memory_mb(cluster, names)}
     t0 = time.monotonic()
     code, text = lightpipe("cluster", "up", str(spec), "--cluster", str(subset), "--out",
@@ -136,7 +140,8 @@ def one_run(cluster: Any, subset: Path, names: list[str], size: str, work: Path,
                          "rounds": lp["rounds"], "took_s": lp["took_s"]}
     except (OSError, ValueError, KeyError):
         row["probes"] = None
-    errs = [r["median_ms"] - r["expected_rtt_ms"] for r in rtt["pairs"]
+    # in scenario time: emulated RTT error / time factor (the band is +-1 ms emulated)
+    errs = [(r["median_ms"] - r["expected_rtt_ms"]) / time_factor for r in rtt["pairs"]
             if r.get("median_ms") is not None]
     row |= {"up_s": rec["up_s"], "crossing_fibres": rec["crossing_fibres"],
             "share_up_s": {k: v.get("up_s") for k, v in rec["machines"].items()},
@@ -191,6 +196,9 @@ def main() -> int:
                     help="TOPOLOGY:DCS:HOSTS, smallest first (default: "
                          + ", ".join(DEFAULT_SIZES) + ")")
     ap.add_argument("--all", action="store_true", help="run every size, held or not")
+    ap.add_argument("--time-factor", type=float, default=1.0,
+                    help="emulation.time_factor of every run (a number: cluster runs do not "
+                         "choose `auto`); errors are printed in scenario time")
     ap.add_argument("--ready-timeout", type=int, default=900)
     ap.add_argument("--work", default="/var/tmp/lp-cluster-size")
     ap.add_argument("--json", help="write the rows here (atomically)")
@@ -220,7 +228,8 @@ def main() -> int:
             subset = Path(fh.name)
         for size in sizes:
             log.info("bench_cluster_size: %s on %s ...", size, "+".join(names))
-            row = one_run(cluster, subset, names, size, work, args.ready_timeout)
+            row = one_run(cluster, subset, names, size, work, args.ready_timeout,
+                          args.time_factor)
             rows.append(row)
             log.info("bench_cluster_size: %s on %s: %s", size, "+".join(names),
                      json.dumps({k: row.get(k) for k in ("held", "in_band", "pairs", "up_s",

@@ -908,3 +908,33 @@ def test_hold_status_lists_the_shares_this_machine_holds(tmp_path: Path,
     r = ShareResult("m1", "192.0.2.1", reachable=True)
     parse_share_output(buf.getvalue() + "@lightpipe-share step status 1\n", r)
     assert r.rows == [] and "LIGHTPIPE_STATE_DIR" in r.problem, r.problem
+
+
+def test_pair_rows_judge_the_band_in_scenario_time() -> None:
+    """A machine's `rtt` rows say within_band at +-1 ms emulated; the driver judges at the
+    run's scale (here time_factor 10: +-10 ms emulated, 1 ms in scenario time), as a
+    one-machine verification does, and keeps the rows in the probes' order."""
+    import json
+
+    from testbed.cli.cluster_cmd import pair_rows
+    from testbed.cluster.drive import ShareResult, parse_share_output
+    from testbed.cluster.sharedoc import PairProbe
+    from testbed.emu.delaycal import RTT_TOL_MS
+    from testbed.emu.scale import Scale
+
+    probes = [PairProbe("a~b", "m1", "m1", "h1", "10.0.0.2", ("f1",), 30.0),
+              PairProbe("a~c", "m1", "m2", "h1", "10.0.0.3", ("f2",), 50.0)]
+    r = ShareResult("m1", "192.0.2.1", reachable=True)
+    lines = [{"pair": "a~c", "src_machine": "m1", "dst_machine": "m2", "expected_rtt_ms": 100.0,
+              "median_ms": 108.0, "within_band": False, "rtts_ms": [108.0], "pings": 1},
+             {"pair": "a~b", "src_machine": "m1", "dst_machine": "m1", "expected_rtt_ms": 60.0,
+              "median_ms": 71.0, "within_band": False, "rtts_ms": [71.0], "pings": 1}]
+    parse_share_output("".join(f"@lightpipe-share rtt {json.dumps(x)}\n" for x in lines)
+                       + "@lightpipe-share step ping 0\n", r)
+    tol = Scale(1.0, 10.0).delay_ms(RTT_TOL_MS)  # bandwidth_divisor 1, time factor 10
+    assert tol == 10.0
+    rows = pair_rows([r], probes, tol)
+    assert [x["pair"] for x in rows] == ["a~b", "a~c"]
+    assert [x["within_band"] for x in rows] == [False, True]  # +11 ms out, +8 ms in
+    assert [x["crosses"] for x in rows] == [False, True] and rows[1]["samples_ms"] == [108.0]
+    assert [x["within_band"] for x in pair_rows([r], probes, RTT_TOL_MS)] == [False, False]

@@ -442,11 +442,14 @@ def _check_and_recheck(up: UpRun, probes: list[Any], record: dict[str, Any], out
     does (the processing time of emulated paths drifts, the more so under software
     emulation); the first failure's line or ''. Still outside: recorded, not failed."""
     from testbed.cli.common import emit
+    from testbed.emu.delaycal import RTT_TOL_MS
     from testbed.errors import RuntimeFailure
     from testbed.orchestrate.run import RTT_RECHECKS
 
     rechecks: list[dict[str, Any]] = []
-    failure, doc = check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration)
+    tol = up.plan.scale.delay_ms(RTT_TOL_MS)
+    failure, doc = check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration,
+                               tol_ms=tol)
     while (not failure and up.calibration.get("enabled") and len(rechecks) < RTT_RECHECKS
            and doc["pairs_within_band"] < doc["pairs_planned"]):
         outside = [str(r["pair"]) for r in doc["pairs"]
@@ -461,16 +464,18 @@ def _check_and_recheck(up: UpRun, probes: list[Any], record: dict[str, Any], out
                          "calibration_settled": bool(up.calibration.get("settled")),
                          "corrections_applied": up.calibration.get("corrections_applied")})
         failure, doc = check_pairs(up.cluster, up.plan.prefix, probes, out, up.calibration,
-                                    rechecks)
+                                    rechecks, tol_ms=tol)
     return failure
 
 
 def check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
                  calibration: dict[str, Any] | None = None,
                  rechecks: list[dict[str, Any]] | None = None,
-                 name: str = "cluster_rtt.json") -> tuple[str, dict[str, Any]]:
+                 name: str = "cluster_rtt.json", tol_ms: float | None = None
+                 ) -> tuple[str, dict[str, Any]]:
     """Ping every DC pair; write DIR/NAME; (the first failure's line or '', the record
-    written)."""
+    written). tol_ms: the band (emulated ms; default RTT_TOL_MS): the plan's
+    `scale.delay_ms(RTT_TOL_MS)`, so that it is +-1 ms in scenario time as on one machine."""
     import time
 
     from testbed.atomicio import atomic_write_json
@@ -478,20 +483,13 @@ def check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
     from testbed.cluster.drive import ping_pairs
     from testbed.emu.delaycal import RTT_TOL_MS
 
+    tol = RTT_TOL_MS if tol_ms is None else tol_ms
     t0 = time.monotonic()
     results = ping_pairs(cluster, prefix, probes)
-    rows = [row | {"crosses": row["src_machine"] != row["dst_machine"]}
-            for r in results for row in r.rows]
-    order = {p.pair: i for i, p in enumerate(probes)}
-    rows.sort(key=lambda row: order.get(str(row.get("pair")), len(order)))
-    for row in rows:  # each echo is the calibration's input; the record keeps the sparse
-        # pings' echoes as a one-machine verification row does (the fidelity verdict's p99)
-        row["samples_ms"] = row.pop("rtts_ms", None) or []
-        row["replies"] = len(row["samples_ms"])
-        row.pop("dense_rtts_ms", None)
+    rows = pair_rows(results, probes, tol)
     answered = [row for row in rows if row.get("pings")]
     calibrated = bool(calibration and calibration.get("enabled"))
-    doc = {"prefix": prefix, "tolerance_ms": RTT_TOL_MS, "pairs_planned": len(probes),
+    doc = {"prefix": prefix, "tolerance_ms": round(tol, 4), "pairs_planned": len(probes),
            "pairs_answered": len(answered),
            "pairs_within_band": sum(1 for row in answered if row.get("within_band")),
            "took_s": round(time.monotonic() - t0, 3),
@@ -521,6 +519,26 @@ def check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
         missing = sorted({p.pair for p in probes} - {str(r["pair"]) for r in answered})
         return f"DC pair(s) without a reply: {', '.join(missing)}", doc
     return "", doc
+
+
+def pair_rows(results: list[Any], probes: list[Any], tol_ms: float) -> list[dict[str, Any]]:
+    """Every machine's ping rows in the probes' order, each with `crosses`, its echoes
+    (`samples_ms`, `replies`) and `within_band` judged at tol_ms (the machines judge at
+    RTT_TOL_MS emulated; the driver knows the run's scale)."""
+    from testbed.emu.delaycal import rtt_ok
+
+    rows = [row | {"crosses": row["src_machine"] != row["dst_machine"]}
+            for r in results for row in r.rows]
+    order = {p.pair: i for i, p in enumerate(probes)}
+    rows.sort(key=lambda row: order.get(str(row.get("pair")), len(order)))
+    for row in rows:  # each echo is the calibration's input; the record keeps the sparse
+        # pings' echoes as a one-machine verification row does (the fidelity verdict's p99)
+        row["samples_ms"] = row.pop("rtts_ms", None) or []
+        row["replies"] = len(row["samples_ms"])
+        row.pop("dense_rtts_ms", None)
+        if row.get("median_ms") is not None:
+            row["within_band"] = rtt_ok(row["median_ms"], row["expected_rtt_ms"] / 2, tol_ms)
+    return rows
 
 
 def _report_down(results: list[Any]) -> None:

@@ -221,6 +221,7 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> Any:
     from testbed.cli.cluster_cmd import check_pairs
     from testbed.cluster.ctlrun import start_cluster_controller
     from testbed.cluster.sharedoc import pair_probes
+    from testbed.emu.delaycal import RTT_TOL_MS
     from testbed.envprobe import startup_timeout_s
     from testbed.errors import RuntimeFailure
     from testbed.progress import say
@@ -236,7 +237,8 @@ def _controller(up: Any, cw: Any, stage: Path, quiet: bool) -> Any:
         for line in rec["caps"]["mismatch"][:5]:
             say(f"emu: controller: WARNING: a lightpath cap not in force: {line}", quiet)
         failure, doc = check_pairs(up.cluster, plan.prefix, pair_probes(plan, up.placement),
-                                    stage, up.calibration, name="cluster_rtt_controller.json")
+                                    stage, up.calibration, name="cluster_rtt_controller.json",
+                                    tol_ms=plan.scale.delay_ms(RTT_TOL_MS))
         rec["pairs_answered"] = doc["pairs_answered"]
         rec["pairs_within_band"] = doc["pairs_within_band"]
         rec["pairs_planned"] = doc["pairs_planned"]
