@@ -274,8 +274,10 @@ def test_cluster_up_calibrates_again_while_pairs_are_out_of_band(
 
     monkeypatch.setattr(cluster_cmd, "check_pairs", check)
     monkeypatch.setattr(cluster_cmd, "_calibrate", calibrate)
-    up = cluster_cmd.UpRun(None, None, type("P", (), {"prefix": "lp0001"})(), None, {}, [],
-                           {}, {"enabled": True})
+    from testbed.emu.scale import Scale
+
+    up = cluster_cmd.UpRun(None, None, type("P", (), {"prefix": "lp0001", "scale": Scale()})(),
+                           None, {}, [], {}, {"enabled": True})
     assert cluster_cmd._check_and_recheck(up, [], {}, None) == ""
     assert len(calls) == calibrations
     assert [[*r["out_of_band"]] for r in (seen[-1] or [])] == rechecked
