@@ -118,6 +118,12 @@ def test_the_holder_request_is_checked() -> None:
             parse_request(bad)
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process pid has run, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_the_agent_answers_fidelity_with_what_proc_says(tmp_path: Path) -> None:
     """fidelity_start reads the run state's forwarder (a real process here, by PID and
     start time) and `fidelity` answers with its CPU, the machine's steal and the holder's
@@ -147,7 +153,14 @@ def test_the_agent_answers_fidelity_with_what_proc_says(tmp_path: Path) -> None:
         agent.start_fidelity()
         import time
 
-        time.sleep(1.2)  # a few of the sampler's readings
+        # A few of the sampler's readings, and (readiness by what /proc says, not by a
+        # wall-clock guess: at nice 10 beside two lanes a 1.2 s sleep gave it 0.28 s) until
+        # the busy process has run a second of CPU since the sampler started.
+        start = _cpu_s(busy.pid)
+        deadline = time.monotonic() + 120
+        time.sleep(1.2)
+        while _cpu_s(busy.pid) - start < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         with os.fdopen(w, "wb") as wf:
             wf.write(b'{"op": "fidelity"}\n{"op": "bye"}\n')
         with os.fdopen(r, "rb") as rf:
