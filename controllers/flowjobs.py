@@ -163,13 +163,15 @@ class FlowRouting:
 
     def _route(self, ix: LayoutIndex,
                keys: list[FlowKey]) -> tuple[dict[FlowKey, tuple[str, ...]], dict[FlowKey, float]]:
+        from testbed.emu.priority import compute_thread
         from testbed.sim.allreduce import route_paths
 
         graph = routing_graph(ix, self.failed)
         demand = {j: job.flow_bytes() for j, job in self.jobs.items()}
         try:
-            paths, rates, _ = route_paths(self.policy, graph, keys, demand, seed=self.seed,
-                                          current=self.paths)
+            with compute_thread():  # a policy's search may take seconds: not in SCHED_RR
+                paths, rates, _ = route_paths(self.policy, graph, keys, demand,
+                                              seed=self.seed, current=self.paths)
         except InputError as exc:  # e.g. a host cut off by failures
             raise RoutingError(str(exc)) from None
         return paths, rates

@@ -184,8 +184,11 @@ class PlaceRunner:
         return ticket.result
 
     def _work(self, work: Callable[[Ticket], dict[str, Any]], ticket: Ticket) -> None:
+        from testbed.emu.priority import compute_thread
+
         try:
-            ticket.result = work(ticket)
+            with compute_thread():  # an ILP may take seconds of CPU: not in SCHED_RR
+                ticket.result = work(ticket)
         except Cancelled:
             log.info("a cancelled job placement ended; its result was discarded")
         except BaseException as exc:  # handed to the request thread

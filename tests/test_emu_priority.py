@@ -3,6 +3,7 @@ nice -10, or left as started (the background lane of `make test`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,27 +74,71 @@ CONTROL_CHILD = ("import os, threading, time\n"
                  "t = threading.Thread(target=time.sleep, args=(30,), daemon=True); t.start()\n"
                  "got = priority.raise_control_priority(os.getpid())\n"
                  "late = []\n"
-                 "u = threading.Thread(target=lambda: late.append(os.getpriority("
-                 "os.PRIO_PROCESS, 0)), daemon=True); u.start(); u.join()\n"
-                 "print(got, os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), "
-                 "os.getpriority(os.PRIO_PROCESS, t.native_id), late[0], flush=True)\n")
+                 "u = threading.Thread(target=lambda: late.append((os.sched_getscheduler(0), "
+                 "os.getpriority(os.PRIO_PROCESS, 0))), daemon=True); u.start(); u.join()\n"
+                 "print(got, os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, "
+                 "os.sched_getscheduler(t.native_id), late[0][0], "
+                 "os.getpriority(os.PRIO_PROCESS, 0), "
+                 "os.getpriority(os.PRIO_PROCESS, t.native_id), late[0][1], flush=True)\n")
 
 
-@pytest.mark.skipif(not ROOT, reason="a negative nice needs root")
+@pytest.mark.skipif(not ROOT, reason="SCHED_RR and a negative nice need root")
 @pytest.mark.parametrize("env_value", ["realtime", "nice", "inherit"])
-def test_the_controller_gets_nice_on_every_thread_never_realtime(env_value: str) -> None:
-    """The SDN controller (raise_control_priority): nice -10 on the thread that ran before
-    and on one started after, never SCHED_RR; left as started under `inherit`."""
+def test_the_controller_gets_its_class_on_every_thread(env_value: str) -> None:
+    """The SDN controller (raise_control_priority) follows the network's choice: SCHED_RR
+    at CONTROL_RT_PRIORITY (nice -10 for its compute threads) on the thread that ran
+    before and on one started after; nice -10 only; or left as started."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("LIGHTPIPE_FORWARDER_RT", priority.CONTROL_ENV)}
     env[priority.ENV] = env_value
     out = subprocess.run([sys.executable, "-c", CONTROL_CHILD], capture_output=True,
                          text=True, env=env, timeout=120, check=True).stdout.split()
-    got, policy, *nices = out
-    assert int(policy) == os.SCHED_OTHER
+    got, policy, rt_prio, before, after, *nices = out
+    assert got == env_value
+    want_policy = os.SCHED_RR if env_value == "realtime" else os.SCHED_OTHER
+    assert [int(policy), int(before), int(after)] == [want_policy] * 3
+    assert int(rt_prio) == (priority.CONTROL_RT_PRIORITY if env_value == "realtime" else 0)
     want = os.nice(0) if env_value == "inherit" else priority.NICE
-    assert got == ("inherit" if env_value == "inherit" else "nice")
     assert [int(n) for n in nices] == [want] * 3
+
+
+COMPUTE_CHILD = ("import json, os, threading\n"
+                 "from testbed.emu import priority\n"
+                 "os.setpriority(os.PRIO_PROCESS, 0, -10)\n"
+                 "os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(3))\n"
+                 "seen = []\n"
+                 "def look(): seen.append((os.sched_getscheduler(0), "
+                 "os.getpriority(os.PRIO_PROCESS, 0)))\n"
+                 "with priority.compute_thread():\n"
+                 "    look()\n"
+                 "    u = threading.Thread(target=look); u.start(); u.join()\n"
+                 "look()\n"
+                 "print(json.dumps([seen, os.sched_getparam(0).sched_priority]), flush=True)\n"
+                 "os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))\n"
+                 "with priority.compute_thread():\n"
+                 "    look()\n"
+                 "print(json.dumps(seen[-1]), flush=True)\n")
+
+
+@pytest.mark.skipif(not ROOT, reason="SCHED_RR and a negative nice need root")
+def test_compute_thread_leaves_the_realtime_class_for_its_body() -> None:
+    """Inside compute_thread a SCHED_RR thread runs in the ordinary class at its nice value,
+    and so do the threads it starts; after it, the thread is back in SCHED_RR at its old
+    priority. An ordinary thread is left as it was."""
+    out = subprocess.run([sys.executable, "-c", COMPUTE_CHILD], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.splitlines()
+    seen, rt_prio = json.loads(out[0])
+    assert seen == [[os.SCHED_OTHER, -10], [os.SCHED_OTHER, -10], [os.SCHED_RR, -10]]
+    assert rt_prio == 3
+    assert json.loads(out[1]) == [os.SCHED_OTHER, -10]
+
+
+def test_compute_thread_is_harmless_without_the_right() -> None:
+    """Without SCHED_RR (any user) the body just runs."""
+    ran = []
+    with priority.compute_thread():
+        ran.append(os.sched_getscheduler(0))
+    assert ran and os.sched_getscheduler(0) == ran[0]
 
 
 def test_the_controllers_own_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,6 +146,8 @@ def test_the_controllers_own_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LIGHTPIPE_FORWARDER_RT", raising=False)
     monkeypatch.delenv(priority.CONTROL_ENV, raising=False)
     monkeypatch.setenv(priority.ENV, "realtime")
+    assert priority.control_choice() == "realtime"
+    monkeypatch.setenv(priority.ENV, "nice")
     assert priority.control_choice() == "nice"
     monkeypatch.setenv(priority.ENV, "inherit")
     assert priority.control_choice() == "inherit"

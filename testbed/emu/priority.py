@@ -1,5 +1,5 @@
 """How the emulated network's own processes (fibre forwarders, ovs-vswitchd, the SDN
-controller) are scheduled.
+controller) are scheduled; the controller's heavy work leaves the real-time class.
 
 `LIGHTPIPE_EMU_PRIORITY`:
   realtime  (default) SCHED_RR, falling back to nice -10 where that is refused: on a busy
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -54,31 +55,81 @@ def raise_priority(pid: int, rt_priority: int) -> str:
 
 
 def raise_control_priority(pid: int) -> str:
-    """The run's SDN controller: nice NICE for every thread of pid (threads it starts later
-    inherit it) unless choice() is `inherit`; never the real-time class (a placement's ILP
-    may take seconds of CPU). Mostly idle, it then gets the CPU when it has work: in a
-    software-emulated VM, eight busy workers starved it until its REST API answered no
-    request within a minute and a fibre cut waited for it. What it got ('nice' or
-    'inherit')."""
-    if control_choice() == "inherit":
+    """The run's SDN controller, as control_choice() says, on every thread of pid (threads
+    it starts later inherit it):
+      realtime  SCHED_RR at CONTROL_RT_PRIORITY, below the switch (5) and the forwarders
+                (10), above every ordinary process: a lightpath set-up hands its work
+                between 6-10 of the controller's threads (REST loop, request thread,
+                each switch's sender and receiver), and with a busy core each hand-over
+                could wait for that core's current slice. Its heavy work (a placement's
+                ILP, a routing policy's search) leaves the class for its duration
+                (`compute_thread`), so it cannot hold a core from the workload;
+      nice      nice NICE (mostly idle, it then gets the CPU when it has work: in a
+                software-emulated VM, eight busy workers starved it until its REST API
+                answered no request within a minute);
+      inherit   left as started.
+    What it got ('realtime', 'nice' or 'inherit')."""
+    how = control_choice()
+    if how == "inherit":
         return "inherit"
+    if how == "realtime":
+        try:
+            for tid in [int(t) for t in os.listdir(f"/proc/{pid}/task")]:
+                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(CONTROL_RT_PRIORITY))
+            _renice(pid, NICE)  # what its compute threads fall back to
+            return "realtime"
+        except (OSError, AttributeError):
+            pass
     _renice(pid, NICE)
     return "nice"
 
 
 CONTROL_ENV = "LIGHTPIPE_CONTROL_PRIORITY"
+CONTROL_CHOICES = ("realtime", "nice", "inherit")
+CONTROL_RT_PRIORITY = 2
+"""The controller's SCHED_RR priority: under ovs-vswitchd's (5) and the forwarders' (10)."""
 
 
 def control_choice() -> str:
-    """The controller's: `LIGHTPIPE_CONTROL_PRIORITY` (nice|inherit), else `inherit` where
-    choice() is, else `nice`. (`make test`'s serial lane sets inherit: its controllers at
-    nice -10 would take more of the CPU from the root lane's networks at nice 5.)"""
+    """The controller's: `LIGHTPIPE_CONTROL_PRIORITY` (realtime|nice|inherit), else
+    `inherit` where choice() is, else `realtime` where choice() is, else `nice`.
+    (`make test`'s serial lane sets inherit: its controllers at nice -10 would take more
+    of the CPU from the root lane's networks at nice 5.)"""
     raw = os.environ.get(CONTROL_ENV, "").strip().lower()
-    if raw in ("nice", "inherit"):
+    if raw in CONTROL_CHOICES:
         return raw
     if raw:
-        log.warning("%s=%r is not one of nice, inherit: ignored", CONTROL_ENV, raw)
-    return "inherit" if choice() == "inherit" else "nice"
+        log.warning("%s=%r is not one of %s: ignored", CONTROL_ENV, raw,
+                    ", ".join(CONTROL_CHOICES))
+    network = choice()
+    return network if network in ("inherit", "realtime") else "nice"
+
+
+@contextlib.contextmanager
+def compute_thread() -> Iterator[None]:
+    """Run the body (CPU-heavy work: an ILP, a search) in the ordinary class: a thread in
+    SCHED_RR leaves it for the body's duration (at its nice value, set for every thread
+    by raise_control_priority) and returns after; threads the body starts inherit the
+    ordinary class. A thread already in the ordinary class is left alone."""
+    try:
+        was = os.sched_getscheduler(0)
+        param = os.sched_getparam(0)
+    except (OSError, AttributeError):
+        yield
+        return
+    if was not in (os.SCHED_RR, os.SCHED_FIFO):
+        yield
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, was, param)
 
 
 def _renice(pid: int, nice: int) -> None:
