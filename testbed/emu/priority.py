@@ -75,7 +75,9 @@ def raise_control_priority(pid: int) -> str:
     if how == "realtime":
         try:
             for tid in [int(t) for t in os.listdir(f"/proc/{pid}/task")]:
-                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(CONTROL_RT_PRIORITY))
+                with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+                    os.sched_setscheduler(tid, os.SCHED_RR,
+                                          os.sched_param(CONTROL_RT_PRIORITY))
             _renice(pid, NICE)  # what its compute threads fall back to
             return "realtime"
         except (OSError, AttributeError):
