@@ -42,16 +42,23 @@ def raise_priority(pid: int, rt_priority: int) -> str:
     how = choice()
     if how == "inherit":
         return how
-    if how == "realtime":
-        try:
-            tids = [0] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-            for tid in tids:
-                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(rt_priority))
-            return how
-        except (OSError, AttributeError):
-            pass
+    if how == "realtime" and _round_robin(pid, rt_priority):
+        return how
     _renice(pid, NICE)
     return "nice"
+
+
+def _round_robin(pid: int, rt_priority: int) -> bool:
+    """SCHED_RR at rt_priority for every thread of pid (0: the calling thread); whether
+    it was allowed. A thread that ends meanwhile is skipped."""
+    try:
+        tids = [0] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(rt_priority))
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def raise_control_priority(pid: int) -> str:
@@ -72,17 +79,9 @@ def raise_control_priority(pid: int) -> str:
     how = control_choice()
     if how == "inherit":
         return "inherit"
-    if how == "realtime":
-        try:
-            for tid in [int(t) for t in os.listdir(f"/proc/{pid}/task")]:
-                with contextlib.suppress(ProcessLookupError):  # a thread that just ended
-                    os.sched_setscheduler(tid, os.SCHED_RR,
-                                          os.sched_param(CONTROL_RT_PRIORITY))
-            _renice(pid, NICE)  # what its compute threads fall back to
-            return "realtime"
-        except (OSError, AttributeError):
-            pass
-    _renice(pid, NICE)
+    _renice(pid, NICE)  # under realtime: what its compute threads run at
+    if how == "realtime" and _round_robin(pid, CONTROL_RT_PRIORITY):
+        return "realtime"
     return "nice"
 
 
@@ -93,18 +92,16 @@ CONTROL_RT_PRIORITY = 2
 
 
 def control_choice() -> str:
-    """The controller's: `LIGHTPIPE_CONTROL_PRIORITY` (realtime|nice|inherit), else
-    `inherit` where choice() is, else `realtime` where choice() is, else `nice`.
-    (`make test`'s serial lane sets inherit: its controllers at nice -10 would take more
-    of the CPU from the root lane's networks at nice 5.)"""
+    """The controller's: `LIGHTPIPE_CONTROL_PRIORITY` (realtime|nice|inherit), else the
+    network's choice(). (`make test`'s serial lane sets inherit: its controllers at nice
+    -10 would take more of the CPU from the root lane's networks at nice 5.)"""
     raw = os.environ.get(CONTROL_ENV, "").strip().lower()
     if raw in CONTROL_CHOICES:
         return raw
     if raw:
         log.warning("%s=%r is not one of %s: ignored", CONTROL_ENV, raw,
                     ", ".join(CONTROL_CHOICES))
-    network = choice()
-    return network if network in ("inherit", "realtime") else "nice"
+    return choice()
 
 
 @contextlib.contextmanager
@@ -114,24 +111,18 @@ def compute_thread() -> Iterator[None]:
     by raise_control_priority) and returns after; threads the body starts inherit the
     ordinary class. A thread already in the ordinary class is left alone."""
     try:
-        was = os.sched_getscheduler(0)
-        param = os.sched_getparam(0)
+        was, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        leave = was in (os.SCHED_RR, os.SCHED_FIFO)
+        if leave:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     except (OSError, AttributeError):
-        yield
-        return
-    if was not in (os.SCHED_RR, os.SCHED_FIFO):
-        yield
-        return
-    try:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    except OSError:
-        yield
-        return
+        leave = False
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, was, param)
+        if leave:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, was, param)
 
 
 def _renice(pid: int, nice: int) -> None:
