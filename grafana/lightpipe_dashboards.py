@@ -166,13 +166,15 @@ def overview() -> tuple[str, str, list[str], list[P]]:
                   instant=True)], w=24, h=6),
         P("stat", "Faithful run (fidelity verdict)", "Whether every measured fidelity "
           "invariant of the emulated run held (1: faithful; 0: not, see the invariants): "
-          "RTT per lightpath, CPU of forwarders, switch and workers, timer slack, drops "
+          "RTT per lightpath, how long forwarders and switch waited for a CPU per wake-up, "
+          "the workers' CPU share, timer slack, drops "
           "and retransmissions (docs/emulation.md, Fidelity verdict). Set when the "
           "workload ends.", "bool_yes_no",
           [Q(last(f"lightpipe_run_faithful{{{R}}}"), "{{run}}", instant=True)], w=6),
         P("table", "Fidelity invariants", "Each measured fidelity invariant of the run: its "
           "value (shares 0..1, times in scenario ms), its threshold (bound max: value <= it; "
-          "min: value >= it) and whether it held (ok 1/0).", "none",
+          "min: value >= it) and whether it held (ok 1/0; a listed one, judged by another, "
+          "is always 1).", "none",
           [Q(last(f"lightpipe_fidelity_invariant_value{{{R}}}"), instant=True, fmt="table"),
            Q(last(f"lightpipe_fidelity_invariant_threshold{{{R}}}"), instant=True,
              fmt="table"),

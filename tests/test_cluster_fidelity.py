@@ -29,10 +29,13 @@ def _ring_plan() -> Any:
     return build_plan(load_scenario(Path("scenarios/calib-latency-gpipe.yaml")))
 
 
-def _proc(role: str, name: str, share: float, **kw: Any) -> dict[str, Any]:
+def _proc(role: str, name: str, share: float, per_slice_ms: float = 0.02, **kw: Any
+          ) -> dict[str, Any]:
+    """A process's record: its wait for a CPU in wake-ups of per_slice_ms each."""
     run = 10.0 * share
     return {"pid": 100, "role": role, "name": name, "wall_s": 20.0, "cpu_s": run,
-            "run_s": run, "wait_s": 10.0 - run, "cpu_share": share, "load": run / 20, **kw}
+            "run_s": run, "wait_s": 10.0 - run, "cpu_share": share, "load": run / 20,
+            "slices": max(1, round(1000 * (10.0 - run) / per_slice_ms)), **kw}
 
 
 def _reply(steal: float, procs: list[dict[str, Any]], frames: int = 0,
@@ -86,10 +89,11 @@ def test_every_machine_is_read_and_the_worst_named() -> None:
 def test_a_starved_machine_or_a_missing_one_is_not_faithful() -> None:
     plan = _ring_plan()
     good = _reply(0.0, [_proc("forwarder", plan.fibres[0].middle, 0.99)])
-    starved = _reply(0.0, [_proc("forwarder", plan.fibres[1].middle, 0.40)])
+    starved = _reply(0.0, [_proc("forwarder", plan.fibres[1].middle, 0.40,
+                                 per_slice_ms=3.0)])  # 0.3 ms at its factor of 10
     v = cluster_verdict(plan.scale, plan, _rows(plan), {"lp1": good, "lp2": starved})
     assert not v["faithful"]
-    assert any("forwarder" in r for r in v["reasons"]), v["reasons"]
+    assert any(r.startswith("forwarder_sched_delay") for r in v["reasons"]), v["reasons"]
     lost = {"op": "fidelity", "ok": False, "why": "the session ended"}
     v = cluster_verdict(plan.scale, plan, _rows(plan), {"lp1": good, "lp2": lost})
     assert not v["faithful"]

@@ -36,10 +36,12 @@ def fwd_stats(rx: int = 1000, socket_drops: int = 0, queue_drops: int = 0,
     return {"directions": {"a_to_b": d, "b_to_a": dict(d)}, "timer_slack": h.as_record()}
 
 
-def proc(role: str, name: str, share: float, run_s: float = 5.0) -> dict:
+def proc(role: str, name: str, share: float, run_s: float = 5.0,
+         per_slice_ms: float = 0.02) -> dict:
+    """A process's record: run_s of CPU at `share`, its wait in slices of per_slice_ms."""
     wait = run_s * (1 - share) / share
     return {"pid": 1, "role": role, "name": name, "run_s": run_s, "wait_s": wait,
-            "cpu_share": share}
+            "cpu_share": share, "slices": max(1, round(1000 * wait / per_slice_ms))}
 
 
 def good_inputs() -> dict:
@@ -62,7 +64,8 @@ def test_a_run_within_every_bound_is_faithful() -> None:
     v = fid.verdict(Scale(), **good_inputs())
     assert v["faithful"] and v["reasons"] == []
     inv = by_name(v)
-    assert set(inv) == {"rtt_median_error", "rtt_p99_error", "forwarder_cpu_share",
+    assert set(inv) == {"rtt_median_error", "rtt_p99_error", "forwarder_sched_delay",
+                        "forwarder_cpu_share", "switch_sched_delay",
                         "switch_cpu_share", "worker_cpu_share", "worker_compute_share",
                         "worker_timer_slack", "forwarder_timer_slack", "emulator_drops",
                         "tcp_retransmits", "switch_send_socket", "host_steal"}
@@ -104,8 +107,10 @@ def test_device_stand_ins_are_judged_by_their_wake_ups_not_their_cpu_share() -> 
      "rtt_p99_error", "b~c +3.000 ms"),
     (lambda d: d["rtt_rows"].append(rtt_row("b~c", 10.0, [])),
      "rtt_median_error,rtt_p99_error", "without an echo reply (b~c)"),
-    (lambda d: d["procs"].append(proc("forwarder", "B-C", 0.6)),
-     "forwarder_cpu_share", "60.0 % < 90.0 % (forwarder B-C)"),
+    (lambda d: d["procs"].append(proc("forwarder", "B-C", 0.9, per_slice_ms=0.3)),
+     "forwarder_sched_delay", "0.3 ms > 0.1 ms (forwarder B-C, mean of 1852 wake-ups)"),
+    (lambda d: d["procs"].append(proc("switch", "ovs-vswitchd", 0.95, per_slice_ms=0.25)),
+     "switch_sched_delay", "0.25 ms > 0.1 ms (switch ovs-vswitchd"),
     (lambda d: d["procs"].append(proc("worker", "job1/stage2", 0.5)),
      "worker_cpu_share", "worker job1/stage2"),
     (lambda d: d["jobs"].append({"job": "job1", "cpu_share_median": 0.55}),
@@ -210,10 +215,11 @@ def test_a_threads_run_time_stays_counted_after_it_exits() -> None:
     to a negative run_s, when a gloo thread ended inside its window)."""
     from testbed.emu.procstat import ProcTimes, carried
 
-    before = {1: (1.0, 0.1), 2: (2.0, 0.2)}
-    now = ProcTimes(7, 3.0, 1.5, 0.1, 10.0, {1: (1.5, 0.1), 3: (0.5, 0.0)})
+    before = {1: (1.0, 0.1, 10), 2: (2.0, 0.2, 20)}
+    now = ProcTimes(7, 3.0, 1.5, 0.1, 10.0, {1: (1.5, 0.1, 15), 3: (0.5, 0.0, 4)}, 19)
     got, seen = carried(before, now)
     assert (got.run_s, got.wait_s) == pytest.approx((4.0, 0.3)) and set(seen) == {1, 2, 3}
+    assert got.slices == 15 + 20 + 4
     child = subprocess.Popen([sys.executable, "-c",
                               "import sys, threading, time\n"
                               "def spin():\n    t = time.thread_time() + 0.3\n"
@@ -260,7 +266,7 @@ def test_unmeasured_parts_are_listed_not_failed() -> None:
     assert not inv["worker_cpu_share"]["measured"] and inv["worker_cpu_share"]["ok"]
     assert not inv["emulator_drops"]["measured"]
     assert not inv["switch_send_socket"]["measured"]  # no shaped switch port
-    assert "2 of 12 invariants measured" in fid.verdict_line(v)
+    assert "2 of 14 invariants measured" in fid.verdict_line(v)
 
 
 def test_nearly_idle_processes_are_judged_together() -> None:
@@ -273,6 +279,37 @@ def test_nearly_idle_processes_are_judged_together() -> None:
     assert inv.ok and 0.9 < inv.value < 0.97  # (A-B and B-C together: 0.967)
     inv = fid.share_invariant("forwarder_cpu_share", procs[:1] * 60, "forwarder", 0.9, "")
     assert not inv.ok and inv.detail == "forwarder A-B, A-B, A-B ... (nearly idle, together)"
+
+
+def test_forwarders_and_switch_are_judged_by_their_wait_per_wake_up() -> None:
+    """A forwarder runs a few microseconds each time a frame wakes it: 20 us behind another
+    real-time process at each wake-up is a share of 60 % and a frame delayed 0.02 ms. Its
+    share is listed, not judged; its wait per wake-up is, in scenario time (a factor of 4
+    makes 0.3 ms emulated 0.075 ms), with the nearly idle ones together."""
+    d = good_inputs()
+    d["procs"].append(proc("forwarder", "B-C", 0.6, per_slice_ms=0.02))
+    v = fid.verdict(Scale(), **d)
+    inv = by_name(v)
+    assert v["faithful"], v["reasons"]
+    share = inv["forwarder_cpu_share"]
+    assert share["measured"] and share["ok"] and share["judged"] is False
+    assert share["value"] == pytest.approx(0.6)  # listed with its value
+    assert inv["forwarder_sched_delay"]["value"] == pytest.approx(0.02, rel=1e-3)
+    slow = proc("forwarder", "C-D", 0.9, per_slice_ms=0.3)
+    d["procs"].append(slow)
+    assert not fid.verdict(Scale(), **d)["faithful"]
+    v = fid.verdict(Scale(time_factor=4.0), **d)
+    assert v["faithful"], v["reasons"]
+    assert by_name(v)["forwarder_sched_delay"]["value"] == pytest.approx(0.075, rel=1e-3)
+    idle = [proc("forwarder", "E-F", 0.5, run_s=0.001, per_slice_ms=0.4)] * 3 + [
+        proc("forwarder", "F-G", 0.5, run_s=0.001, per_slice_ms=0.01)]
+    inv = fid.sched_delay_invariant("forwarder_sched_delay", idle, "forwarder", Scale(), "")
+    together_ms = 1000 * sum(p["wait_s"] for p in idle) / sum(p["slices"] for p in idle)
+    assert inv.value == pytest.approx(together_ms) and inv.value < 0.1  # not E-F's alone
+    assert "(nearly idle, together)" in inv.detail
+    old = [{k: x for k, x in p.items() if k != "slices"} for p in d["procs"]]
+    inv = fid.sched_delay_invariant("forwarder_sched_delay", old, "forwarder", Scale(), "")
+    assert not inv.measured and inv.ok  # an older run's records: not measured
 
 
 def test_slack_histogram_buckets_and_quantiles() -> None:
@@ -313,13 +350,13 @@ def test_agreement_unreliable_flag_is_the_fidelity_invariants() -> None:
     agr = agreement_verdict(rows, {"steal_frac": 0.0})
     assert agr["reliable"]
     d = good_inputs()
-    d["procs"].append(proc("forwarder", "B-C", 0.6))
+    d["procs"].append(proc("forwarder", "B-C", 0.6, per_slice_ms=0.5))
     d["jobs"] = [{"job": "job0", "cpu_share_median": 0.95, "op_overrun_median": 0.01}]
     folded = with_fidelity(agr, fid.verdict(Scale(), **d))
     assert not folded["reliable"] and not folded["faithful"]
-    assert folded["reasons"] == ["fidelity: forwarder_cpu_share 60.0 % < 90.0 % "
-                                 "(forwarder B-C)"]
-    assert "UNRELIABLE: fidelity: forwarder_cpu_share" in verdict_line(folded)
+    assert folded["reasons"] == ["fidelity: forwarder_sched_delay 0.5 ms > 0.1 ms "
+                                 "(forwarder B-C, mean of 6667 wake-ups)"]
+    assert "UNRELIABLE: fidelity: forwarder_sched_delay" in verdict_line(folded)
     # a starved job is named once (by the agreement, per job), not again by the fold
     d["jobs"] = [{"job": "job0", "cpu_share_median": 0.5}]
     starved = agreement_rows({"job0": 1.0}, {"job0": 1.01},
@@ -377,7 +414,7 @@ def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:
     one almost nothing; a PID read with another start time is not read at all."""
     assert parse_stat("42 (a) b) c) S " + "0 " * 10 + "300 200 " + "0 " * 6 + "777")\
         == (777, 500 / os.sysconf("SC_CLK_TCK"), "S")
-    assert parse_schedstat("2000000000 500000000 9\n") == (2.0, 0.5)
+    assert parse_schedstat("2000000000 500000000 9\n") == (2.0, 0.5, 9)
     spin = subprocess.Popen([sys.executable, "-c", "print(1, flush=True)\nwhile True: pass"],
                             stdout=subprocess.PIPE)
     nap = subprocess.Popen([sys.executable, "-c", "import time; print(1, flush=True); "
@@ -402,6 +439,7 @@ def test_proc_readings_of_a_busy_and_a_sleeping_child() -> None:
         assert recs["spin"]["run_s"] > 10 * recs["nap"]["run_s"]
         assert recs["spin"]["cpu_s"] > 0 and recs["spin"]["cpu_share"] is not None
         assert 0.0 <= recs["spin"]["cpu_share"] <= 1.0
+        assert recs["spin"]["slices"] >= 1 and recs["spin"]["wait_per_slice_ms"] >= 0.0
         nap.kill()  # a zombie until reaped: no longer read
         wait_until(lambda: read_times(nap.pid) is None or None, "the nap exited",
                    timeout_s=30, interval_s=0.05)
@@ -422,22 +460,25 @@ def test_report_section_shows_the_verdict_each_invariant_and_the_parts(tmp_path)
     from testbed.report.fidelity import fidelity_sections
 
     d = good_inputs()
-    d["procs"].append(proc("forwarder", "B-C", 0.6))
+    d["procs"].append({**proc("forwarder", "B-C", 0.6, per_slice_ms=3.0),
+                       "wait_per_slice_ms": 3.0})
     v = fid.verdict(Scale(time_factor=10.0), **d)
     (tmp_path / "summary.json").write_text(json.dumps({"backend": "emu", "fidelity": v}))
     with DirReader.open(tmp_path) as rd:
         (sec,) = fidelity_sections(rd)
         body = [s.title for s in sections.run(rd, "emu")]
     assert "emulation: fidelity verdict" in body
-    assert sec.text.startswith("NOT FAITHFUL: forwarder_cpu_share 60.0 % < 90.0 %")
+    assert sec.text.startswith("NOT FAITHFUL: forwarder_sched_delay 0.3 ms > 0.1 ms")
     assert "time_factor 10" in sec.text
     invs, lps, procs = sec.tables
     rows = {r[0]: r for r in invs.rows}
-    assert len(rows) == 12
-    assert rows["forwarder_cpu_share"][1:5] == ["60.0 %", ">=", "90.0 %", "FAIL"]
+    assert len(rows) == 14
+    assert rows["forwarder_sched_delay"][1:5] == ["0.3 ms", "<=", "0.1 ms", "FAIL"]
+    assert rows["forwarder_cpu_share"][1:5] == ["60.0 %", ">=", "90.0 %", "listed"]
     assert rows["rtt_median_error"][4] == "pass"
     assert [r[0] for r in lps.rows] == ["a~b", "a~c"] and lps.rows[0][3] == pytest.approx(0.02)
-    assert procs.rows[0][:4] == ["forwarder", "B-C", "", "60.0 %"]
+    assert procs.rows[0][:5] == ["forwarder", "B-C", "", "60.0 %", pytest.approx(0.3)]
+    assert procs.rows[1][4] is None  # a record without the figure: not made up
     # a time_factor auto run that was run again says so, each earlier run in words; a
     # hand-edited entry is shown as unreadable, not as a number it is not
     (tmp_path / "summary.json").write_text(json.dumps({"backend": "emu", "fidelity": v,

@@ -295,19 +295,19 @@ def test_a_rerun_takes_the_factor_the_failed_dilatable_invariants_ask_for() -> N
     fid = {"faithful": False, "invariants": [
         _inv("worker_timer_slack", 0.10, 0.05, False),
         _inv("forwarder_timer_slack", 0.625, 0.5, False),
-        _inv("switch_cpu_share", 0.85, 0.9, False),
+        _inv("worker_cpu_share", 0.6, 0.8, False),
         _inv("rtt_median_error", 0.2, 1.0, True)]}
     nxt, why = rerun_factor(fid, 2.0, 20.0)
     assert nxt == 5.0
     assert any("worker_timer_slack" in w and "asks for 5" in w for w in why)
     assert any("forwarder_timer_slack" in w and "asks for 3.25" in w for w in why)
-    assert why[-1] == "not a matter of the factor: switch_cpu_share"
+    assert why[-1] == "not a matter of the factor: worker_cpu_share"
     assert rerun_factor(fid, 2.0, 4.0)[0] == 4.0  # capped at the bound
     at_bound, why = rerun_factor(fid, 4.0, 4.0)
     assert at_bound is None and "already at time_factor_max 4" in why[-1]
-    only_cpu = {"invariants": [_inv("switch_cpu_share", 0.85, 0.9, False)]}
+    only_cpu = {"invariants": [_inv("worker_cpu_share", 0.6, 0.8, False)]}
     assert rerun_factor(only_cpu, 2.0, 20.0) == (
-        None, ["not a matter of the factor: switch_cpu_share"])
+        None, ["not a matter of the factor: worker_cpu_share"])
     assert rerun_factor({"faithful": True, "invariants": [
         _inv("worker_timer_slack", 0.01, 0.05, True)]}, 2.0, 20.0)[0] is None
 

@@ -28,12 +28,20 @@ from testbed.emu.slack import merge, quantile_s
 RTT_BAND_MS = 1.0
 RTT_P99_BAND_MS = 2.0
 # CPU: share of the time a process wanted a CPU that it had one (schedstat run / (run +
-# wait)). Forwarders and the software switch hold every delay: they must be served at
-# once; workers as the simulator assumes their compute (the agreement's long-standing
-# MIN_CPU_SHARE, docs/workers.md).
+# wait)). Workers are judged by it, as the simulator assumes their compute (the
+# agreement's long-standing MIN_CPU_SHARE, docs/workers.md). Forwarders and the software
+# switch hold every delay: what a frame waits on them is how long each waited for a CPU
+# each time it woke (schedstat wait / time slices, scenario time), judged against
+# MAX_SCHED_DELAY_MS; their shares are measured and listed (judged: False). A share is no
+# measure of a frame's delay for a process that runs a few microseconds per wake-up: 20 us
+# behind another real-time process at each of them is a share of 80 % and 0.02 ms.
 MIN_FORWARDER_SHARE = 0.9
 MIN_SWITCH_SHARE = 0.9
 MIN_WORKER_SHARE = 0.8
+# A DC pair's RTT crosses the switch's bridges up to four times (two DCs, each way) and a
+# forwarder per fibre each way: at 0.1 ms each, a two-fibre path's median gains at most
+# 0.8 ms of the 1 ms band (RTT_BAND_MS) in scenario time.
+MAX_SCHED_DELAY_MS = 0.1
 # A process that ran less than this (s of CPU) over the run is judged with its role's
 # others: its share is a few wake-ups' latency, noise rather than starvation.
 MIN_RUN_S = 0.1
@@ -67,6 +75,7 @@ class Invariant:
     detail: str = ""  # what gave the value (the worst lightpath, process, job)
     why: str = ""     # what the bound protects
     missing: str = ""  # a part that should have been measured and gave nothing: fails
+    judged: bool = True  # False: measured and listed, never a failure (a proxy of another)
 
     @property
     def measured(self) -> bool:
@@ -76,7 +85,7 @@ class Invariant:
     def ok(self) -> bool:
         if self.missing:
             return False
-        if not self.measured:
+        if not self.measured or not self.judged:
             return True
         assert self.value is not None
         return self.value <= self.threshold if self.bound == "max" else \
@@ -149,8 +158,14 @@ def rtt_invariants(errors: Sequence[Mapping[str, Any]]) -> list[Invariant]:
 
 
 # ---- CPU of the run's processes ---------------------------------------------------------
+def _idle_name(idle: Sequence[Mapping[str, Any]]) -> str:
+    names = [str(p.get("name") or p.get("pid")) for p in idle]
+    return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "") + (
+        " (nearly idle, together)" if len(names) > 1 else " (nearly idle)")
+
+
 def share_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
-                    threshold: float, why: str) -> Invariant:
+                    threshold: float, why: str, judged: bool = True) -> Invariant:
     """Least CPU share (run / (run + wait)) of the processes of one role that ran at least
     MIN_RUN_S; those that ran less are judged together (their summed run and wait)."""
     mine = [p for p in procs if p.get("role") == role and p.get("cpu_share") is not None]
@@ -160,14 +175,36 @@ def share_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
     run = sum(p.get("run_s", 0.0) for p in idle)
     wait = sum(p.get("wait_s", 0.0) for p in idle)
     if run + wait > 0:
-        names = [str(p.get("name") or p.get("pid")) for p in idle]
-        got.append((run / (run + wait), ", ".join(names[:3]) + (" ..." if len(names) > 3
-                                                                 else "")
-                    + (" (nearly idle, together)" if len(names) > 1 else " (nearly idle)")))
+        got.append((run / (run + wait), _idle_name(idle)))
     if not got:
-        return Invariant(name, None, threshold, "min", "share", f"no {role} measured", why)
+        return Invariant(name, None, threshold, "min", "share", f"no {role} measured", why,
+                         judged=judged)
     share, who = min(got)
-    return Invariant(name, share, threshold, "min", "share", f"{role} {who}", why)
+    return Invariant(name, share, threshold, "min", "share", f"{role} {who}", why,
+                     judged=judged)
+
+
+def sched_delay_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
+                          scale: Scale, why: str) -> Invariant:
+    """Largest mean scheduling delay (wait / time slices: how long each waited for a CPU
+    each time it became runnable), scenario ms, of the processes of one role that ran at
+    least MIN_RUN_S; those that ran less together (their summed wait and slices). A record
+    without slices (an older run's) is not measured."""
+    mine = [p for p in procs if p.get("role") == role
+            and isinstance(p.get("slices"), int) and p["slices"] > 0]
+    got = [(p.get("wait_s", 0.0) / p["slices"], p.get("name") or str(p.get("pid")),
+            p["slices"]) for p in mine if p.get("run_s", 0.0) >= MIN_RUN_S]
+    idle = [p for p in mine if p.get("run_s", 0.0) < MIN_RUN_S]
+    if idle:
+        slices = sum(p["slices"] for p in idle)
+        got.append((sum(p.get("wait_s", 0.0) for p in idle) / slices, _idle_name(idle),
+                    slices))
+    if not got:
+        return Invariant(name, None, MAX_SCHED_DELAY_MS, "max", "ms", f"no {role} measured",
+                         why)
+    delay_s, who, slices = max(got)
+    return Invariant(name, scale.real_ms(1000 * delay_s), MAX_SCHED_DELAY_MS, "max", "ms",
+                     f"{role} {who}, mean of {slices} wake-ups", why)
 
 
 def worker_share_invariant(procs: Sequence[Mapping[str, Any]]) -> Invariant:
@@ -343,10 +380,17 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     errors = lightpath_rtt_errors(rtt_rows, scale)
     tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
     invs = [*rtt_invariants(errors),
+            sched_delay_invariant("forwarder_sched_delay", procs, "forwarder", scale,
+                                  "a woken forwarder got a CPU at once: its frames wait "
+                                  "that long (scenario time)"),
             share_invariant("forwarder_cpu_share", procs, "forwarder", MIN_FORWARDER_SHARE,
-                            "the forwarders had a CPU whenever they wanted one"),
+                            "listed: the forwarders' share of the time they wanted a CPU "
+                            "(judged by forwarder_sched_delay)", judged=False),
+            sched_delay_invariant("switch_sched_delay", procs, "switch", scale,
+                                  "so did the software switch (user-space datapath)"),
             share_invariant("switch_cpu_share", procs, "switch", MIN_SWITCH_SHARE,
-                            "so had the software switch (user-space datapath)"),
+                            "listed: the switch's share (judged by switch_sched_delay)",
+                            judged=False),
             worker_share_invariant(procs),
             _worst_job(jobs, 0), _worst_job(jobs, 1),
             *link_invariants(tot, tcp or {}, scale, fabric, switch),

@@ -79,8 +79,10 @@ def own_usage_of(t0: float | None, t1: float | None, used: Any) -> dict[str, Any
     if not all(k in used and (used[k] is None or isinstance(used[k], (int, float)))
                for k in keys):
         return None
-    return {**{k: used[k] for k in keys}, "window_s": [round(t0, 3), round(t1, 3)],
-            "read_by": "worker"}
+    extra = {k: used[k] for k in ("slices", "wait_per_slice_ms")
+             if isinstance(used.get(k), (int, float)) and not isinstance(used[k], bool)}
+    return {**{k: used[k] for k in keys}, **extra,
+            "window_s": [round(t0, 3), round(t1, 3)], "read_by": "worker"}
 
 
 def _window_and_usage(record_path: str) -> tuple[float | None, float | None, Any]:

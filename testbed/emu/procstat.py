@@ -9,6 +9,9 @@ PID is never read as the run's; nothing is looked up by name. Per process:
   threads (/proc/PID/task/TID/schedstat; needs CONFIG_SCHED_INFO, which every
   distribution kernel has);
 * cpu_share = run / (run + wait): of the time it wanted a CPU, the share it had one;
+* slices: how many times it was put on a CPU (schedstat's third field), so that
+  wait_s / slices is its mean scheduling delay: how long, on average, it waited for a CPU
+  each time it became runnable (a woken forwarder's frames wait that long);
 * load = cpu_s / wall_s: how much of one core it used.
 
 `ProcSampler` reads them every interval_s from a thread while the run lasts (a worker's
@@ -31,6 +34,9 @@ log = logging.getLogger(__name__)
 
 MAX_READINGS = 4096  # per process; past it every other reading is dropped (thinned)
 
+# One thread's schedstat: (run s, wait s, time slices).
+Sched = tuple[float, float, int]
+
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -43,8 +49,9 @@ class ProcTimes:
     run_s: float
     wait_s: float
     at_s: float  # time.monotonic() of the reading
-    # per thread (TID): (run s, wait s); a thread's figures leave /proc with it
-    threads: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)
+    # per thread (TID): (run s, wait s, slices); a thread's figures leave /proc with it
+    threads: dict[int, Sched] = field(default_factory=dict, compare=False)
+    slices: int = 0
 
 
 def parse_stat(text: str) -> tuple[int, float, str]:
@@ -55,10 +62,10 @@ def parse_stat(text: str) -> tuple[int, float, str]:
     return int(rest[19]), (int(rest[11]) + int(rest[12])) / CLK_TCK, rest[0]
 
 
-def parse_schedstat(text: str) -> tuple[float, float]:
-    """(run s, wait s) of a schedstat line: run ns, wait ns, time slices."""
-    run_ns, wait_ns, *_ = text.split()
-    return int(run_ns) / 1e9, int(wait_ns) / 1e9
+def parse_schedstat(text: str) -> Sched:
+    """(run s, wait s, slices) of a schedstat line: run ns, wait ns, time slices."""
+    run_ns, wait_ns, slices = text.split()[:3]
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9, int(slices)
 
 
 def read_times(pid: int, start_ticks: int | None = None) -> ProcTimes | None:
@@ -68,7 +75,7 @@ def read_times(pid: int, start_ticks: int | None = None) -> ProcTimes | None:
         ticks, cpu_s, state = parse_stat(Path(f"/proc/{pid}/stat").read_text())
         if (start_ticks is not None and ticks != start_ticks) or state in ("Z", "X"):
             return None
-        threads: dict[int, tuple[float, float]] = {}
+        threads: dict[int, Sched] = {}
         for task in os.scandir(f"/proc/{pid}/task"):
             try:
                 threads[int(task.name)] = parse_schedstat(
@@ -77,20 +84,22 @@ def read_times(pid: int, start_ticks: int | None = None) -> ProcTimes | None:
                 continue  # a thread that just exited
     except (OSError, ValueError, IndexError):
         return None
-    return ProcTimes(ticks, cpu_s, sum(r for r, _ in threads.values()),
-                     sum(w for _, w in threads.values()), time.monotonic(), threads)
+    return ProcTimes(ticks, cpu_s, sum(t[0] for t in threads.values()),
+                     sum(t[1] for t in threads.values()), time.monotonic(), threads,
+                     sum(t[2] for t in threads.values()))
 
 
-def carried(before: dict[int, tuple[float, float]], now: ProcTimes
-            ) -> tuple[ProcTimes, dict[int, tuple[float, float]]]:
+def carried(before: dict[int, Sched], now: ProcTimes
+            ) -> tuple[ProcTimes, dict[int, Sched]]:
     """`now` with the run and wait of threads that exited since `before` (their last
     figures) kept in its sums, so that they never go down between readings (a thread's
     schedstat goes with it: a worker's run time fell by a gloo thread's when it exited),
     and every thread's figures so far. The reading keeps only the sums (a process keeps
     up to MAX_READINGS of them)."""
     seen = {**before, **now.threads}
-    return replace(now, run_s=sum(r for r, _ in seen.values()),
-                   wait_s=sum(w for _, w in seen.values()), threads={}), seen
+    return replace(now, run_s=sum(t[0] for t in seen.values()),
+                   wait_s=sum(t[1] for t in seen.values()),
+                   slices=sum(t[2] for t in seen.values()), threads={}), seen
 
 
 def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
@@ -99,10 +108,12 @@ def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
     run = last.run_s - first.run_s
     wait = last.wait_s - first.wait_s
     cpu = last.cpu_s - first.cpu_s
+    slices = last.slices - first.slices
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "run_s": round(run, 4),
             "wait_s": round(wait, 4),
             "cpu_share": round(run / (run + wait), 4) if run + wait > 0 else None,
-            "load": round(cpu / wall, 4) if wall > 0 else None}
+            "load": round(cpu / wall, 4) if wall > 0 else None, "slices": slices,
+            "wait_per_slice_ms": round(1000 * wait / slices, 4) if slices > 0 else None}
 
 
 def own_usage_since(before: ProcTimes | None
@@ -115,11 +126,12 @@ def own_usage_since(before: ProcTimes | None
     now = read_times(os.getpid())
     if now is None or before is None:
         return now, {}
-    run = sum(r - before.threads.get(tid, (0.0, 0.0))[0] for tid, (r, _) in now.threads.items())
-    wait = sum(w - before.threads.get(tid, (0.0, 0.0))[1]
-               for tid, (_, w) in now.threads.items())
-    first = replace(before, run_s=0.0, wait_s=0.0, threads={})
-    last = replace(now, run_s=run, wait_s=wait, threads={})
+    zero: Sched = (0.0, 0.0, 0)
+    run = sum(t[0] - before.threads.get(tid, zero)[0] for tid, t in now.threads.items())
+    wait = sum(t[1] - before.threads.get(tid, zero)[1] for tid, t in now.threads.items())
+    slices = sum(t[2] - before.threads.get(tid, zero)[2] for tid, t in now.threads.items())
+    first = replace(before, run_s=0.0, wait_s=0.0, slices=0, threads={})
+    last = replace(now, run_s=run, wait_s=wait, slices=slices, threads={})
     return now, usage(first, last)
 
 

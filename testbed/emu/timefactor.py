@@ -234,7 +234,7 @@ def path_costs(calibration: dict[str, Any], start: float) -> list[PathCost]:
 # about as 1 / time_factor: what the emulator adds (processing, late wake-ups) is the same
 # in emulated time, and scenario time divides it by the factor.
 DILATABLE = ("rtt_median_error", "rtt_p99_error", "worker_timer_slack",
-             "forwarder_timer_slack")
+             "forwarder_timer_slack", "forwarder_sched_delay", "switch_sched_delay")
 
 
 def rerun_factor(fidelity: Mapping[str, Any], factor: float, bound: float,

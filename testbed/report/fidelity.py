@@ -33,6 +33,22 @@ def _shown(v: Any, unit: Any) -> str:
     return f"{x:.4g} {str(unit)[:10]}".strip()
 
 
+def _result(inv: dict[str, Any]) -> str:
+    """pass, FAIL, n/a (not measured) or listed (measured, judged by another invariant)."""
+    if not inv.get("ok"):
+        return "FAIL"
+    if not inv.get("measured"):
+        return "n/a"
+    return "listed" if inv.get("judged") is False else "pass"
+
+
+def _per_wake_up_ms(proc: dict[str, Any], scale: Scale | None) -> float | None:
+    """A process's mean wait for a CPU per wake-up, scenario ms (None: not recorded, or
+    the record's scale unreadable)."""
+    x = _num(proc.get("wait_per_slice_ms"))
+    return None if x is None or scale is None else round(scale.real_ms(x), 4)
+
+
 def reruns_text(reruns: Any) -> str:
     """The earlier runs of a time_factor auto run, in words ('' when none): each one's
     factor, what failed and the factor it asked for (summary.json time_factor_reruns)."""
@@ -58,7 +74,7 @@ def reruns_text(reruns: Any) -> str:
 def fidelity_sections(d: DirReader) -> list[Section]:
     """One section: the verdict and its reasons, a table of the invariants (value,
     threshold, pass/fail, what gave the value, why), then each lightpath's RTT error and
-    each process's CPU share (scenario time)."""
+    each process's CPU share and wait per wake-up (scenario time)."""
     summ = read_json(d, "summary.json")
     v = summ.get("fidelity") if isinstance(summ, dict) else None
     if not isinstance(v, dict):
@@ -66,9 +82,10 @@ def fidelity_sections(d: DirReader) -> list[Section]:
     reasons = [str(r)[:300] for r in list(v.get("reasons") or [])[:MAX_REASONS]]
     faithful = v.get("faithful") is True
     try:
-        tf: float | None = Scale.of_record(v, "summary.json fidelity").time_factor
+        scale: Scale | None = Scale.of_record(v, "summary.json fidelity")
     except RuntimeFailure:
-        tf = None
+        scale = None
+    tf = scale.time_factor if scale is not None else None
     text = ("FAITHFUL: every measured invariant held." if faithful else
             "NOT FAITHFUL: " + "; ".join(reasons) + ".") + (
         " Times in scenario time (emulated / time_factor "
@@ -82,9 +99,9 @@ def fidelity_sections(d: DirReader) -> list[Section]:
         ["invariant", "value", "bound", "threshold", "result", "where", "protects"],
         [[i.get("name"), _shown(i.get("value"), i.get("unit")),
           "<=" if i.get("bound") == "max" else ">=", _shown(i.get("threshold"), i.get("unit")),
-          ("pass" if i.get("measured") else "n/a") if i.get("ok") else "FAIL",
-          i.get("detail"), i.get("why")] for i in rows],
-        "The run's fidelity invariants (n/a: not measured in this run)." + note))
+          _result(i), i.get("detail"), i.get("why")] for i in rows],
+        "The run's fidelity invariants (n/a: not measured in this run; listed: measured "
+        "and shown, judged by another invariant)." + note))
     lps = [x for x in list(v.get("lightpaths") or []) if isinstance(x, dict)]
     if lps:
         rows, note = table_rows(d, lps, "summary.json fidelity.lightpaths")
@@ -100,12 +117,14 @@ def fidelity_sections(d: DirReader) -> list[Section]:
         procs.sort(key=lambda p: (_num(p.get("cpu_share")) or 0.0))
         rows, note = table_rows(d, procs, "summary.json fidelity.processes")
         tables.append(Table(
-            ["role", "name", "compute", "CPU share", "CPU used (s)", "waited (s)",
-             "load (cores)"],
+            ["role", "name", "compute", "CPU share", "wait per wake-up (ms)",
+             "CPU used (s)", "waited (s)", "load (cores)"],
             [[p.get("role"), p.get("name"), str(p.get("compute") or "")[:10],
-              _shown(p.get("cpu_share"), "share"),
+              _shown(p.get("cpu_share"), "share"), _per_wake_up_ms(p, scale),
               _num(p.get("cpu_s")), _num(p.get("wait_s")), _num(p.get("load"))]
              for p in rows],
             "The run's own processes, least served first: share of the time each wanted "
-            "a CPU that it had one (schedstat run / (run + wait))." + note))
+            "a CPU that it had one (schedstat run / (run + wait)), and how long it waited "
+            "for one, on average, each time it woke (schedstat wait / time slices, scenario "
+            "ms); CPU used and waited in wall seconds." + note))
     return [Section("emulation: fidelity verdict", text, [], tables)]

@@ -140,7 +140,8 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
         "n1-n2", "n2-n3", "n3-n4", "n4-n1"]
     assert len(fid["lightpaths"]) == 6 and all(e["replies"] for e in fid["lightpaths"])
     assert {i["name"] for i in fid["invariants"] if i["measured"]} >= {
-        "rtt_median_error", "forwarder_cpu_share", "switch_cpu_share", "worker_cpu_share",
+        "rtt_median_error", "forwarder_sched_delay", "forwarder_cpu_share",
+        "switch_sched_delay", "switch_cpu_share", "worker_cpu_share",
         "host_steal", "clock_offset_error"}, fid["invariants"]
     assert len(fid["tcp"]) == s["hosts"], fid["tcp"]  # every host's, on its machine
     assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
