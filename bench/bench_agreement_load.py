@@ -81,6 +81,10 @@ def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
             "time_factor": fidelity.get("time_factor"), "faithful": fidelity.get("faithful"),
             "reruns_at": [r.get("time_factor") for r in summary.get("time_factor_reruns", [])],
             "steal_frac": verdict["host"].get("steal_frac"),
+            "worker_duty": verdict["host"].get("worker_duty"),
+            "invariants": {i.get("name"): {"value": i.get("value"), "ok": i.get("ok"),
+                                           "detail": i.get("detail")}
+                           for i in fidelity.get("invariants", []) if isinstance(i, dict)},
             "jobs": [{k: row.get(k) for k in ("relative_error", "relative_error_p10",
                                               "relative_error_p90", "iterations_measured",
                                               "cpu_share_median")} for row in rows]}

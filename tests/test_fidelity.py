@@ -281,6 +281,30 @@ def test_nearly_idle_processes_are_judged_together() -> None:
     assert not inv.ok and inv.detail == "forwarder A-B, A-B, A-B ... (nearly idle, together)"
 
 
+def test_shadow_cpu_workers_are_judged_by_the_work_they_did_not_their_share() -> None:
+    """A shadow worker's duty-cycled chunks wait about as long as they run at each wake-up:
+    a schedstat share of 25 % with its work done (compute share 110 %) and its ops on time
+    is listed, not failed; the same share for a worker whose job reports no compute share
+    (model mode) is judged, and a job whose work was not done still fails."""
+    d = good_inputs()
+    d["procs"] = [p for p in d["procs"] if p["role"] != "worker"]
+    d["procs"] += [{**proc("worker", f"job0/stage{k}", 0.25), "compute": "cpu"}
+                   for k in range(4)]
+    d["jobs"] = [{"job": "job0", "cpu_share_median": 1.1, "op_overrun_median": 0.026}]
+    v = fid.verdict(Scale(), **d)
+    inv = by_name(v)["worker_cpu_share"]
+    assert v["faithful"], v["reasons"]
+    assert inv["measured"] and inv["judged"] is False and inv["value"] == pytest.approx(0.25)
+    d["procs"].append({**proc("worker", "job1/stage0", 0.25), "compute": "cpu"})
+    v = fid.verdict(Scale(), **d)
+    assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["worker_cpu_share"]
+    assert "job1/stage0" in v["reasons"][0]
+    d["procs"].pop()
+    d["jobs"] = [{"job": "job0", "cpu_share_median": 0.6, "op_overrun_median": 0.02}]
+    v = fid.verdict(Scale(), **d)
+    assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["worker_compute_share"]
+
+
 def test_forwarders_and_switch_are_judged_by_their_wait_per_wake_up() -> None:
     """A forwarder runs a few microseconds each time a frame wakes it: 20 us behind another
     real-time process at each wake-up is a share of 60 % and a frame delayed 0.02 ms. Its

@@ -15,7 +15,7 @@ from testbed.emu.scale import Scale
 from testbed.errors import InputError
 from testbed.metrics.agreement import agreement_rows, markdown_table, relative_error
 from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
-from testbed.orchestrate.launch import Host, Launcher, default_duty
+from testbed.orchestrate.launch import Host, Launcher, default_duty, fitting_duty
 from testbed.orchestrate.results import chrome_trace, job_iterations, read_records, summarize_job
 from testbed.schedule import PipelineProblem, Schedule, build_schedule, time_schedule
 from testbed.spec import load_scenario
@@ -131,6 +131,26 @@ def test_default_duty() -> None:
     assert default_duty(8, cores=2) == pytest.approx(0.125)
 
 
+def test_duty_fits_the_cores_the_machine_has_free() -> None:
+    """8 CPU workers on 2 cores ask for half of them (duty 0.125); with another process
+    spinning on one core (1.0 free) they ask for half of what is left, never for more
+    cores than the machine has, never below MIN_DUTY; unread, the nominal cores."""
+    from testbed.metrics.hostload import CpuTimes, idle_cores
+    from testbed.orchestrate.launch import MIN_DUTY
+
+    assert fitting_duty(8, 2.0, cores=2)["duty"] == pytest.approx(0.125)
+    busy = fitting_duty(8, 1.0, cores=2)
+    assert busy == {"duty": 0.0625, "workers": 8, "cores": 2, "free_cores": 1.0}
+    assert fitting_duty(8, 3.5, cores=2)["duty"] == pytest.approx(0.125)  # capped
+    assert fitting_duty(8, 0.0, cores=2)["duty"] == MIN_DUTY
+    assert fitting_duty(8, None, cores=2) == {"duty": 0.125, "workers": 8, "cores": 2,
+                                             "free_cores": None}
+    # a spinner on one of 2 cores: half the time idle, steal not counted as free
+    first, last = CpuTimes(100, 100, 0), CpuTimes(200, 190, 10)
+    assert idle_cores(first, last, 2) == pytest.approx(2 * 90 / 200)
+    assert idle_cores(first, first, 2) is None
+
+
 @pytest.mark.parametrize("order", ["peer first", "victim first"])
 def test_failure_names_the_cause_not_the_peer_that_lost_it(tmp_path: Path, order: str) -> None:
     """Two stages end between two polls: one killed by SIGKILL, the other exits 1 with
@@ -186,7 +206,13 @@ def test_shadow_workers_agree_with_timer_on_localhost(tmp_path: Path, compute: s
         launcher.wait(180)
         outcome = launcher.outcome()
         records = launcher.records()
+        duty = launcher.host_load()["worker_duty"]
     assert all(o["ok"] for o in outcome.values()), outcome
+    if compute == "cpu":  # sized to the cores free when they started, and said so
+        assert duty["workers"] == 8 and 0.0 <= duty["free_cores"] <= duty["cores"], duty
+        assert duty["duty"] == fitting_duty(8, duty["free_cores"], duty["cores"])["duty"]
+    else:
+        assert duty["workers"] == 0  # stand-ins ask the CPU for no compute
     sim_s = time_schedule(prob, build_schedule("gpipe", prob)).iteration_time_ms / 1e3
     for job, stages in records.items():
         s = summarize_job(job, stages)
@@ -202,6 +228,9 @@ def test_shadow_workers_agree_with_timer_on_localhost(tmp_path: Path, compute: s
         starts = [r for st in stages for r in st if r.get("type") == "start"]
         assert len(starts) == 4 and all(r["calibration"]["compute"] == compute
                                         for r in starts)
+        if compute == "cpu":
+            assert all(r["calibration"]["duty"] == pytest.approx(duty["duty"], abs=1e-4)
+                       for r in starts)
         if compute == "device":
             its = [r for st in stages for r in st if r.get("type") == "iteration"]
             assert its and all("cpu_share" not in r for r in its)

@@ -14,7 +14,8 @@ deadline on the wall clock makes op times right even when other workers share th
 `duty` < 1 spreads the work: after each chunk the worker pauses so that work takes
 about `duty` of the op's time. With more stage processes than cores, busy-waiting
 stages would otherwise be descheduled at their deadlines (ops overrun by a scheduler
-slice) and starve the link emulators; the launcher sets duty ~ cores / workers.
+slice) and starve the link emulators; the launcher sets duty ~ 0.5 x the cores free
+when the workers start / workers (testbed.orchestrate.launch.fitting_duty).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Burner:
 
     def as_dict(self) -> dict[str, float | str]:
         """What the worker's start record says of its compute."""
-        return {"compute": "cpu", **self.cal.as_dict()}
+        return {"compute": "cpu", "duty": self.duty, **self.cal.as_dict()}
 
     def cpu_share(self, asked_s: float, chunks: int) -> float | None:
         """Work done / work asked for over a window: chunks x chunk time / (asked x duty).

@@ -207,21 +207,40 @@ def sched_delay_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: s
                      f"{role} {who}, mean of {slices} wake-ups", why)
 
 
-def worker_share_invariant(procs: Sequence[Mapping[str, Any]]) -> Invariant:
-    """share_invariant of the workers whose compute is tensor work on the host CPU. A
-    device stand-in (emulation.worker_compute: device) asks the CPU for no compute: it
-    sleeps to each op's deadline and wakes to post its transfers, so its run / (run +
-    wait) is a few wake-ups' latency against almost no run time, which says nothing of its
-    timing; how late those wake-ups came is worker_timer_slack, and the transfers are
-    the network's invariants."""
+def worker_share_invariant(procs: Sequence[Mapping[str, Any]],
+                           jobs: Sequence[Mapping[str, Any]] = ()) -> Invariant:
+    """share_invariant of the workers whose compute is work on the host CPU, judged where
+    nothing better measures it. A device stand-in (emulation.worker_compute: device) asks
+    the CPU for no compute: it sleeps to each op's deadline, so its run / (run + wait) is
+    a few wake-ups' latency against almost no run time; how late those wake-ups came is
+    worker_timer_slack. A shadow worker's duty-cycled tensor work (0.25 ms chunks between
+    sleeps) has a share made of the same latency (each chunk waits about as long as it
+    runs: 16-45 % whatever the factor, duty or nice, with its work done and its ops on
+    time), while its job's records say what it got directly: worker_compute_share (work
+    done / asked) and worker_timer_slack. Such workers are listed (judged: False); those of
+    a job without that measure (model mode) are judged by their share."""
     why = "the workers had a CPU when they wanted one"
-    cpu = [p for p in procs if p.get("role") != "worker" or p.get("compute") != "device"]
-    inv = share_invariant("worker_cpu_share", cpu, "worker", MIN_WORKER_SHARE, why)
-    if inv.value is None and len(cpu) < len(procs):
+    cpu = [p for p in procs if p.get("role") == "worker" and p.get("compute") != "device"]
+    measured = {str(j.get("job")) for j in jobs
+                if _is_number(j.get("cpu_share_median"))}
+    judged = [p for p in cpu if str(p.get("name", "")).rsplit("/stage", 1)[0] not in measured]
+    if judged:
+        return share_invariant("worker_cpu_share", judged, "worker", MIN_WORKER_SHARE, why)
+    if cpu:
+        return share_invariant("worker_cpu_share", cpu, "worker", MIN_WORKER_SHARE,
+                               "listed: duty-cycled tensor work's share is its wake-ups' "
+                               "latency (judged by worker_compute_share and "
+                               "worker_timer_slack)", judged=False)
+    if procs and any(p.get("role") == "worker" for p in procs):
         return Invariant("worker_cpu_share", None, MIN_WORKER_SHARE, "min", "share",
                          "device stand-ins only (their compute asks for no CPU; their "
                          "wake-ups: worker_timer_slack)", why)
-    return inv
+    return Invariant("worker_cpu_share", None, MIN_WORKER_SHARE, "min", "share",
+                     "no worker measured", why)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def worker_job_invariants(job: Mapping[str, Any]) -> list[Invariant]:
@@ -391,7 +410,7 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             share_invariant("switch_cpu_share", procs, "switch", MIN_SWITCH_SHARE,
                             "listed: the switch's share (judged by switch_sched_delay)",
                             judged=False),
-            worker_share_invariant(procs),
+            worker_share_invariant(procs, jobs),
             _worst_job(jobs, 0), _worst_job(jobs, 1),
             *link_invariants(tot, tcp or {}, scale, fabric, switch),
             send_socket_invariant(send_socket),

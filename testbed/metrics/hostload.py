@@ -41,6 +41,27 @@ def read_cpu_times() -> CpuTimes | None:
         return None
 
 
+def idle_cores(first: CpuTimes, last: CpuTimes, cores: int) -> float | None:
+    """How many cores' worth of time was idle between two readings (steal is not idle:
+    the hypervisor had it); None when no time passed between them."""
+    d_total = last.total - first.total
+    if d_total <= 0:
+        return None
+    return cores * max(0, last.idle - first.idle) / d_total
+
+
+def free_cores(window_s: float = 0.5, cores: int | None = None) -> float | None:
+    """The cores this machine has free now: its idle time over the next window_s, in
+    cores (a process spinning on one of 2 cores leaves about 1.0); None where /proc/stat
+    cannot be read."""
+    first = read_cpu_times()
+    time.sleep(window_s)
+    last = read_cpu_times()
+    if first is None or last is None:
+        return None
+    return idle_cores(first, last, cores or os.cpu_count() or 1)
+
+
 def read_load1() -> float | None:
     try:
         return os.getloadavg()[0]

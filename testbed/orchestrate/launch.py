@@ -30,7 +30,7 @@ from typing import Any
 from testbed import names
 from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError
-from testbed.metrics.hostload import HostLoad
+from testbed.metrics.hostload import HostLoad, free_cores
 from testbed.orchestrate.results import read_records
 from workloads import zygote
 from workloads.plan import JobPlan
@@ -97,10 +97,28 @@ def _lost_peer(w: Worker) -> bool:
     return err is not None and any(k in err.lower() for k in PEER_LOSS)
 
 
-def default_duty(workers: int, cores: int | None = None) -> float:
-    """Share of op time in tensor work so that `workers` stages fit on the cores."""
+MIN_DUTY = 0.05
+FREE_CORES_WINDOW_S = 0.5  # how long the machine's idle time is read before the workers start
+
+
+def default_duty(workers: int, cores: float | None = None) -> float:
+    """Share of op time in tensor work so that `workers` stages fit on half the cores (the
+    other half for the emulated network): 0.5 x cores / workers, within [MIN_DUTY, 1]."""
+    if cores is None:
+        cores = os.cpu_count() or 1
+    return max(MIN_DUTY, min(1.0, 0.5 * cores / max(1, workers)))
+
+
+def fitting_duty(workers: int, free: float | None, cores: int | None = None
+                 ) -> dict[str, Any]:
+    """The workers' duty sized to the cores the machine has free (free_cores: another
+    process spinning on one of 2 cores leaves 1), never to more than it has: CPU workers
+    that ask for more than is free are starved and their ops late (docs/workers.md). What
+    was chosen and from what: duty, free_cores, cores, workers."""
     cores = cores or os.cpu_count() or 1
-    return max(0.05, min(1.0, 0.5 * cores / max(1, workers)))
+    usable = cores if free is None else min(float(cores), max(0.0, free))
+    return {"duty": round(default_duty(workers, usable), 4), "workers": workers,
+            "cores": cores, "free_cores": None if free is None else round(free, 3)}
 
 
 class Launcher:
@@ -121,6 +139,7 @@ class Launcher:
         self.go_on_until = go_on_until
         self.timeout_s = timeout_s
         self.duty = duty
+        self.duty_choice: dict[str, Any] = {}  # what start() chose (host_load's worker_duty)
         self.nice = nice
         self.python = python
         self.jobs: dict[str, JobRun] = {}
@@ -141,8 +160,17 @@ class Launcher:
     def start(self, plans: list[tuple[JobPlan, list[Host]]]) -> None:
         """Start every stage of every plan (stage i on hosts[i])."""
         total = sum(p.stages for p, _ in plans if p.compute == "cpu")  # device ones: no CPU
+        if self.duty is not None:
+            self.duty_choice = {"duty": self.duty, "workers": total, "set": True}
+        elif total:
+            self.duty_choice = fitting_duty(total, free_cores(FREE_CORES_WINDOW_S))
+            log.info("CPU workers' duty %.4f: %d workers on %s of %d cores free",
+                     self.duty_choice["duty"], total, self.duty_choice["free_cores"],
+                     self.duty_choice["cores"])
+        else:
+            self.duty_choice = {"duty": 1.0, "workers": 0}
+        duty = float(self.duty_choice["duty"])
         self._load.start()
-        duty = self.duty if self.duty is not None else default_duty(total)
         for plan, hosts in plans:
             names.check(names.NODE_NAME_RE, plan.job, "job name")
             if plan.job in self.jobs:
@@ -328,8 +356,9 @@ class Launcher:
             time.sleep(interval_s)
 
     def host_load(self) -> dict[str, Any]:
-        """The machine's CPU busy/steal shares and load average since start()."""
-        return self._load.summary()
+        """The machine's CPU busy/steal shares and load average since start(), and the CPU
+        workers' duty with what it was sized from (`worker_duty`, fitting_duty)."""
+        return {**self._load.summary(), "worker_duty": dict(self.duty_choice)}
 
     def _stop_workers(self, run: JobRun, grace_s: float = 3.0) -> None:
         live = [w for w in run.workers if w.proc.poll() is None]

@@ -60,7 +60,8 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
                                                                dict[str, Any]]:
     """The compute burst beside a dense ping stream on every DC pair; its record."""
     from testbed.emu.loadprobe import burst
-    from testbed.orchestrate.launch import default_duty
+    from testbed.metrics.hostload import free_cores
+    from testbed.orchestrate.launch import FREE_CORES_WINDOW_S, fitting_duty
 
     got = worker_ops(scenario)
     if got is None:
@@ -75,14 +76,16 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
     load = threading.Thread(target=lambda: run_batched(
         probes, [frozenset(p.fibres) for p in probes], stream, LOAD_PATHS), daemon=True)
     compute = scenario.emulation.worker_compute  # the stand-in the workers will be
+    duty = fitting_duty(stages, free_cores(FREE_CORES_WINDOW_S) if compute == "cpu" else None)
     bulk, bulk_rec = bulk_streams(net, BULK_LEAD_S + BURST_S + 0.5)
     for t in bulk:
         t.start()
     threading.Event().wait(BULK_LEAD_S if bulk else 0.0)
     before = forwarder_slack(net)
     load.start()
-    rec = burst(stages, start.delay_ms(op_ms), BURST_S, default_duty(stages),
+    rec = burst(stages, start.delay_ms(op_ms), BURST_S, float(duty["duty"]),
                 compute=compute)
+    rec["worker_duty"] = duty
     load.join(timeout=60)
     rec["forwarder_slack"] = slack_since(before, forwarder_slack(net))
     for t in bulk:
