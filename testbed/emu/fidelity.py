@@ -28,8 +28,10 @@ from testbed.emu.slack import merge, quantile_s
 RTT_BAND_MS = 1.0
 RTT_P99_BAND_MS = 2.0
 # CPU: share of the time a process wanted a CPU that it had one (schedstat run / (run +
-# wait)). Workers are judged by it, as the simulator assumes their compute (the
-# agreement's long-standing MIN_CPU_SHARE, docs/workers.md). Forwarders and the software
+# wait)). Workers whose job has no direct measure of its compute (model mode) are judged
+# by it, as the simulator assumes their compute (the agreement's long-standing
+# MIN_CPU_SHARE, docs/workers.md); shadow workers by their work done and ops' overrun
+# (worker_share_invariant). Forwarders and the software
 # switch hold every delay: what a frame waits on them is how long each waited for a CPU
 # each time it woke (schedstat wait / time slices, scenario time), judged against
 # MAX_SCHED_DELAY_MS; their shares are measured and listed (judged: False). A share is no
