@@ -305,6 +305,37 @@ def test_shadow_cpu_workers_are_judged_by_the_work_they_did_not_their_share() ->
     assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["worker_compute_share"]
 
 
+def test_a_starved_second_is_not_spread_over_the_run() -> None:
+    """A forwarder that waits 20 us per wake-up for a minute and 3 ms per wake-up for one
+    second has a run's mean of 0.07 ms; its worst window of the sampler's readings says
+    3 ms, and the verdict judges that. Windows merge readings until they hold
+    MIN_WINDOW_SLICES wake-ups."""
+    from testbed.emu.procstat import MIN_WINDOW_SLICES, ProcTimes, worst_window
+
+    def at(t: float, wait_s: float, slices: int) -> ProcTimes:
+        return ProcTimes(1, 0.0, 0.0, wait_s, t, {}, slices)
+
+    reads, wait, n = [at(0.0, 0.0, 0)], 0.0, 0
+    for k in range(1, 121):  # 0.5 s readings: 1,000 wake-ups each at 20 us ...
+        starved = k in (60, 61)  # ... but 150 of 3 ms in two of them
+        n += 150 if starved else 1000
+        wait += 150 * 0.003 if starved else 1000 * 0.00002
+        reads.append(at(0.5 * k, wait, n))
+    worst = worst_window(reads)
+    assert worst is not None and worst[0] == pytest.approx(3.0) and worst[1] == 150
+    assert 1000 * wait / n < 0.1  # the run's mean hides it
+    few = [at(0.0, 0.0, 0), at(0.5, 0.01, MIN_WINDOW_SLICES // 2),
+           at(1.0, 0.011, MIN_WINDOW_SLICES)]
+    assert worst_window(few) == (pytest.approx(0.11), MIN_WINDOW_SLICES)  # merged
+    assert worst_window(few[:2]) is None
+    rec = {**proc("forwarder", "A-B", 0.9), "slices": n, "wait_s": wait,
+           "worst_wait_per_slice_ms": worst[0], "worst_window_slices": worst[1]}
+    inv = fid.sched_delay_invariant("forwarder_sched_delay", [rec], "forwarder",
+                                    Scale(time_factor=10.0), "")
+    assert not inv.ok and inv.value == pytest.approx(0.3)
+    assert inv.detail == "forwarder A-B, its worst window of 150 wake-ups"
+
+
 def test_forwarders_and_switch_are_judged_by_their_wait_per_wake_up() -> None:
     """A forwarder runs a few microseconds each time a frame wakes it: 20 us behind another
     real-time process at each wake-up is a share of 60 % and a frame delayed 0.02 ms. Its

@@ -187,7 +187,11 @@ def test_forwarders_starved_of_cpu_make_the_run_unfaithful(spec: Path, tmp_path:
     """The network is held; its forwarder is moved to SCHED_IDLE on CPU 0 beside a process
     spinning there, and pings cross it meanwhile: the run's verdict names how long the
     forwarders waited for a CPU each time a frame woke them (and says so last on the
-    console)."""
+    console). At time_factor 1: such a forwarder waits about 1 ms per wake-up, which a
+    factor of 10 would make 0.1 ms of scenario time, at the bound (dilation's purpose)."""
+    data = yaml.safe_load(spec.read_text())
+    data["emulation"]["time_factor"] = 1
+    spec.write_text(yaml.safe_dump(data))
     out = tmp_path / "held"
     log = (tmp_path / "held.log").open("w+")
     run = subprocess.Popen([sys.executable, "-c", ENTRY, "emu", str(spec), "--hold",
@@ -228,7 +232,7 @@ def test_forwarders_starved_of_cpu_make_the_run_unfaithful(spec: Path, tmp_path:
     text = log.read()
     assert run.returncode == 0, text[-3000:]
     v = json.loads((out / "summary.json").read_text())["fidelity"]
-    assert not v["faithful"]
+    assert not v["faithful"], [(i["name"], i["value"], i["detail"]) for i in v["invariants"]]
     failed = {i["name"]: i for i in v["invariants"] if not i["ok"]}
     assert "forwarder_sched_delay" in failed, v["reasons"]
     assert failed["forwarder_sched_delay"]["value"] > 0.1

@@ -64,8 +64,12 @@ class ShadowProgram:
         return self._work("W")
 
     def end_iteration(self, it: int) -> dict[str, Any]:
-        """The iteration's CPU share (Burner.cpu_share): CPU starvation shows in it."""
+        """The CPU share (Burner.cpu_share) since the last iteration that had one: CPU
+        starvation shows in it. An iteration with too little work to say (a small duty,
+        short ops) has none, and its work counts in the next one's."""
         asked, chunks = self.burner.asked_s, self.burner.chunks_run
         share = self.burner.cpu_share(asked - self._mark[0], chunks - self._mark[1])
+        if share is None:
+            return {}
         self._mark = (asked, chunks)
-        return {} if share is None else {"cpu_share": round(share, 4)}
+        return {"cpu_share": round(share, 4)}

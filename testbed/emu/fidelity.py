@@ -188,25 +188,36 @@ def share_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
 
 def sched_delay_invariant(name: str, procs: Sequence[Mapping[str, Any]], role: str,
                           scale: Scale, why: str) -> Invariant:
-    """Largest mean scheduling delay (wait / time slices: how long each waited for a CPU
-    each time it became runnable), scenario ms, of the processes of one role that ran at
-    least MIN_RUN_S; those that ran less together (their summed wait and slices). A record
+    """Largest scheduling delay (wait / time slices: how long each waited for a CPU each
+    time it became runnable), scenario ms, of the processes of one role that ran at least
+    MIN_RUN_S over the run, those that ran less together (their summed wait and slices
+    over the run), and every one's worst window of the sampler's readings
+    (worst_wait_per_slice_ms, procstat.worst_window: at least MIN_WINDOW_SLICES
+    wake-ups), so that a starved second is not spread over the whole run. A record
     without slices (an older run's) is not measured."""
     mine = [p for p in procs if p.get("role") == role
             and isinstance(p.get("slices"), int) and p["slices"] > 0]
-    got = [(p.get("wait_s", 0.0) / p["slices"], p.get("name") or str(p.get("pid")),
-            p["slices"]) for p in mine if p.get("run_s", 0.0) >= MIN_RUN_S]
+    got: list[tuple[float, str, str]] = []
+    for p in mine:
+        who = str(p.get("name") or p.get("pid"))
+        worst = p.get("worst_wait_per_slice_ms")  # (windows of >= MIN_WINDOW_SLICES: not noise)
+        if isinstance(worst, int | float) and not isinstance(worst, bool):
+            got.append((worst / 1000, who, f"its worst window of {p.get('worst_window_slices')} "
+                        f"wake-ups"))  # (a starved episode, not spread over the run)
+        if p.get("run_s", 0.0) >= MIN_RUN_S:
+            got.append((p.get("wait_s", 0.0) / p["slices"], who,
+                        f"mean of {p['slices']} wake-ups"))
     idle = [p for p in mine if p.get("run_s", 0.0) < MIN_RUN_S]
     if idle:
         slices = sum(p["slices"] for p in idle)
         got.append((sum(p.get("wait_s", 0.0) for p in idle) / slices, _idle_name(idle),
-                    slices))
+                    f"mean of {slices} wake-ups"))
     if not got:
         return Invariant(name, None, MAX_SCHED_DELAY_MS, "max", "ms", f"no {role} measured",
                          why)
-    delay_s, who, slices = max(got)
+    delay_s, who, over = max(got)
     return Invariant(name, scale.real_ms(1000 * delay_s), MAX_SCHED_DELAY_MS, "max", "ms",
-                     f"{role} {who}, mean of {slices} wake-ups", why)
+                     f"{role} {who}, {over}", why)
 
 
 def worker_share_invariant(procs: Sequence[Mapping[str, Any]],

@@ -12,7 +12,9 @@ PID is never read as the run's; nothing is looked up by name. Per process:
 * slices: how many times it was put on a CPU (schedstat's third field), so that
   wait_s / slices is its mean scheduling delay: how long, on average, it waited for a CPU
   each time it became runnable (a woken forwarder's frames wait that long);
-* load = cpu_s / wall_s: how much of one core it used.
+* load = cpu_s / wall_s: how much of one core it used;
+* worst_wait_per_slice_ms: the largest wait per wake-up over windows of the sampler's
+  readings holding at least MIN_WINDOW_SLICES slices (worst_window).
 
 `ProcSampler` reads them every interval_s from a thread while the run lasts (a worker's
 last values are its last sample before it exits) and keeps the readings, so that a
@@ -33,6 +35,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 MAX_READINGS = 4096  # per process; past it every other reading is dropped (thinned)
+# A window of readings is judged for its wait per wake-up once it holds this many time
+# slices (consecutive readings are merged until it does): fewer are a few wake-ups' noise.
+MIN_WINDOW_SLICES = 100
 
 # One thread's schedstat: (run s, wait s, time slices).
 Sched = tuple[float, float, int]
@@ -114,6 +119,24 @@ def usage(first: ProcTimes, last: ProcTimes) -> dict[str, float | None]:
             "cpu_share": round(run / (run + wait), 4) if run + wait > 0 else None,
             "load": round(cpu / wall, 4) if wall > 0 else None, "slices": slices,
             "wait_per_slice_ms": round(1000 * wait / slices, 4) if slices > 0 else None}
+
+
+def worst_window(readings: list[ProcTimes]) -> tuple[float, int] | None:
+    """The largest mean wait per wake-up (ms) over windows of consecutive readings, each
+    merged until it holds MIN_WINDOW_SLICES time slices, and that window's slices; None
+    when no window holds that many. A starved episode of a second shows in it, where the
+    run's mean would spread it over every other wake-up."""
+    worst: tuple[float, int] | None = None
+    start = readings[0] if readings else None
+    for r in readings[1:]:
+        assert start is not None
+        slices = r.slices - start.slices
+        if slices < MIN_WINDOW_SLICES:
+            continue
+        got = (1000 * (r.wait_s - start.wait_s) / slices, slices)
+        worst = got if worst is None or got > worst else worst
+        start = r
+    return worst
 
 
 def own_usage_since(before: ProcTimes | None
@@ -217,6 +240,10 @@ class ProcSampler:
                 first, last = got[0], got[-1]
             rec = {"pid": p["pid"], "role": p["role"], "name": p["name"],
                    **usage(first, last)}
+            worst = worst_window([r for r in got if first.at_s <= r.at_s <= last.at_s])
+            if worst is not None:
+                rec["worst_wait_per_slice_ms"] = round(worst[0], 4)
+                rec["worst_window_slices"] = worst[1]
             if (first, last) != (got[0], got[-1]):
                 rec["window_s"] = [round(first.at_s, 3), round(last.at_s, 3)]
             out.append(rec)
