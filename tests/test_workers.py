@@ -145,6 +145,10 @@ def test_duty_fits_the_cores_the_machine_has_free() -> None:
     assert fitting_duty(8, 0.0, cores=2)["duty"] == MIN_DUTY
     assert fitting_duty(8, None, cores=2) == {"duty": 0.125, "workers": 8, "cores": 2,
                                              "free_cores": None}
+    # what is recorded gives back its duty (CI: 0.0548 sized from 0.87758, 0.0549 from 0.878)
+    for free in [0.87758] + [i / 7919 for i in range(2 * 7919)]:
+        chosen = fitting_duty(8, free, cores=2)
+        assert fitting_duty(8, chosen["free_cores"], cores=2) == chosen
     # a spinner on one of 2 cores: half the time idle, steal not counted as free
     first, last = CpuTimes(100, 100, 0), CpuTimes(200, 190, 10)
     assert idle_cores(first, last, 2) == pytest.approx(2 * 90 / 200)

@@ -116,9 +116,11 @@ def fitting_duty(workers: int, free: float | None, cores: int | None = None
     that ask for more than is free are starved and their ops late (docs/workers.md). What
     was chosen and from what: duty, free_cores, cores, workers."""
     cores = cores or os.cpu_count() or 1
+    # sized from the free cores as recorded (rounded), so the record reproduces its duty
+    free = None if free is None else round(free, 3)
     usable = cores if free is None else min(float(cores), max(0.0, free))
     return {"duty": round(default_duty(workers, usable), 4), "workers": workers,
-            "cores": cores, "free_cores": None if free is None else round(free, 3)}
+            "cores": cores, "free_cores": free}
 
 
 class Launcher:
