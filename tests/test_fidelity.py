@@ -290,7 +290,7 @@ def test_shadow_cpu_workers_are_judged_by_the_work_they_did_not_their_share() ->
     d["procs"] = [p for p in d["procs"] if p["role"] != "worker"]
     d["procs"] += [{**proc("worker", f"job0/stage{k}", 0.25), "compute": "cpu"}
                    for k in range(4)]
-    d["jobs"] = [{"job": "job0", "cpu_share_median": 1.1, "op_overrun_median": 0.026}]
+    d["jobs"] = [{"job": "job0", "cpu_share_median": 1.1, "op_overrun_median": 0.016}]
     v = fid.verdict(Scale(), **d)
     inv = by_name(v)["worker_cpu_share"]
     assert v["faithful"], v["reasons"]

@@ -46,11 +46,14 @@ def test_a_long_path_that_can_be_corrected_stays_at_one() -> None:
 
 
 def test_compute_overrun_binds_in_scenario_time() -> None:
-    """Ops of 4 ms (real) missing by 1 ms at every factor: 1 / (4 f) <= 5 % -> 5."""
+    """Ops of 4 ms (real) missing by 1 ms at every factor: 1 / (4 f) <= 0.8 x the
+    verdict's 2.5 % op overrun (2 %) -> 12.5."""
+    from testbed.emu.fidelity import MAX_OP_OVERRUN
+
     comp = ComputeCost(op_ms=4.0, overrun_ms=1.0, workers=4)
     c = choose([PathCost("a~b", 5.0, 1.0, 0.1)], comp, bound=20.0)
-    assert c.factor == 5.0 and c.compute_factor == 5.0 and c.network_factor == 1.0
-    assert compute_error(comp, 5.0) == pytest.approx(0.05)
+    assert c.factor == 12.5 and c.compute_factor == 12.5 and c.network_factor == 1.0
+    assert compute_error(comp, 12.5) == pytest.approx(0.8 * MAX_OP_OVERRUN)
     assert "compute: 4 worker(s)" in c.reasons[1]
 
 
@@ -59,7 +62,7 @@ def test_forwarder_wake_ups_bind_in_scenario_time() -> None:
     the verdict's 0.5 ms in scenario time needs 2.5 / 0.4 = 6.25; unmeasured, no bound."""
     from testbed.emu.fidelity import MAX_FORWARDER_SLACK_MS
 
-    path, comp = PathCost("a~b", 5.0, 1.0, 0.1), ComputeCost(4.0, 0.2, 4)
+    path, comp = PathCost("a~b", 5.0, 1.0, 0.1), ComputeCost(4.0, 0.05, 4)
     c = choose([path], comp, bound=20.0, slack=SlackCost(p99_ms=2.5, wakeups=9000))
     assert c.factor == 6.25 and c.slack_factor == 6.25 and c.compute_factor == 1.0
     assert 2.5 / c.factor <= 0.8 * MAX_FORWARDER_SLACK_MS < 2.5 / (c.factor - FACTOR_STEP)

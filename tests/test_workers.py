@@ -555,6 +555,39 @@ def test_burner_calibration_is_short_where_products_are_slow(
     assert cal.mm_per_chunk == 1 and cal.chunk_s >= 0.02
 
 
+def test_burner_spreads_the_asked_work_and_does_no_more() -> None:
+    """Below duty 1 an op runs round(duration x duty / chunk) chunks at most, however its
+    last pause falls (it used to work through the last pause: 110-127 % of the asked work
+    at duty 0.06), never ends before its deadline, and a starved op stops at it."""
+    import time
+
+    from workloads.compute import Burner
+
+    burner = Burner(duty=0.06)
+    chunk = burner.cal.chunk_s
+    for duration in (0.001, 0.01, 0.037, 0.1, 0.2):
+        asked = max(1, round(duration * 0.06 / chunk))
+        t0 = time.perf_counter()
+        chunks = burner.burn(duration)
+        assert time.perf_counter() - t0 >= duration
+        assert chunks <= asked, (duration, chunks, asked)  # fewer only when starved
+    assert 0 < burner.chunks_run <= sum(max(1, round(d * 0.06 / chunk))
+                                        for d in (0.001, 0.01, 0.037, 0.1, 0.2))
+
+    calls = []
+    real_mm = Burner._mm
+
+    def starved(self: Burner, reps: int) -> None:  # each chunk takes 10 x its time
+        calls.append(1)
+        real_mm(self, reps)
+        time.sleep(9 * chunk)
+
+    slow = Burner(duty=0.5)
+    slow._mm = starved.__get__(slow)  # type: ignore[method-assign]
+    done = slow.burn(40 * chunk)  # 20 chunks asked, 200 chunks' time needed for them
+    assert done < 20 and done == len(calls)  # stopped at the deadline: the share shows it
+
+
 def test_device_compute_plan_spec_and_refusals(tmp_path: Path) -> None:
     """worker_compute: device reaches the workers' plans; model mode refuses it, and an
     unknown compute is named."""

@@ -6,16 +6,23 @@ time passes on a timer and the host CPU stays free for gloo and the network, as 
 kernel leaves its host; both keep the op's deadline on the same clock.
 
 At start-up `Burner.calibrate()` times small float32 matrix products and sizes a chunk
-of them to about `chunk_ms`. `burn(duration_s)` then runs whole chunks until the
-deadline; it stops early when the remaining time is under half a chunk, so the error
+of them to about `chunk_ms`. At duty 1, `burn(duration_s)` then runs whole chunks until
+the deadline; it stops early when the remaining time is under half a chunk, so the error
 is at most half a chunk (plus scheduler preemption on a busy machine). Keeping the
 deadline on the wall clock makes op times right even when other workers share the CPU.
 
-`duty` < 1 spreads the work: after each chunk the worker pauses so that work takes
-about `duty` of the op's time. With more stage processes than cores, busy-waiting
-stages would otherwise be descheduled at their deadlines (ops overrun by a scheduler
-slice) and starve the link emulators; the launcher sets duty ~ 0.5 x the cores free
-when the workers start / workers (testbed.orchestrate.launch.fitting_duty).
+`duty` < 1 spreads the work (testbed.emu.pacing): the op asks for round(duration x
+duty / chunk) chunks (at least one), each due at an even step of the op's time; the
+worker sleeps to each chunk's start and, after the last, to the op's deadline. A worker
+that falls behind (starved) runs its chunks back to back and stops at the deadline, so
+the work it did not do shows in its CPU share, never in a longer op; one that keeps up
+does what was asked, no more (it used to work through the last pause whenever that no
+longer fit before the deadline: 110-127 % of the asked work at duty 0.06, and a busy
+stretch at the end of each op that a spinning neighbour preempted). With more
+stage processes than cores, busy-waiting stages would otherwise be descheduled at
+their deadlines (ops overrun by a scheduler slice) and starve the link emulators; the
+launcher sets duty ~ 0.5 x the cores free when the workers start / workers
+(testbed.orchestrate.launch.fitting_duty).
 """
 
 from __future__ import annotations
@@ -25,10 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
+from testbed.emu.pacing import paced_op
 from testbed.emu.slack import set_timer_slack_ns, sleep_until
 from workloads.plan import COMPUTES
 
-DEVICE_TIMER_SLACK_NS = 1  # the kernel's least: wake-ups on the deadline, not 50 us after
+TIMER_SLACK_NS = 1  # the kernel's least: wake-ups on the deadline, not 50 us after
 
 CALIBRATION_RUN_S = 0.005  # each timing run of Burner.calibrate lasts about this long
 MAX_CALIBRATION_REPS = 50
@@ -61,6 +69,8 @@ class Burner:
         self.b = torch.randn(matrix_n, matrix_n, generator=gen) / matrix_n
         self.c = torch.empty(matrix_n, matrix_n)
         self.chunk_ms = chunk_ms
+        # wake-ups on the chunk's and the op's deadlines, not 50 us after
+        self.timer_slack_ns = set_timer_slack_ns(TIMER_SLACK_NS) if duty < 1 else 0
         self.cal = self.calibrate()
         self.asked_s = 0.0  # op time asked for so far (burn's durations)
         self.chunks_run = 0  # chunks of work done in it
@@ -103,26 +113,14 @@ class Burner:
         return Calibration(self.n, per_chunk, per_chunk * best, flops / 1e9)
 
     def burn(self, duration_s: float) -> int:
-        """Work until `duration_s` has passed; return the number of chunks run."""
+        """Work for `duration_s`, paced by duty (testbed.emu.pacing.paced_op: at duty 1 busy
+        to the deadline, below it the op's chunks spread over its time); the chunks run."""
         if duration_s <= 0:
             return 0
         self.asked_s += duration_s
         reps = self.cal.mm_per_chunk
-        end = time.perf_counter() + duration_s
-        half = 0.5 * self.cal.chunk_s
-        pause = self.cal.chunk_s * (1.0 / self.duty - 1.0)
-        chunks = 0
-        while True:
-            left = end - time.perf_counter()
-            if left <= half:
-                break
-            self._mm(reps)
-            chunks += 1
-            self.chunks_run += 1
-            if pause > 0:
-                left = end - time.perf_counter()
-                if left > pause + half:
-                    time.sleep(pause)
+        chunks = paced_op(lambda: self._mm(reps), duration_s, self.cal.chunk_s, self.duty)
+        self.chunks_run += chunks
         return chunks
 
 
@@ -134,7 +132,7 @@ class DeviceStandIn:
     wake-ups came (`late_s`, and each op's end in the worker's records)."""
 
     def __init__(self) -> None:
-        self.timer_slack_ns = set_timer_slack_ns(DEVICE_TIMER_SLACK_NS)
+        self.timer_slack_ns = set_timer_slack_ns(TIMER_SLACK_NS)
         self.asked_s = 0.0
         self.chunks_run = 0
         self.late_s = 0.0

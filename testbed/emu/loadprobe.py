@@ -3,13 +3,13 @@
     python -m testbed.emu.loadprobe --op-ms 4 --seconds 1.5 --duty 0.5   # one worker: JSON
     python -m testbed.emu.loadprobe --op-ms 4 --compute device            # a device stand-in
 
-A stand-in for a pipeline stage's compute (workloads/compute.py: with compute cpu, work in
-chunks of about CHUNK_MS until the deadline, stop when under half a chunk is left, pause
-between chunks for `duty`; with compute device, sleep to the deadline with the least timer
-slack), without torch so that it starts in a fraction of a second. `burst()` starts
-one per worker stage side by side (while the caller keeps the network busy) and returns
-the mean (and p50/p90/max) of |end - deadline| over all their ops: what a time factor
-must make small next to the jobs' ops (testbed.emu.timefactor).
+A stand-in for a pipeline stage's compute (workloads/compute.py: with compute cpu, chunks
+of about CHUNK_MS paced as a worker's, testbed.emu.pacing; with compute device, sleep to
+the deadline with the least timer slack), without torch so that it starts in a fraction
+of a second. `burst()` starts one per worker stage side by side (while the caller keeps
+the network busy) and returns the mean (and p50/p90/max) of |end - deadline| over all
+their ops: what a time factor must make small next to the jobs' ops
+(testbed.emu.timefactor).
 """
 
 from __future__ import annotations
@@ -57,21 +57,20 @@ def run_device_ops(op_s: float, seconds: float) -> list[float]:
 
 
 def run_ops(op_s: float, seconds: float, duty: float) -> list[float]:
-    """Ops of op_s back to back for `seconds`; each op's |end - deadline| (s)."""
+    """Ops of op_s back to back for `seconds`, paced as a shadow CPU worker's
+    (testbed.emu.pacing.paced_op); each op's |end - deadline| (s)."""
+    from testbed.emu.pacing import paced_op
+    from testbed.emu.slack import set_timer_slack_ns
+
     chunk_s = CHUNK_MS / 1000
     n = _calibrate(chunk_s)
-    pause = chunk_s * (1.0 / duty - 1.0)
+    if duty < 1:
+        set_timer_slack_ns(1)  # as workloads.compute.Burner below duty 1
     misses = []
     stop = time.perf_counter() + seconds
     while time.perf_counter() < stop:
         end = time.perf_counter() + op_s
-        while True:
-            left = end - time.perf_counter()
-            if left <= chunk_s / 2:
-                break
-            _work(n)
-            if pause > 0 and end - time.perf_counter() > pause + chunk_s / 2:
-                time.sleep(pause)
+        paced_op(lambda: _work(n), op_s, chunk_s, duty)
         misses.append(abs(time.perf_counter() - end))
     return misses
 
