@@ -19,6 +19,7 @@ and why, in its agreement table. The tests check the verdict's logic on made-up 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -114,6 +115,9 @@ def main() -> int:
     ap.add_argument("--scenario", type=Path,
                     default=ROOT / "scenarios" / "calib-latency-1f1b.yaml")
     ap.add_argument("--json", type=Path, help="write every run here")
+    ap.add_argument("--keep", type=Path, metavar="DIR",
+                    help="write the runs' directories under DIR and keep them (a fresh "
+                    "directory; default: a temporary one, removed at the end)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an emulation field of the scenario (YAML value), e.g. "
                     "worker_compute=device; repeatable")
@@ -121,7 +125,10 @@ def main() -> int:
     modes = ["idle", "busy"] if args.mode == "both" else [args.mode]
     results: dict[str, list[dict[str, object]]] = {m: [] for m in modes}
     broken = 0
-    with tempfile.TemporaryDirectory(prefix="lp-agree-") as tmp:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True)  # fresh: never mixed with an earlier bench's runs
+    with (contextlib.nullcontext(str(args.keep)) if args.keep is not None
+          else tempfile.TemporaryDirectory(prefix="lp-agree-")) as tmp:
         scenario = with_emulation(args.scenario, args.set, Path(tmp))
         for mode in modes:
             for i in range(args.runs):
