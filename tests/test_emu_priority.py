@@ -156,3 +156,45 @@ def test_the_controllers_own_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(priority.ENV, "realtime")
     monkeypatch.setenv(priority.CONTROL_ENV, "inherit")
     assert priority.control_choice() == "inherit"
+
+
+WORKER_CHILD = ("import json, os, sys, threading, time\n"
+                "from testbed.emu import priority\n"
+                "got = priority.raise_worker_priority(sys.argv[1])\n"
+                "t = threading.Thread(target=time.sleep, args=(30,), daemon=True); t.start()\n"
+                "slices = [open(f'/proc/self/task/{i}/sched').read().split('se.slice')[1]"
+                ".split(':')[1].split()[0] if 'se.slice' in open(f'/proc/self/task/{i}/sched')"
+                ".read() else None for i in (threading.get_native_id(), t.native_id)]\n"
+                "print(json.dumps({'got': got, 'policy': os.sched_getscheduler(0), "
+                "'nice': [os.getpriority(os.PRIO_PROCESS, i) for i in "
+                "(0, t.native_id)], 'slices': slices}), flush=True)\n")
+
+
+def _worker(compute: str, env_value: str | None) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (priority.ENV, "LIGHTPIPE_FORWARDER_RT")}
+    if env_value is not None:
+        env[priority.ENV] = env_value
+    out = subprocess.run([sys.executable, "-c", WORKER_CHILD, compute], capture_output=True,
+                         text=True, env=env, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(not ROOT, reason="a negative nice and SCHED_RR need root")
+def test_a_cpu_worker_goes_ahead_of_ordinary_processes_and_its_threads_with_it() -> None:
+    """A shadow CPU worker: nice WORKER_NICE and, where the kernel keeps a task's own slice
+    (Linux >= 6.12), WORKER_SLICE_NS, on the threads it starts after too; a stand-in
+    accelerator in the real-time class; `inherit` leaves either as started."""
+    cpu = _worker("cpu", None)
+    got = cpu["got"]
+    assert got["priority"] == "nice" and got["nice"] == priority.WORKER_NICE
+    assert cpu["policy"] == os.SCHED_OTHER and cpu["nice"] == [priority.WORKER_NICE] * 2
+    if got["slice_us"] is not None:  # taken: the kernel says so for both threads
+        assert got["slice_us"] == priority.WORKER_SLICE_NS / 1000
+        assert cpu["slices"] == [str(priority.WORKER_SLICE_NS)] * 2
+    device = _worker("device", None)
+    assert device["got"] == {"priority": "realtime"} and device["policy"] == os.SCHED_RR
+    for compute in ("cpu", "device"):
+        left = _worker(compute, "inherit")
+        assert left["got"] == {"priority": "inherit"} and left["policy"] == os.SCHED_OTHER
+        assert left["nice"] == [os.nice(0)] * 2

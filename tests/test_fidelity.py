@@ -98,6 +98,8 @@ def test_device_stand_ins_are_judged_by_their_wake_ups_not_their_cpu_share() -> 
     d["jobs"] = [{"job": "job0", "op_overrun_median": 0.08}]
     v = fid.verdict(Scale(), **d)
     assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["worker_timer_slack"]
+    failed = fid.Invariant("worker_timer_slack", 0.031, fid.MAX_OP_OVERRUN, "max", "share")
+    assert fid.starvation_reason(failed) == "its ops ran 3.1 % longer than asked (> 2.5 %)"
 
 
 @pytest.mark.parametrize(("change", "failed", "words"), [

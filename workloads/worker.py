@@ -24,9 +24,6 @@ from typing import Any, TextIO  # noqa: E402
 log = logging.getLogger("workloads.worker")
 # --go-on-until: at most this many iterations beyond the plan's (the spec's own maximum).
 MAX_EXTRA_ITERATIONS = 10_000
-# SCHED_RR priority of a device stand-in stage: below ovs-vswitchd (5) and the fibre
-# forwarders (10), above every ordinary process (testbed.emu.priority)
-DEVICE_RT_PRIORITY = 2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,23 +130,27 @@ def iface_ipv4(iface: str) -> str | None:
     return socket.inet_ntoa(res[20:24])
 
 
-def _device_priority(plan_path: Path) -> dict[str, str]:
-    """A shadow stage on a stand-in accelerator (compute device) is emulated hardware, as
-    the fibre forwarders and the switch are: its threads (gloo's, started later, inherit
-    it) go into the real-time class below theirs (testbed.emu.priority), so that its
-    wake-ups at op deadlines and its transfers do not queue behind the machine's ordinary
-    processes. It asks for almost no CPU (it sleeps through its ops), so it cannot starve
-    them. Read from the plan before the worker starts a thread; {} for any other
-    worker."""
+def _stage_priority(plan_path: Path, nice: int) -> dict[str, Any]:
+    """A shadow stage's scheduling (testbed.emu.priority.raise_worker_priority), set before
+    the worker starts a thread (gloo's inherit it). On a stand-in accelerator (compute
+    device) it is emulated hardware, as the fibre forwarders and the switch are: the
+    real-time class below theirs, so that its wake-ups at op deadlines and its transfers
+    do not queue behind the machine's ordinary processes; it asks for almost no CPU (it
+    sleeps through its ops), so it cannot starve them. A CPU worker (compute cpu) goes
+    ahead of ordinary processes in their own class (nice, a short slice), its duty
+    bounding what it takes, unless the launcher asked it to yield (`--nice` > 0). {} for
+    a model-mode worker. Read from the plan; JobPlan.load reports a bad one."""
     try:
         data = json.loads(Path(plan_path).read_text())
     except (OSError, ValueError):
-        return {}  # JobPlan.load reports it
-    if not isinstance(data, dict) or data.get("mode") != "shadow" or \
-            data.get("compute") != "device":
+        return {}
+    if not isinstance(data, dict) or data.get("mode") != "shadow":
+        return {}
+    compute = data.get("compute", "cpu")
+    if compute not in ("cpu", "device") or (compute == "cpu" and nice > 0):
         return {}
     from testbed.emu import priority
-    return {"priority": priority.raise_priority(0, DEVICE_RT_PRIORITY)}
+    return priority.raise_worker_priority(compute)
 
 
 def run(args: argparse.Namespace, fh: TextIO) -> None:
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = args.iface
     if args.nice:
         os.nice(args.nice)
-    device_priority = _device_priority(args.plan)
+    stage_priority = _stage_priority(args.plan, args.nice)
     import torch
     import torch.distributed as dist
 
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     at_ready, _ = own_usage_since(None)  # its iterations' CPU, read by itself (fidelity)
     _emit(fh, {"type": "start", "job": plan.job, "stage": args.rank, "pid": os.getpid(),
                "import_start_s": T_IMPORT0, "imported_s": t_imported, "ready_s": t_ready,
-               "calibration": {**calibration, **device_priority},
+               "calibration": {**calibration, **stage_priority},
                "metrics_port": metrics_port})
     ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics)
     total = plan.warmup_iterations + plan.iterations

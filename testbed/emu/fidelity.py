@@ -276,9 +276,9 @@ def starvation_reason(inv: Invariant) -> str:
     assert inv.value is not None
     if inv.name == "worker_compute_share":
         return (f"its workers got {100 * inv.value:.0f} % of the CPU they asked for "
-                f"(< {100 * inv.threshold:.0f} %)")
-    return (f"its ops ran {100 * inv.value:.0f} % longer than asked "
-            f"(> {100 * inv.threshold:.0f} %)")
+                f"(< {100 * inv.threshold:g} %)")
+    return (f"its ops ran {100 * inv.value:.1f} % longer than asked "
+            f"(> {100 * inv.threshold:g} %)")
 
 
 def steal_invariant(host: Mapping[str, Any] | None) -> Invariant:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,68 @@ def raise_priority(pid: int, rt_priority: int) -> str:
         return how
     _renice(pid, NICE)
     return "nice"
+
+
+DEVICE_RT_PRIORITY = 2
+"""A stand-in accelerator's SCHED_RR priority: under the controller's, switch's and
+forwarders'; it sleeps through its ops, so it cannot starve ordinary processes."""
+WORKER_NICE = -5
+"""A shadow CPU worker's nice: ahead of the machine's ordinary processes (nice 0), behind
+the network's fallback (NICE) and its real-time class."""
+WORKER_SLICE_NS = 100_000
+"""The scheduler slice a CPU worker asks for (EEVDF's per-task slice, Linux >= 6.12): a
+task with a short slice preempts a running one when it wakes, instead of waiting for
+that one's slice (0.75-3 ms) to end."""
+_SCHED_ATTR = "IIQiIQQQ"  # size policy flags nice priority runtime deadline period (v1)
+_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}
+_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}
+
+
+def raise_worker_priority(compute: str) -> dict[str, Any]:
+    """The calling thread (a shadow worker before it starts any other thread: those
+    inherit it), as choice() says: a stand-in accelerator (compute device) in the
+    real-time class at DEVICE_RT_PRIORITY, like the rest of the emulated hardware; a CPU
+    worker (compute cpu) in the ordinary class at WORKER_NICE with a WORKER_SLICE_NS slice
+    where the kernel takes one, so that its wake-ups at chunk and op deadlines come on
+    time beside other processes (a CPU worker beside a spinning process, op overrun mean:
+    2.3 ms at nice 0, 0.13-0.15 ms at nice -10 or a 100 us slice; docs/workers.md). Its
+    duty bounds the CPU it takes, so it cannot starve them. `inherit` leaves it as
+    started. What it got: {"priority": ..., "nice", "slice_us" (None: not taken)}."""
+    how = choice()
+    if compute == "device":
+        return {"priority": raise_priority(0, DEVICE_RT_PRIORITY)}
+    if how == "inherit":
+        return {"priority": "inherit"}
+    nice = min(os.getpriority(os.PRIO_PROCESS, 0), WORKER_NICE)
+    got = _fair_slice(nice, WORKER_SLICE_NS)
+    if got is None:  # no sched_setattr here: the nice value alone
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+    return {"priority": "nice", "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "slice_us": None if not got else got / 1000}
+
+
+def _fair_slice(nice: int, slice_ns: int) -> int | None:
+    """sched_setattr(2) on the calling thread: SCHED_OTHER at `nice` asking for a slice of
+    slice_ns; the slice the kernel then reports (0: it took the nice but keeps no slice
+    of a task's own, before Linux 6.12), None where the call is unknown or refused."""
+    import ctypes
+    import struct
+
+    machine = os.uname().machine
+    if machine not in _SCHED_SETATTR:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = struct.calcsize(_SCHED_ATTR)
+    attr = ctypes.create_string_buffer(struct.pack(_SCHED_ATTR, size, 0, 0, nice, 0,
+                                                   slice_ns, 0, 0), size)
+    if libc.syscall(_SCHED_SETATTR[machine], 0, attr, 0) != 0:
+        return None
+    back = ctypes.create_string_buffer(size)
+    if libc.syscall(_SCHED_GETATTR[machine], 0, back, size, 0) != 0:
+        return 0
+    runtime = struct.unpack(_SCHED_ATTR, back.raw)[5]
+    return int(runtime) if runtime == slice_ns else 0
 
 
 def _round_robin(pid: int, rt_priority: int) -> bool:
