@@ -205,7 +205,8 @@ def test_shadow_workers_agree_with_timer_on_localhost(tmp_path: Path, compute: s
         plans.append((shadow_plan(name.replace("1f1b", "ofob"), prob, sched, iterations=2,
                                   bandwidth_divisor=1.0, time_factor=1.0,
                                   compute=compute), [LOCAL] * 4))  # type: ignore[arg-type]
-    with Launcher(tmp_path) as launcher:
+    first_cpu = min(os.sched_getaffinity(0))  # a CPU worker runs on the cores it is given
+    with Launcher(tmp_path, cpus=(first_cpu,)) as launcher:
         launcher.start(plans)
         launcher.wait(180)
         outcome = launcher.outcome()
@@ -235,6 +236,9 @@ def test_shadow_workers_agree_with_timer_on_localhost(tmp_path: Path, compute: s
         if compute == "cpu":
             assert all(r["calibration"]["duty"] == pytest.approx(duty["duty"], abs=1e-4)
                        for r in starts)
+            assert all(r["calibration"]["cpus"] == [first_cpu] for r in starts)
+        else:  # a stand-in asks for no CPU: left where it is
+            assert all("cpus" not in r["calibration"] for r in starts)
         if compute == "device":
             its = [r for st in stages for r in st if r.get("type") == "iteration"]
             assert its and all("cpu_share" not in r for r in its)

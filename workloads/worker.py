@@ -27,6 +27,8 @@ MAX_EXTRA_ITERATIONS = 10_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from testbed.emu.cpuset import cpu_list
+
     ap = argparse.ArgumentParser(prog="python -m workloads.worker", description=__doc__)
     ap.add_argument("--plan", required=True, type=Path, help="job plan JSON")
     ap.add_argument("--rank", required=True, type=int, help="pipeline stage of this worker")
@@ -51,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="share of an op's time spent in tensor work (rest: short pauses; "
                     "the plan's compute cpu only)")
     ap.add_argument("--nice", type=int, default=0, help="raise niceness (leave CPU to links)")
+    ap.add_argument("--cpus", type=cpu_list, default=None,
+                    help="run on these CPUs, comma-separated (a CPU worker's cores: "
+                    "testbed.emu.cpuset)")
     ap.add_argument("--go-on-until", type=Path, default=None,
                     help="after the plan's iterations, go on iterating until this file "
                     "exists (the run's events have all run); every stage of a job must be "
@@ -159,6 +164,12 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     if args.nice:
         os.nice(args.nice)
     stage_priority = _stage_priority(args.plan, args.nice)
+    if args.cpus:  # before any thread: gloo's inherit it
+        from testbed.emu.cpuset import pin
+        if not pin(0, args.cpus):
+            raise ValueError(f"--cpus {','.join(map(str, args.cpus))}: not CPUs this "
+                             "process may run on")
+        stage_priority["cpus"] = list(args.cpus)
     import torch
     import torch.distributed as dist
 

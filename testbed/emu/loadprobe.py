@@ -20,6 +20,7 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 CHUNK_MS = 0.25
@@ -76,11 +77,14 @@ def run_ops(op_s: float, seconds: float, duty: float) -> list[float]:
 
 
 def burst(workers: int, op_ms: float, seconds: float = 1.5, duty: float = 1.0,
-          python: str = sys.executable, compute: str = "cpu") -> dict[str, Any]:
-    """`workers` processes running ops side by side; mean/p50/p90/max of their misses
-    (ms)."""
+          python: str = sys.executable, compute: str = "cpu",
+          cpus: Sequence[int] | None = None) -> dict[str, Any]:
+    """`workers` processes running ops side by side (on `cpus`, the CPU workers' cores of
+    testbed.emu.cpuset, where given); mean/p50/p90/max of their misses (ms)."""
     argv = [python, "-m", "testbed.emu.loadprobe", "--op-ms", f"{op_ms:g}", "--seconds",
             f"{seconds:g}", "--duty", f"{duty:g}", "--compute", compute]
+    if cpus:
+        argv += ["--cpus", ",".join(str(int(c)) for c in cpus)]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
              for _ in range(max(1, workers))]
     misses: list[float] = []
@@ -106,15 +110,23 @@ def burst(workers: int, op_ms: float, seconds: float = 1.5, duty: float = 1.0,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from testbed.emu.cpuset import cpu_list
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--op-ms", type=float, required=True)
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--duty", type=float, default=1.0)
     ap.add_argument("--compute", choices=("cpu", "device"), default="cpu")
+    ap.add_argument("--cpus", type=cpu_list, default=None,
+                    help="run on these CPUs (comma-separated numbers)")
     a = ap.parse_args(argv)
     if not (0 < a.op_ms <= 60_000 and 0 < a.seconds <= 60 and 0 < a.duty <= 1):
         ap.error("--op-ms in (0, 60000], --seconds in (0, 60], --duty in (0, 1]")
+    from testbed.emu.cpuset import pin
     from testbed.emu.priority import raise_worker_priority
+
+    if a.cpus and not pin(0, a.cpus):
+        ap.error(f"--cpus {','.join(map(str, a.cpus))}: not CPUs this process may run on")
 
     got = raise_worker_priority(a.compute)  # scheduled as the stage it stands for
     misses = (run_device_ops(a.op_ms / 1000, a.seconds) if a.compute == "device"

@@ -209,7 +209,8 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
                       placement: Sequence[Sequence[Host]] | None = None,
                       on_started: Callable[[Launcher], None] | None = None,
                       remote: Any = None,
-                      go_on_until: Path | None = None) -> dict[str, Any]:
+                      go_on_until: Path | None = None,
+                      cpus: Sequence[int] | None = None) -> dict[str, Any]:
     """Run every job's workers concurrently; write records; return the summary part.
 
     `placement`: the host of every stage of every job (e.g. the controller's); default
@@ -217,7 +218,7 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     every worker is started (the fault injector kills workers through it). `remote`: the
     worker agents of a run across machines (testbed.cluster.agentlink.ClusterWorkers), for
     hosts with a `machine`. `go_on_until`: the jobs iterate beyond their plans until this
-    file exists (Launcher).
+    file exists (Launcher). `cpus`: the cores of this machine's CPU workers (Launcher).
     `timeout_s` / `deadline_s`: default worker_time_limits_s() (scaled with the machine)."""
     out_dir = Path(out_dir)
     scaled_timeout_s, scaled_deadline_s = worker_time_limits_s()
@@ -234,7 +235,7 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         if prometheus is not None else 0.0
     with Launcher(out_dir, timeout_s=timeout_s, duty=duty,
                   metrics_netns_fd=metrics_netns_fd, metrics_linger_s=linger_s,
-                  remote=remote, go_on_until=go_on_until) as launcher:
+                  remote=remote, go_on_until=go_on_until, cpus=cpus) as launcher:
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
         if prometheus is not None:
             prometheus.set_targets("workers", launcher.metrics_targets())

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,16 +130,19 @@ class Launcher:
     def __init__(self, out_dir: Path, *, timeout_s: float = 120.0, duty: float | None = None,
                  nice: int = 0, python: str = sys.executable,
                  metrics_netns_fd: int | None = None, metrics_linger_s: float = 0.0,
-                 remote: Any = None, go_on_until: Path | None = None) -> None:
+                 remote: Any = None, go_on_until: Path | None = None,
+                 cpus: Sequence[int] | None = None) -> None:
         """metrics_linger_s: how long each worker waits, after its last iteration, for a
         scrape of its final metrics (set it when a monitor scrapes the workers).
         remote: what starts stages on hosts of other machines (`Host.machine`): a
         testbed.cluster.agentlink.ClusterWorkers. go_on_until: a file whose appearance
         ends the jobs' iterations beyond their plans' (the run's events all ran; the
         worker's --go-on-until); a job with a stage on another machine, which cannot see
-        the file, runs its plan's iterations only."""
+        the file, runs its plan's iterations only. cpus: the cores this machine's CPU
+        workers run on (the worker's --cpus; testbed.emu.cpuset's split), default any."""
         self.out_dir = Path(out_dir)
         self.go_on_until = go_on_until
+        self.cpus = tuple(int(c) for c in cpus) if cpus else ()  # CPU workers' cores here
         self.timeout_s = timeout_s
         self.duty = duty
         self.duty_choice: dict[str, Any] = {}  # what start() chose (host_load's worker_duty)
@@ -218,6 +222,8 @@ class Launcher:
                     "--timeout-s", str(self.timeout_s), "--duty", f"{duty:.4f}",
                     "--metrics-linger-s", f"{self.metrics_linger_s:.1f}",
                     "--nice", str(self.nice), *go_on]
+            if self.cpus and plan.compute == "cpu":
+                argv += ["--cpus", ",".join(map(str, self.cpus))]
             if host.iface:
                 argv += ["--iface", host.iface]
             t_spawn = time.monotonic()  # (the zygote's start, at the first, counts)

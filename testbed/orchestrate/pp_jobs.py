@@ -128,10 +128,12 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
             go_on_until = Path(out_dir) / "workers" / EVENTS_DONE_FILE
             go_on_until.unlink(missing_ok=True)
             faults.set_done_file(go_on_until)
+        split = getattr(net, "cpu_split", None)  # testbed.orchestrate.run.isolate_cpus
+        result["cpu_isolation"] = getattr(net, "cpu_isolation", None) or {"split": False}
         result.update(run_jobs_on_hosts(
             jobs, by_dc, Path(out_dir), prometheus=mon, metrics_netns_fd=home_fd,
             placement=placement, on_started=None if faults is None else faults.attach_launcher,
-            go_on_until=go_on_until))
+            go_on_until=go_on_until, cpus=None if split is None else split.workers))
         if faults is not None:
             faults.drain()  # a Prometheus still down comes back for the last scrape
         mon.record_jobs(result)  # per-job gauges of the run exporter

@@ -116,6 +116,7 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
             opts.quiet)
         with net, contextlib.ExitStack() as ctl_stack:  # controller stops before the net
             ctl = start_controller(rp, net, stage / "controller", ctl_stack)
+            isolate_cpus(rp, net)  # before calibrating: the delays as the workers will see
             calibration = calibrate_delays(rp, net, opts.quiet)
             # time_factor auto: measured and chosen here; rp (and net.plan) carry the number
             rp, calibration, _ = apply_time_factor(rp, net, calibration, opts.quiet)
@@ -176,6 +177,25 @@ def start_monitor(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None,
     mon.start(net, ctl)
     stack.callback(mon.stop)  # before the controller stops (LIFO)
     return mon
+
+
+def isolate_cpus(rp: RunPlan, net: EmuNetwork) -> None:
+    """A run with CPU workers (pp_jobs, worker_compute cpu): the network's processes on
+    cores of their own, the workers on the others (testbed.emu.cpuset); the split is
+    kept on net (`cpu_split`, `cpu_isolation`) for the compute burst and the launcher."""
+    from testbed.emu import cpuset
+
+    sc = rp.scenario
+    cpu_workers = sc.workload.kind == "pp_jobs" and sc.emulation.worker_compute == "cpu"
+    got = cpuset.wanted(cpu_workers)
+    net.cpu_split = got
+    net.cpu_isolation = {"choice": cpuset.choice(), "split": False}
+    if got is None:
+        return
+    pinned = cpuset.isolate_network(net.state, got.network)
+    net.cpu_isolation = {"choice": cpuset.choice(), "split": True, **got.as_record(pinned)}
+    log.info("CPU isolation: %d network processes on CPUs %s, CPU workers on %s", pinned,
+             list(got.network), list(got.workers))
 
 
 def calibrate_delays(rp: RunPlan, net: EmuNetwork, quiet: bool) -> dict[str, Any]:

@@ -83,9 +83,11 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
     threading.Event().wait(BULK_LEAD_S if bulk else 0.0)
     before = forwarder_slack(net)
     load.start()
+    split = getattr(net, "cpu_split", None)  # on the workers' cores, as they will run
     rec = burst(stages, start.delay_ms(op_ms), BURST_S, float(duty["duty"]),
-                compute=compute)
+                compute=compute, cpus=None if split is None else split.workers)
     rec["worker_duty"] = duty
+    rec["cpu_isolation"] = getattr(net, "cpu_isolation", None)
     load.join(timeout=60)
     rec["forwarder_slack"] = slack_since(before, forwarder_slack(net))
     for t in bulk:
