@@ -187,7 +187,10 @@ def isolate_cpus(rp: RunPlan, net: EmuNetwork) -> None:
 
     sc = rp.scenario
     cpu_workers = sc.workload.kind == "pp_jobs" and sc.emulation.worker_compute == "cpu"
-    got = cpuset.wanted(cpu_workers)
+    # only a network that forwards in processes: netem and the kernel datapath forward
+    # in the kernel's softirqs, wherever the packets are, and would only confine workers
+    user_space = net.datapath == "user" or net.link_mode == "userspace"
+    got = cpuset.wanted(cpu_workers and user_space)
     net.cpu_split = got
     net.cpu_isolation = {"choice": cpuset.choice(), "split": False}
     if got is None:
