@@ -143,6 +143,9 @@ def test_duty_fits_the_cores_the_machine_has_free() -> None:
     assert busy == {"duty": 0.0625, "workers": 8, "cores": 2, "free_cores": 1.0}
     assert fitting_duty(8, 3.5, cores=2)["duty"] == pytest.approx(0.125)  # capped
     assert fitting_duty(8, 0.0, cores=2)["duty"] == MIN_DUTY
+    # pinned to one core of an idle 2-core machine: sized to that core (testbed.emu.cpuset)
+    assert fitting_duty(8, 1.9, cores=1) == {"duty": 0.0625, "workers": 8, "cores": 1,
+                                             "free_cores": 1.0}
     assert fitting_duty(8, None, cores=2) == {"duty": 0.125, "workers": 8, "cores": 2,
                                              "free_cores": None}
     # what is recorded gives back its duty (CI: 0.0548 sized from 0.87758, 0.0549 from 0.878)
@@ -215,6 +218,7 @@ def test_shadow_workers_agree_with_timer_on_localhost(tmp_path: Path, compute: s
     assert all(o["ok"] for o in outcome.values()), outcome
     if compute == "cpu":  # sized to the cores free when they started, and said so
         assert duty["workers"] == 8 and 0.0 <= duty["free_cores"] <= duty["cores"], duty
+        assert duty["cores"] == 1  # sized to the one core they were given
         assert duty["duty"] == fitting_duty(8, duty["free_cores"], duty["cores"])["duty"]
     else:
         assert duty["workers"] == 0  # stand-ins ask the CPU for no compute

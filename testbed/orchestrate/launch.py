@@ -113,13 +113,15 @@ def default_duty(workers: int, cores: float | None = None) -> float:
 def fitting_duty(workers: int, free: float | None, cores: int | None = None
                  ) -> dict[str, Any]:
     """The workers' duty sized to the cores the machine has free (free_cores: another
-    process spinning on one of 2 cores leaves 1), never to more than it has: CPU workers
+    process spinning on one of 2 cores leaves 1), never to more than `cores` (the workers'
+    CPU set where they are pinned, else the machine's): CPU workers
     that ask for more than is free are starved and their ops late (docs/workers.md). What
     was chosen and from what: duty, free_cores, cores, workers."""
     cores = cores or os.cpu_count() or 1
-    # sized from the free cores as recorded (rounded), so the record reproduces its duty
-    free = None if free is None else round(free, 3)
-    usable = cores if free is None else min(float(cores), max(0.0, free))
+    # sized from the free cores as recorded (rounded, at most the cores the workers may
+    # use: those of their CPU set), so the record reproduces its duty
+    free = None if free is None else round(min(float(cores), free), 3)
+    usable = cores if free is None else max(0.0, free)
     return {"duty": round(default_duty(workers, usable), 4), "workers": workers,
             "cores": cores, "free_cores": free}
 
@@ -169,7 +171,9 @@ class Launcher:
         if self.duty is not None:
             self.duty_choice = {"duty": self.duty, "workers": total, "set": True}
         elif total:
-            self.duty_choice = fitting_duty(total, free_cores(FREE_CORES_WINDOW_S))
+            # pinned (testbed.emu.cpuset): sized to the cores of their set, not the machine's
+            self.duty_choice = fitting_duty(total, free_cores(FREE_CORES_WINDOW_S),
+                                            len(self.cpus) or None)
             log.info("CPU workers' duty %.4f: %d workers on %s of %d cores free",
                      self.duty_choice["duty"], total, self.duty_choice["free_cores"],
                      self.duty_choice["cores"])

@@ -76,14 +76,15 @@ def measure_compute(scenario: Any, net: LiveNetwork) -> tuple[ComputeCost | None
     load = threading.Thread(target=lambda: run_batched(
         probes, [frozenset(p.fibres) for p in probes], stream, LOAD_PATHS), daemon=True)
     compute = scenario.emulation.worker_compute  # the stand-in the workers will be
-    duty = fitting_duty(stages, free_cores(FREE_CORES_WINDOW_S) if compute == "cpu" else None)
+    split = getattr(net, "cpu_split", None)  # on the workers' cores, as they will run
+    duty = fitting_duty(stages, free_cores(FREE_CORES_WINDOW_S) if compute == "cpu" else None,
+                        None if split is None else len(split.workers))
     bulk, bulk_rec = bulk_streams(net, BULK_LEAD_S + BURST_S + 0.5)
     for t in bulk:
         t.start()
     threading.Event().wait(BULK_LEAD_S if bulk else 0.0)
     before = forwarder_slack(net)
     load.start()
-    split = getattr(net, "cpu_split", None)  # on the workers' cores, as they will run
     rec = burst(stages, start.delay_ms(op_ms), BURST_S, float(duty["duty"]),
                 compute=compute, cpus=None if split is None else split.workers)
     rec["worker_duty"] = duty
