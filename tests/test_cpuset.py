@@ -37,6 +37,10 @@ def test_choice_and_when_a_split_is_wanted(monkeypatch: pytest.MonkeyPatch,
     many = len(os.sched_getaffinity(0)) >= 2
     assert (cpuset.wanted(True) is not None) == many
     assert cpuset.wanted(False) is None  # no CPU workers: the network is left as it is
+    if many:  # a run started in the background (positive nice) is left as it is
+        with monkeypatch.context() as m:
+            m.setattr(cpuset.os, "getpriority", lambda *_: 10)
+            assert cpuset.wanted(True) is None
     monkeypatch.setenv(priority.ENV, "inherit")  # make test's background emulations
     assert cpuset.wanted(True) is None
     monkeypatch.setenv(priority.ENV, "realtime")

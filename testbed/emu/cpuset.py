@@ -11,7 +11,7 @@ it (testbed.emu.priority.raise_worker_priority).
 `LIGHTPIPE_CPU_ISOLATION`: `auto` (default) splits when the run has CPU workers on this
 machine, at least 2 CPUs are allowed to it and the network runs as `realtime` or `nice`
 (testbed.emu.priority.choice; `inherit`, the background emulations of `make test`, is
-left as started); `off` never does.
+left as started, and so is a run started at a positive nice); `off` never does.
 """
 
 from __future__ import annotations
@@ -81,6 +81,8 @@ def wanted(cpu_workers: bool) -> Split | None:
     from testbed.emu import priority
 
     if not cpu_workers or choice() == "off" or priority.choice() == "inherit":
+        return None
+    if os.getpriority(os.PRIO_PROCESS, 0) > 0:  # a run in the background: left as it is
         return None
     return split(os.sched_getaffinity(0))
 

@@ -72,14 +72,19 @@ def raise_worker_priority(compute: str) -> dict[str, Any]:
     where the kernel takes one, so that its wake-ups at chunk and op deadlines come on
     time beside other processes (a CPU worker beside a spinning process, op overrun mean:
     2.3 ms at nice 0, 0.13-0.15 ms at nice -10 or a 100 us slice; docs/workers.md). Its
-    duty bounds the CPU it takes, so it cannot starve them. `inherit` leaves it as
-    started. What it got: {"priority": ..., "nice", "slice_us" (None: not taken)}."""
+    duty bounds the CPU it takes, so it cannot starve them. `inherit`, or a CPU worker
+    started at a positive nice (run in the background), is left as started. What it
+    got: {"priority": ..., "nice", "slice_us" (None: not taken)}."""
     how = choice()
     if compute == "device":
         return {"priority": raise_priority(0, DEVICE_RT_PRIORITY)}
     if how == "inherit":
         return {"priority": "inherit"}
-    nice = min(os.getpriority(os.PRIO_PROCESS, 0), WORKER_NICE)
+    started = os.getpriority(os.PRIO_PROCESS, 0)
+    if started > 0:  # started in the background (`make test`'s parallel lane at nice 10):
+        # ahead of nothing, or it would take the CPU from what its caller put ahead of it
+        return {"priority": "inherit", "nice": started, "slice_us": None}
+    nice = min(started, WORKER_NICE)
     got = _fair_slice(nice, WORKER_SLICE_NS)
     if got is None:  # no sched_setattr here: the nice value alone
         with contextlib.suppress(OSError):
