@@ -34,6 +34,7 @@ def test_choice_and_when_a_split_is_wanted(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv(cpuset.ENV, "sideways")
     assert cpuset.choice() == "auto" and "'sideways' is not one of auto, off" in caplog.text
     monkeypatch.setenv(cpuset.ENV, "auto")
+    monkeypatch.setattr(cpuset.os, "getpriority", lambda *_: 0)  # the suite's lanes: 0-10
     many = len(os.sched_getaffinity(0)) >= 2
     assert (cpuset.wanted(True) is not None) == many
     assert cpuset.wanted(False) is None  # no CPU workers: the network is left as it is
@@ -41,6 +42,7 @@ def test_choice_and_when_a_split_is_wanted(monkeypatch: pytest.MonkeyPatch,
         with monkeypatch.context() as m:
             m.setattr(cpuset.os, "getpriority", lambda *_: 10)
             assert cpuset.wanted(True) is None
+        assert cpuset.wanted(True) is not None  # back at nice 0
     monkeypatch.setenv(priority.ENV, "inherit")  # make test's background emulations
     assert cpuset.wanted(True) is None
     monkeypatch.setenv(priority.ENV, "realtime")
