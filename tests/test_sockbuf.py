@@ -16,7 +16,13 @@ from testbed.emu.fabric import (
     switch_sndbuf_bytes,
     switch_socket_sndbuf_bytes,
 )
-from testbed.emu.sockbuf import size_switch_buffers
+from testbed.emu.sockbuf import (
+    GSO_TRUESIZE_BYTES,
+    NETDEV_MAX_BURST,
+    SWITCH_RCVBUF_BYTES,
+    size_switch_buffers,
+    switch_rcvbuf_bytes,
+)
 from testbed.emu.state import proc_start_ticks
 
 # A child holding sockets as ovs-vswitchd does (an unbound AF_PACKET socket it sends
@@ -127,3 +133,17 @@ def test_switch_send_buffer_outgrows_the_port_fifos() -> None:
     assert switch_socket_sndbuf_bytes(many) == 3 * SOCKET_TRUESIZE_FACTOR * 9 * 312_500 + slow
     assert switch_socket_sndbuf_bytes([]) == 0
     assert switch_fifo_bytes(0.001) == 65536  # one GSO frame at least
+
+
+def test_a_ports_receive_buffer_holds_two_polls_of_the_ports_that_feed_it() -> None:
+    # a DC switch with two hosts hands its ROADM port 2 x 32 GSO frames per poll, more
+    # than the old flat 4 MiB by truesize: twice that, 9 MiB
+    two_hosts = switch_rcvbuf_bytes(2)
+    assert two_hosts == 2 * 2 * NETDEV_MAX_BURST * GSO_TRUESIZE_BYTES == 9 << 20
+    assert two_hosts > 2 * NETDEV_MAX_BURST * 65536 + SWITCH_RCVBUF_BYTES // 2
+    assert switch_rcvbuf_bytes(0) == SWITCH_RCVBUF_BYTES  # the floor: a CPU wait
+    assert switch_rcvbuf_bytes(1) == two_hosts // 2
+    assert switch_rcvbuf_bytes(3) == 3 * two_hosts // 2
+    assert switch_rcvbuf_bytes(10**6) == 1 << 30  # the kernel keeps it an int
+    with pytest.raises(ValueError, match="fan_in"):
+        switch_rcvbuf_bytes(-1)

@@ -90,8 +90,10 @@ def wanted(cpu_workers: bool) -> Split | None:
 def pin(pid: int, cpus: Sequence[int]) -> bool:
     """Every thread of pid (0: the calling thread only) on `cpus` (threads it starts
     later inherit it); whether any was. A thread that ends meanwhile is skipped."""
+    from testbed.emu.priority import thread_ids
+
     try:
-        tids = [0] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        tids = thread_ids(pid)
     except OSError:
         return False
     done = False

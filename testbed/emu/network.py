@@ -388,11 +388,17 @@ class EmuNetwork:
         """The user-space switch's packet sockets (testbed.emu.sockbuf): its send socket
         sized to hold what all the shaped switch ports' FIFOs hold (else ovs-vswitchd
         drops, uncounted, what the default 208 kB cannot take), and each port's receive
-        socket to SWITCH_RCVBUF_BYTES (else a burst that arrives while it waits for a CPU
-        is dropped). `switch_sndbuf` and `switch_rcvbuf` record the outcome."""
+        socket to what two polls of the busiest bridge's other ports can hand it
+        (sockbuf.switch_rcvbuf_bytes; else a burst that arrives while it waits for a CPU,
+        or one poll's frames from two hosts bound for the WAN, is dropped). `switch_sndbuf` and `switch_rcvbuf` record the outcome."""
         if self.datapath != "user" or self.ovs is None or self.state is None:
             return
-        from testbed.emu.sockbuf import SWITCH_RCVBUF_BYTES, size_switch_buffers
+        from testbed.emu.sockbuf import size_switch_buffers, switch_rcvbuf_bytes
+
+        ports_of: dict[str, int] = {}
+        for sw, _ in self.ports:
+            ports_of[sw] = ports_of.get(sw, 0) + 1
+        rcvbuf = switch_rcvbuf_bytes(max(ports_of.values(), default=1) - 1)
 
         want = switch_socket_sndbuf_bytes((rate_mbps, len(sources))
                                           for _, _, rate_mbps, nic, sources in self.shaped
@@ -401,16 +407,16 @@ class EmuNetwork:
         try:
             if rec is None:
                 raise OSError("ovs-vswitchd is not in the run's state")
-            done = size_switch_buffers(rec.pid, rec.start_ticks, want, SWITCH_RCVBUF_BYTES)
+            done = size_switch_buffers(rec.pid, rec.start_ticks, want, rcvbuf)
         except OSError as exc:
             log.warning("the switch's packet sockets stay at the kernel's default buffers "
                         "(%s): bursts past them are dropped uncounted", exc)
-            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES, "error": str(exc)[:200]}
+            self.switch_rcvbuf = {"wanted_bytes": rcvbuf, "error": str(exc)[:200]}
             if want:
                 self.switch_sndbuf = {"wanted_bytes": want, "error": str(exc)[:200]}
             return
         if done.received:
-            self.switch_rcvbuf = {"wanted_bytes": SWITCH_RCVBUF_BYTES,
+            self.switch_rcvbuf = {"wanted_bytes": rcvbuf,
                                   "bytes": min(done.received.values()),
                                   "sockets": len(done.received)}
         if not want:

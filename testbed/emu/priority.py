@@ -116,12 +116,17 @@ def _fair_slice(nice: int, slice_ns: int) -> int | None:
     return int(runtime) if runtime == slice_ns else 0
 
 
+def thread_ids(pid: int) -> list[int]:
+    """The threads of process pid, by ID, for the calls that name one thread (sched_*,
+    setpriority); pid 0 is the calling thread alone. OSError where the process is gone."""
+    return [0] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+
+
 def _round_robin(pid: int, rt_priority: int) -> bool:
     """SCHED_RR at rt_priority for every thread of pid (0: the calling thread); whether
     it was allowed. A thread that ends meanwhile is skipped."""
     try:
-        tids = [0] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        for tid in tids:
+        for tid in thread_ids(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(rt_priority))
         return True
@@ -196,7 +201,7 @@ def compute_thread() -> Iterator[None]:
 def _renice(pid: int, nice: int) -> None:
     """setpriority on every thread of pid (Linux's PRIO_PROCESS names one thread)."""
     try:
-        tids = [pid] if pid == 0 else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        tids = thread_ids(pid)
     except OSError:
         tids = [pid]
     for tid in tids:

@@ -34,10 +34,30 @@ SO_SNDBUFFORCE = 32       # asm-generic/socket.h (socket module lacks them on 3.
 SO_RCVBUFFORCE = 33
 SYS_PIDFD_GETFD = {"x86_64": 438, "aarch64": 438}  # the same on the generic table
 BUF_MAX_BYTES = 1 << 30   # the kernel keeps sk_sndbuf/sk_rcvbuf an int; far beyond any need
-# A port's receive buffer: 64 GSO frames of 64 kB (their truesize), i.e. 670 ms of a
-# 50 Mbit/s port or 34 ms at 1 Gbit/s, for the switch's main thread to get a CPU back.
-# A limit, not memory taken: only frames waiting to be read are charged to it.
+# A port's receive buffer, at least: 64 GSO frames of 64 kB (their truesize), i.e. 670 ms
+# of a 50 Mbit/s port or 34 ms at 1 Gbit/s, for the switch's main thread to get a CPU
+# back. A limit, not memory taken: only frames waiting to be read are charged to it.
 SWITCH_RCVBUF_BYTES = 4 << 20
+# What one poll of the switch can hand to a port's peer before it reads that peer's socket:
+# ovs-vswitchd reads up to NETDEV_MAX_BURST frames from each port per poll and sends them
+# on at once; between two bridges of the one process (a DC switch and its ROADM), a veth
+# delivers them straight into the other bridge's receive socket.
+NETDEV_MAX_BURST = 32
+GSO_TRUESIZE_BYTES = 72 << 10  # a 64 kB GSO frame as the socket is charged for it (<= 72 kB)
+
+
+def switch_rcvbuf_bytes(fan_in: int) -> int:
+    """A port's receive buffer when up to `fan_in` other ports of a bridge forward into it:
+    two of the switch's polls of them (one left unread while the next is sent), each
+    NETDEV_MAX_BURST GSO frames per port; never below SWITCH_RCVBUF_BYTES.
+
+    4 MiB was one poll of two ports (2 x 32 x 64 kB, by truesize a little more): a DC
+    switch with two hosts overflowed its ROADM port's socket with 130-2434 frames per run
+    (calib-bandwidth-gpipe, 2026-12-03), only there."""
+    if fan_in < 0:
+        raise ValueError(f"fan_in {fan_in} < 0")
+    return min(BUF_MAX_BYTES,
+               max(SWITCH_RCVBUF_BYTES, 2 * fan_in * NETDEV_MAX_BURST * GSO_TRUESIZE_BYTES))
 
 
 @dataclass(frozen=True)
