@@ -390,7 +390,8 @@ class EmuNetwork:
         drops, uncounted, what the default 208 kB cannot take), and each port's receive
         socket to what two polls of the busiest bridge's other ports can hand it
         (sockbuf.switch_rcvbuf_bytes; else a burst that arrives while it waits for a CPU,
-        or one poll's frames from two hosts bound for the WAN, is dropped). `switch_sndbuf` and `switch_rcvbuf` record the outcome."""
+        or one poll's frames from two hosts bound for the WAN, is dropped).
+        `switch_sndbuf` and `switch_rcvbuf` record the outcome."""
         if self.datapath != "user" or self.ovs is None or self.state is None:
             return
         from testbed.emu.sockbuf import size_switch_buffers, switch_rcvbuf_bytes
