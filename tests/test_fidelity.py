@@ -551,3 +551,32 @@ def test_report_section_shows_the_verdict_each_invariant_and_the_parts(tmp_path)
     with DirReader.open(tmp_path) as rd:  # a hand-edited record: no number, no crash
         (sec,) = fidelity_sections(rd)
     assert sec.tables[0].rows[0][1] == "not measured"
+
+
+def test_unexplained_retransmits_are_judged_per_window_in_flight() -> None:
+    """0.03 % of segments resent with nothing dropped is far under the 1 % share, but on a
+    50 Mbit/s lightpath at 360 ms (18 ms x time_factor 20: a window of 1554 segments)
+    it is 0.47 losses per window, each holding its message back a round trip: not
+    faithful. A window 10 times smaller (5 Mbit/s) takes the same share."""
+    d = good_inputs()
+    d["rtt_rows"] = [rtt_row("a~b", 360.0, [360.4] * 20)]
+    d["tcp"] = {"h0": {"TcpOutSegs": 1_000_000, "TcpRetransSegs": 300}}
+    fast = fwd_stats()
+    for direction in fast["directions"].values():
+        direction["vlans"] = {"101": {"drops": 0, "rate_mbps": 50.0}}
+    d["forwarder_stats"] = [fast]
+    v = fid.verdict(Scale(time_factor=20.0), **d)
+    inv = by_name(v)["tcp_retransmits"]
+    assert [i["name"] for i in v["invariants"] if not i["ok"]] == ["tcp_retransmits"]
+    assert inv["threshold"] == pytest.approx(fid.MAX_UNEXPLAINED_LOSSES_PER_WINDOW / 1554,
+                                             rel=1e-3)
+    assert "0.47 unexplained per window of 1554 segments (50 Mbit/s x 360 ms" in inv["detail"]
+    assert v["forwarders"]["max_rate_mbps"] == 50.0
+    for direction in fast["directions"].values():
+        direction["vlans"]["101"]["rate_mbps"] = 5.0
+    assert fid.verdict(Scale(time_factor=20.0), **d)["faithful"]
+    # without a rate (netem, the kernel datapath: no forwarder counters) the share alone
+    del d["forwarder_stats"]
+    inv = by_name(fid.verdict(Scale(time_factor=20.0), **d))["tcp_retransmits"]
+    assert inv["threshold"] == fid.MAX_UNEXPLAINED_RETRANSMIT_SHARE and inv["ok"]
+    assert fid.window_segments(None, 360.0) is None and fid.window_segments(50.0, 0) is None
