@@ -151,6 +151,11 @@ class ControllerRestarter:
                                 of_port=self.ctl.of_port, timeout_s=self.net.startup_timeout_s)
         if self.net.state is not None:
             self.net.state.add_proc(new.proc.pid, "controller", "os-ken")
+        split = getattr(self.net, "cpu_split", None)
+        if split is not None:  # back on the network's CPUs, as the first one was
+            from testbed.emu.cpuset import pin
+
+            pin(new.proc.pid, split.network)
         for f in dataclasses.fields(new):
             setattr(self.ctl, f.name, getattr(new, f.name))
         return new.proc.pid
