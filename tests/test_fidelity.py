@@ -571,6 +571,7 @@ def test_unexplained_retransmits_are_judged_per_window_in_flight() -> None:
     assert inv["threshold"] == pytest.approx(fid.MAX_UNEXPLAINED_LOSSES_PER_WINDOW / 1554,
                                              rel=1e-3)
     assert "0.47 unexplained per window of 1554 segments (50 Mbit/s x 360 ms" in inv["detail"]
+    assert v["reasons"][0].startswith("tcp_retransmits 0.03 % > 0.016 % (300 retransmitted")
     assert v["forwarders"]["max_rate_mbps"] == 50.0
     for direction in fast["directions"].values():
         direction["vlans"]["101"]["rate_mbps"] = 5.0
