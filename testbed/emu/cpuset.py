@@ -82,7 +82,7 @@ def wanted(cpu_workers: bool) -> Split | None:
 
     if not cpu_workers or choice() == "off" or priority.choice() == "inherit":
         return None
-    if os.getpriority(os.PRIO_PROCESS, 0) > 0:  # a run in the background: left as it is
+    if priority.in_background():  # a run in the background: left as it is
         return None
     return split(os.sched_getaffinity(0))
 

@@ -12,6 +12,7 @@ switch, and the middle node runs the link emulator (forwarder process or netem q
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -396,9 +397,7 @@ class EmuNetwork:
             return
         from testbed.emu.sockbuf import size_switch_buffers, switch_rcvbuf_bytes
 
-        ports_of: dict[str, int] = {}
-        for sw, _ in self.ports:
-            ports_of[sw] = ports_of.get(sw, 0) + 1
+        ports_of = collections.Counter(sw for sw, _ in self.ports)
         rcvbuf = switch_rcvbuf_bytes(max(ports_of.values(), default=1) - 1)
 
         want = switch_socket_sndbuf_bytes((rate_mbps, len(sources))

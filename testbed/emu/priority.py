@@ -64,6 +64,13 @@ _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}
 _SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}
 
 
+def in_background() -> bool:
+    """Whether this process was started at a positive nice (run in the background, as
+    `make test`'s parallel lane at nice 10): its workers are then left as started and
+    no CPUs are set apart for it (testbed.emu.cpuset)."""
+    return os.getpriority(os.PRIO_PROCESS, 0) > 0
+
+
 def raise_worker_priority(compute: str) -> dict[str, Any]:
     """The calling thread (a shadow worker before it starts any other thread: those
     inherit it), as choice() says: a stand-in accelerator (compute device) in the
@@ -81,8 +88,8 @@ def raise_worker_priority(compute: str) -> dict[str, Any]:
     if how == "inherit":
         return {"priority": "inherit"}
     started = os.getpriority(os.PRIO_PROCESS, 0)
-    if started > 0:  # started in the background (`make test`'s parallel lane at nice 10):
-        # ahead of nothing, or it would take the CPU from what its caller put ahead of it
+    if in_background():  # ahead of nothing, or it would take the CPU from what its
+        # caller put ahead of it
         return {"priority": "inherit", "nice": started, "slice_us": None}
     nice = min(started, WORKER_NICE)
     got = _fair_slice(nice, WORKER_SLICE_NS)
