@@ -24,7 +24,7 @@ from testbed.emu.forwarder import (
 from testbed.emu.forwarding import StaticForwarding
 from testbed.emu.links import NetemLink, netem_limit_packets
 from testbed.emu.plan import build_plan
-from testbed.emu.probes import parse_iperf3
+from testbed.emu.probes import interval_rates_mbps, parse_iperf3
 from testbed.emu.reaper import clean_run
 from testbed.emu.state import PREFIX_RE, RunState, proc_start_ticks, run_is_live
 from testbed.errors import InputError
@@ -178,6 +178,9 @@ def test_parse_iperf3_uses_receiver_intervals_after_warmup() -> None:
 
     res = parse_iperf3(json.dumps(data), warmup_s=1.0)
     assert res.goodput_mbps == pytest.approx(100.0) and res.retransmits == 3
+    # every interval's own rate, the warm-up's too: where a short goodput comes from
+    assert interval_rates_mbps(res.raw) == pytest.approx([8.0, 100.0, 100.0])
+    assert interval_rates_mbps({"end": {}}) == []
 
 
 def test_state_helpers(tmp_path: Path) -> None:

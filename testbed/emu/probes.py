@@ -325,6 +325,19 @@ def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float
         srv.wait(timeout=5)
 
 
+def interval_rates_mbps(data: dict[str, object]) -> list[float]:
+    """The receiver's rate in each of its report intervals (Mbit/s), in order: where a
+    short goodput comes from (one slow interval: a stall; all of them: the rate)."""
+    server = data.get("server_output_json")
+    intervals = server.get("intervals") if isinstance(server, dict) else None
+    out: list[float] = []
+    for iv in intervals or []:
+        s = iv.get("sum", {}) if isinstance(iv, dict) else {}
+        if s.get("seconds"):
+            out.append(float(s["bytes"]) * 8 / float(s["seconds"]) / 1e6)
+    return out
+
+
 def udp_loss(data: dict[str, object]) -> tuple[int, int]:
     """(lost, total) datagrams of a UDP iperf3 run (receiver's view)."""
     end = data["end"]

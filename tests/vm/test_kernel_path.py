@@ -43,6 +43,13 @@ RATE_MBPS = 10.0  # low: under software emulation (TCG) the guest's CPU is the c
 # The delay calibration (testbed.emu.calibrate) aims every path's median RTT at 2 x its
 # configured delay; noise can put it on either side: a symmetric 1 ms band.
 RTT_TOL_MS = 1.0
+# TCP goodput over an HTB cap: headers take ~3.5 % of a 1500-byte frame (0.952-0.956
+# measured in CI); below 0.90 the cap or the path is wrong, above 0.97 the cap is not applied.
+GOODPUT_BAND = (0.90, 0.97)
+# A goodput out of the band is measured again up to this many times: a TCG guest can stall
+# for a few hundred ms while iperf3 measures (CI, stop 57: 0.888 once where 0.952-0.956
+# was the rule). A wrong cap is out of the band every time and still fails.
+GOODPUT_RECHECKS = 2
 
 
 def _why_skip() -> str | None:
@@ -107,14 +114,14 @@ def test_netem_link_rate_delay_loss() -> None:
         assert lt.mode == "netem" and lt.calibration is not None
         st = _in_band_or_recalibrated(lt.ping(count=30), 2 * delay_ms,
                                       lambda: lt.ping(count=30), lt.calibrate, "netem link")
-        res = lt.iperf(seconds=4.0, warmup_s=1.5)
-    ratio = res.goodput_mbps / RATE_MBPS
+        ratio = _goodput_ratio(lambda: lt.iperf(seconds=4.0, warmup_s=1.5), RATE_MBPS,
+                               "netem link")
     _report(f"netem link calibration: {_calibration_line(lt.calibration)}")
     _report(f"netem link {RATE_MBPS} Mbit/s {delay_ms} ms: RTT median {st.median_ms:.2f} ms "
             f"min {st.min_ms:.2f} p99 {st.p99_ms:.2f} (expected {2 * delay_ms}), goodput "
-            f"{res.goodput_mbps:.2f} Mbit/s = {ratio:.3f} of rate")
+            f"{ratio:.3f} of rate")
     assert st.median_ms is not None and abs(st.median_ms - 2 * delay_ms) <= RTT_TOL_MS
-    assert 0.90 <= ratio <= 0.97
+    assert GOODPUT_BAND[0] <= ratio <= GOODPUT_BAND[1]
     with LinkTestbed(RATE_MBPS, 1.0, loss=0.05, link_mode="netem") as lt:
         st = lt.ping(count=400, interval_s=0.005)
     lost = st.sent - st.received
@@ -237,6 +244,24 @@ def _in_band_or_recalibrated(st: Any, expected_ms: float, ping: Callable[[], Any
     return st
 
 
+def _goodput_ratio(measure: Callable[[], Any], rate_mbps: float, what: str) -> float:
+    """TCP goodput over rate_mbps; out of GOODPUT_BAND it is measured again, up to
+    GOODPUT_RECHECKS times, each attempt reported with its retransmits and its 0.5 s
+    intervals (a stall shows as one slow interval, a wrong cap as all). The last ratio."""
+    from testbed.emu.probes import interval_rates_mbps
+
+    for attempt in range(GOODPUT_RECHECKS + 1):
+        res = measure()
+        ratio = float(res.goodput_mbps) / rate_mbps
+        if GOODPUT_BAND[0] <= ratio <= GOODPUT_BAND[1]:
+            break
+        rates = ", ".join(f"{r:.2f}" for r in interval_rates_mbps(res.raw))
+        _report(f"{what}: goodput {ratio:.3f} of {rate_mbps:.2f} Mbit/s outside {GOODPUT_BAND} "
+                f"(attempt {attempt + 1}; {res.retransmits} retransmits; intervals {rates} "
+                f"Mbit/s)" + ("; measuring again" if attempt < GOODPUT_RECHECKS else ""))
+    return ratio
+
+
 def _ping(net: Any, a: Any, b: Any, count: int, interval_s: float = 0.02) -> Any:
     from testbed.emu.probes import PingStats, icmp_ping
 
@@ -262,17 +287,16 @@ def test_two_dc_rtt_and_goodput(ring: dict[str, Any]) -> None:
     one_way_ms = float(lp["latency_ms"])
     st = _in_band_or_recalibrated(st, 2 * one_way_ms, lambda: _ping(net, a, c, count=30),
                                   lambda: calibrate_network(net), "two-DC lightpath")
-    res = run_iperf3(["mnexec", "-a", str(net.host_pid(c.name))],
-                     ["mnexec", "-a", str(net.host_pid(a.name))], c.ip.split("/")[0],
-                     seconds=4.0, warmup_s=1.5)
     rate = net.plan.scale.rate_mbps(float(lp["capacity_gbps"]))
-    ratio = res.goodput_mbps / rate
+    ratio = _goodput_ratio(lambda: run_iperf3(
+        ["mnexec", "-a", str(net.host_pid(c.name))], ["mnexec", "-a", str(net.host_pid(a.name))],
+        c.ip.split("/")[0], seconds=4.0, warmup_s=1.5), rate, "two-DC lightpath")
     _report(f"two-DC lightpath {lp['nodes']} vid {lp['vid']}: RTT median {st.median_ms:.2f} "
             f"ms min {st.min_ms:.2f} p99 {st.p99_ms:.2f} (2 x one-way = {2 * one_way_ms:.2f}); "
-            f"goodput {res.goodput_mbps:.2f} of {rate:.2f} Mbit/s = {ratio:.3f}")
+            f"goodput {ratio * rate:.2f} of {rate:.2f} Mbit/s = {ratio:.3f}")
     assert st.received == st.sent
     assert st.median_ms is not None and abs(st.median_ms - 2 * one_way_ms) <= RTT_TOL_MS
-    assert 0.90 <= ratio <= 0.97
+    assert GOODPUT_BAND[0] <= ratio <= GOODPUT_BAND[1]
 
 
 def test_kernel_datapath_forwards(ring: dict[str, Any]) -> None:
