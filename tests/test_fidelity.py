@@ -581,3 +581,20 @@ def test_unexplained_retransmits_are_judged_per_window_in_flight() -> None:
     inv = by_name(fid.verdict(Scale(time_factor=20.0), **d))["tcp_retransmits"]
     assert inv["threshold"] == fid.MAX_UNEXPLAINED_RETRANSMIT_SHARE and inv["ok"]
     assert fid.window_segments(None, 360.0) is None and fid.window_segments(50.0, 0) is None
+
+
+def test_the_retransmit_detail_names_what_the_hosts_counted() -> None:
+    """The hosts' nstat counters that tell why TCP resent, summed over hosts, in the
+    tcp_retransmits detail: spurious resends (D-SACKs) and the receivers' own drops are
+    told apart from losses; a counter at 0 is not named."""
+    tcp = {"h0": {"TcpOutSegs": 100_000, "TcpRetransSegs": 40, "TcpExtTCPFastRetrans": 30,
+                  "TcpExtTCPDSACKRecv": 25, "TcpExtTCPTimeouts": 0},
+           "h1": {"TcpOutSegs": 100_000, "TcpRetransSegs": 10, "TcpExtTCPFastRetrans": 5,
+                  "TcpExtTCPRcvQDrop": 3, "TcpExtTCPBacklogDrop": 1}}
+    assert fid.retransmit_causes(tcp) == ("35 fast retransmits, 25 D-SACKs (already received)"
+                                          ", 4 dropped by the receivers (their queues full)")
+    assert fid.retransmit_causes({"h0": {"TcpOutSegs": 5}}) == ""
+    d = good_inputs()
+    d["tcp"] = tcp
+    inv = by_name(fid.verdict(Scale(), **d))["tcp_retransmits"]
+    assert inv["detail"].startswith("50 retransmitted [35 fast retransmits, 25 D-SACKs")

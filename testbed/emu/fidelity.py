@@ -342,6 +342,33 @@ def window_segments(rate_mbps: float | None, rtt_ms: float | None) -> float | No
     return rate_mbps * 1e6 / 8 * rtt_ms / 1000 / MSS_BYTES
 
 
+# What a host's nstat counters say about why TCP resent (testbed.emu.fidelity_probe's
+# TCP_FIDELITY_COUNTERS), in the order the detail names them.
+RETRANSMIT_CAUSES = (("TcpExtTCPTimeouts", "time-outs"),
+                     ("TcpExtTCPSpuriousRTOs", "spurious time-outs"),
+                     ("TcpExtTCPLossProbes", "loss probes"),
+                     ("TcpExtTCPFastRetrans", "fast retransmits"),
+                     ("TcpExtTCPLostRetransmit", "retransmits lost again"),
+                     ("TcpExtTCPDSACKRecv", "D-SACKs (already received)"),
+                     ("TcpExtTCPSACKReorder", "reorderings"))
+RECEIVER_DROPS = ("TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtTCPBacklogDrop",
+                  "TcpExtTCPZeroWindowDrop")
+
+
+def retransmit_causes(tcp: Mapping[str, Mapping[str, int]]) -> str:
+    """The hosts' counters that tell a retransmission's cause, summed, those above 0:
+    e.g. "12 time-outs, 300 fast retransmits, 4 receiver drops"; "" where none is."""
+    parts = []
+    for key, what in RETRANSMIT_CAUSES:
+        n = sum(int(h.get(key, 0)) for h in tcp.values())
+        if n:
+            parts.append(f"{n} {what}")
+    drops = sum(int(h.get(k, 0)) for h in tcp.values() for k in RECEIVER_DROPS)
+    if drops:
+        parts.append(f"{drops} dropped by the receivers (their queues full)")
+    return ", ".join(parts)
+
+
 def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str, int]],
                     scale: Scale, fabric: Mapping[str, int] | None = None,
                     switch: Mapping[str, int] | None = None,
@@ -397,10 +424,12 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
                       f"unexplained per window of {window:.0f} segments "
                       f"({tot['max_rate_mbps']:g} Mbit/s x {rtt_ms:g} ms, bound "
                       f"{MAX_UNEXPLAINED_LOSSES_PER_WINDOW:g})")
+    causes = retransmit_causes(tcp) if retrans else ""
+    causes = f" [{causes}]" if causes else ""
     tcp_inv = Invariant("tcp_retransmits", unexplained / out_segs if out_segs else None,
                         bound, "max", "share",
-                        f"{retrans} retransmitted, {dropped} dropped by the model{by_fabric}, "
-                        f"of {out_segs} segments{per_window}" if out_segs else
+                        f"{retrans} retransmitted{causes}, {dropped} dropped by the model"
+                        f"{by_fabric}, of {out_segs} segments{per_window}" if out_segs else
                         "no TCP segments sent",
                         "TCP retransmits only what the rates and queues dropped (else "
                         "delay spikes fired time-outs, or frames were lost uncounted: each "

@@ -23,10 +23,16 @@ log = logging.getLogger(__name__)
 
 # Out and retransmitted segments, and what tells a retransmission's cause: RTOs (and the
 # spurious ones), tail loss probes, fast retransmits, D-SACKs received (the peer already
-# had the segment: spurious) and segments queued out of order at the receiver (a gap).
+# had the segment: spurious), retransmissions lost again, segments queued out of order at
+# the receiver (a gap), reordering detected, and the receiver's own drops (its receive
+# queue full, out-of-order queue pruned, backlog full while its socket was busy, zero
+# window): testbed.emu.fidelity.retransmit_causes names them.
 TCP_FIDELITY_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
                          "TcpExtTCPSpuriousRTOs", "TcpExtTCPLossProbes",
-                         "TcpExtTCPFastRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPOFOQueue")
+                         "TcpExtTCPFastRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPOFOQueue",
+                         "TcpExtTCPLostRetransmit", "TcpExtTCPSACKReorder",
+                         "TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtTCPBacklogDrop",
+                         "TcpExtTCPZeroWindowDrop", "TcpExtPruneCalled")
 GSO_MAX_BYTES = 65536  # Linux's default gso_max_size: the largest frame a host hands on
 # The run state's process roles the sampler reads, as the verdict names them.
 STATE_ROLES = {"forwarder": "forwarder", "ovs-vswitchd": "switch"}
