@@ -318,11 +318,16 @@ def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 tot[k] += int(d.get(k, 0))
             tot["lightpath_drops"] += sum(int(v.get("drops", 0))
                                           for v in (d.get("vlans") or {}).values())
+            # caps removed before the counters were read (a job's lightpath released)
+            tot["lightpath_drops"] += int((d.get("released_lightpaths") or {}).get("drops", 0))
         if st.get("timer_slack"):
             slacks.append(st["timer_slack"])
     rates = [float(v["rate_mbps"]) for st in stats
              for d in (st.get("directions") or {}).values()
              for v in (d.get("vlans") or {}).values() if v.get("rate_mbps")]
+    rates += [float(r["max_rate_mbps"]) for st in stats
+              for d in (st.get("directions") or {}).values()
+              for r in [d.get("released_lightpaths") or {}] if r.get("max_rate_mbps")]
     rates = rates or [float(st["rate_mbps"]) for st in stats if st.get("rate_mbps")]
     tot["max_rate_mbps"] = max(rates) if rates else None  # a lightpath's cap, else a fibre's
     tot["forwarders"] = len(stats)

@@ -177,6 +177,13 @@ class Direction:
     down_drops: int = 0
     send_errors: int = 0
     socket_drops: int = 0  # frames the kernel dropped before this process read them
+    # Counters of the lightpath caps removed (a job's lightpath released before the run
+    # reads its counters): their drops are the model's and must still be counted.
+    released_caps: int = 0
+    released_drops: int = 0
+    released_packets: int = 0
+    released_bytes: int = 0
+    released_max_rate_bps: float = 0.0
 
 
 @dataclass
@@ -246,6 +253,12 @@ class Forwarder:
     def remove_vlan(self, vlan: int) -> None:
         for d in self.dirs.values():
             cls = d.vlans.pop(vlan, None)
+            if cls is not None:
+                d.released_caps += 1
+                d.released_drops += cls.drops
+                d.released_packets += cls.packets
+                d.released_bytes += cls.bytes
+                d.released_max_rate_bps = max(d.released_max_rate_bps, cls.rate_bps)
             if cls is not None:  # frames already paced go on to the fibre
                 now = time.monotonic()
                 for _, frame, wire, segs in cls.queue:
@@ -398,7 +411,11 @@ class Forwarder:
                                    "delay_correction_ms": c.correction_s * 1000,
                                    "packets": c.packets, "drops": c.drops,
                                    "queue_depth_bytes": c.queued_bytes}
-                          for v, c in d.vlans.items()}}
+                          for v, c in d.vlans.items()},
+                "released_lightpaths": {
+                    "caps": d.released_caps, "drops": d.released_drops,
+                    "packets": d.released_packets, "bytes": d.released_bytes,
+                    "max_rate_mbps": d.released_max_rate_bps / 1e6}}
         out["timer_slack"] = self.slack.as_record()
         return out
 
