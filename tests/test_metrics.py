@@ -126,7 +126,9 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
                 "send_errors": 0, "socket_drops": 4, "queue_depth_bytes": 1500,
                 "in_flight_frames": 0,
                 "vlans": {"101": {"rate_mbps": 50.0, "bytes": tx, "packets": 3, "drops": 2,
-                                  "queue_depth_bytes": 0}}}
+                                  "queue_depth_bytes": 0}},
+                "released_lightpaths": {"caps": 1, "drops": 6, "packets": 9, "bytes": 9000,
+                                        "max_rate_mbps": 50.0}}
 
     class Link:
         def __init__(self, u: str, v: str, tx: int | None) -> None:
@@ -156,6 +158,8 @@ def test_link_exporter_serves_forwarder_counters_per_fibre_and_lightpath() -> No
     assert ('lightpipe_lightpath_drops_total{direction="a_to_b",fibre="A-B",vlan="101"} 2.0'
             in body)
     assert 'lightpipe_fibre_socket_drops_total{direction="a_to_b",fibre="A-B"} 4.0' in body
+    assert ('lightpipe_fibre_released_lightpath_drops_total{direction="a_to_b",fibre="A-B"} '
+            '6.0') in body
     # timer slack: cumulative buckets (0.02 ms <= 0.05 ms; 0.3 ms <= 0.5 ms; 200 ms > all)
     assert 'lightpipe_fibre_timer_slack_seconds_bucket{fibre="A-B",le="5e-05"} 1.0' in body
     assert 'lightpipe_fibre_timer_slack_seconds_bucket{fibre="A-B",le="0.0005"} 2.0' in body

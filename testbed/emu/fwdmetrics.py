@@ -51,18 +51,23 @@ class ForwarderCollector(Collector):
                                      labels=vl)
         vdrops = CounterMetricFamily("lightpipe_lightpath_drops", "drops per lightpath",
                                      labels=vl)
+        released = CounterMetricFamily(
+            "lightpipe_fibre_released_lightpath_drops", "tail drops of lightpath caps "
+            "since removed (their lightpaths released)", labels=labels)
         vrate = GaugeMetricFamily("lightpipe_lightpath_rate_bits_per_second",
                                   "lightpath rate cap (emulated units)", labels=vl)
         for dname, d in st["directions"].items():
             for key, fam in fams.items():
                 fam.add_metric([self.fibre, dname], d.get(key, 0))
             depth.add_metric([self.fibre, dname], d["queue_depth_bytes"])
+            released.add_metric([self.fibre, dname],
+                                (d.get("released_lightpaths") or {}).get("drops", 0))
             for vlan, v in d["vlans"].items():
                 vbytes.add_metric([self.fibre, dname, vlan], v["bytes"])
                 vdrops.add_metric([self.fibre, dname, vlan], v["drops"])
                 vrate.add_metric([self.fibre, dname, vlan], v["rate_mbps"] * 1e6)
         yield from fams.values()
-        yield from (depth, vbytes, vdrops, vrate)
+        yield from (depth, vbytes, vdrops, vrate, released)
         slack = st.get("timer_slack")
         if slack:
             yield slack_family(slack, self.fibre)

@@ -27,6 +27,7 @@ LINK_METRIC_NAMES = (
     "lightpipe_fibre_queue_depth_bytes",
     "lightpipe_lightpath_bytes_total", "lightpipe_lightpath_drops_total",
     "lightpipe_lightpath_rate_bits_per_second",
+    "lightpipe_fibre_released_lightpath_drops_total",
 )
 
 
