@@ -410,7 +410,6 @@ class Forwarder:
                 "vlans": {str(v): {"rate_mbps": c.rate_bps / 1e6, "bytes": c.bytes,
                                    "delay_correction_ms": c.correction_s * 1000,
                                    "packets": c.packets, "drops": c.drops,
-                                   "limit_bytes": c.limit_bytes,
                                    "queue_depth_bytes": c.queued_bytes}
                           for v, c in d.vlans.items()},
                 "released_lightpaths": {

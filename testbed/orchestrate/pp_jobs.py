@@ -19,9 +19,7 @@ from typing import Any
 from testbed.emu.live import LiveNetwork
 from testbed.emu.plan import EmuPlan
 from testbed.emu.tcp_tuning import (
-    cross_dc_pairs,
     deepen_lightpath_queues,
-    prime_window_clamps,
     tcp_counters,
     tune_host_tcp,
 )
@@ -123,9 +121,6 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
         queues = deepen_lightpath_queues(net)
         if client is not None:
             queues.update(tune_job_paths(net, jobs, by_name))
-        # last, once every window route is in: the clamps reach the training's own flows
-        result["tcp_clamps_primed"] = prime_window_clamps(cross_dc_pairs(
-            {dc: [h for h in hs if h.machine is None] for dc, hs in by_dc.items()}))
         result["placement_from"] = "controller" if client is not None else "emulator"
         result["lightpath_queue_bytes"] = queues
         go_on_until = None
