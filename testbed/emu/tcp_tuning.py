@@ -38,9 +38,14 @@ class ExecHost(Protocol):
 # and clamped congestion window is the lightpath's bandwidth-delay product, and the
 # lightpath's pacers queue up to 2 BDPs (deep-buffered WAN ingress; the emulator's
 # default is 1 BDP, which a burst of one window plus whole 64 KB GSO frames overflows:
-# measured tail drops and RTO stalls). So the pipe stays full and one flow never
-# overflows its queue, which is how a tuned long-haul transport behaves. Hosts: per
-# network namespace only.
+# measured tail drops and RTO stalls). So the pipe is full from the first byte. Hosts:
+# per network namespace only. The locked `cwnd` does not clamp these hosts' flows
+# (measured 2026-12-04: 2,972 segments on a route locked at 1,182): the kernel applies it
+# only through its TCP metrics cache, which the hosts do not keep
+# (net.ipv4.tcp_no_metrics_save=1, testbed.emu.network.HOST_SYSCTLS). Priming the cache
+# so that it did made calib-bandwidth-gpipe 6-10 % slower than the simulator in every
+# iteration (window-limited under BBR), so the flows stay unclamped and the 2-BDP queue
+# takes BBR's start-up (the few tail drops it makes there are the model's: counted).
 MSS_BYTES = 1448              # 1500 MTU - 20 IP - 32 TCP (with timestamps)
 WIRE_BYTES_PER_SEGMENT = 1518  # + 14 Ethernet + 4 802.1Q tag, as the pacer counts them
 TCP_GOODPUT = MSS_BYTES / WIRE_BYTES_PER_SEGMENT  # 0.954 of a lightpath's rate
