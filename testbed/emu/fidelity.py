@@ -362,7 +362,8 @@ RECEIVER_DROPS = ("TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtTCPBacklogDrop
 
 def retransmit_causes(tcp: Mapping[str, Mapping[str, int]]) -> str:
     """The hosts' counters that tell a retransmission's cause, summed, those above 0:
-    e.g. "12 time-outs, 300 fast retransmits, 4 receiver drops"; "" where none is."""
+    e.g. "12 time-outs, 300 fast retransmits, 4 dropped by the receivers (their queues
+    full)"; "" where none is."""
     parts = []
     for key, what in RETRANSMIT_CAUSES:
         n = sum(int(h.get(key, 0)) for h in tcp.values())

@@ -259,8 +259,7 @@ class Forwarder:
                 d.released_packets += cls.packets
                 d.released_bytes += cls.bytes
                 d.released_max_rate_bps = max(d.released_max_rate_bps, cls.rate_bps)
-            if cls is not None:  # frames already paced go on to the fibre
-                now = time.monotonic()
+                now = time.monotonic()  # frames already paced go on to the fibre
                 for _, frame, wire, segs in cls.queue:
                     self._to_fibre(d, frame, wire, segs, now)
                 if cls.line:  # frames already on the fibre keep their due times

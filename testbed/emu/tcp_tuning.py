@@ -1,8 +1,9 @@
 """TCP and pacer tuning for long-lived pipeline transfers over emulated lightpaths.
 
 Per host: no slow-start restart after idle, and per destination a route whose initial
-and clamped congestion window is the lightpath's bandwidth-delay product; per lightpath:
-its pacers' queue deepened to LIGHTPATH_QUEUE_BDPS x the BDP (see the comment below).
+congestion window is the lightpath's bandwidth-delay product (its locked cwnd does not
+act on these hosts: see the comment below); per lightpath: its pacers' queue deepened to
+LIGHTPATH_QUEUE_BDPS x the BDP.
 """
 
 from __future__ import annotations
