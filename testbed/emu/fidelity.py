@@ -312,22 +312,21 @@ def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     tot: dict[str, Any] = dict.fromkeys(keys, 0)
     tot["lightpath_drops"] = 0
     slacks = []
+    rates: list[float] = []  # the lightpaths' caps, those held and those released
     for st in stats:
         for d in (st.get("directions") or {}).values():
             for k in keys:
                 tot[k] += int(d.get(k, 0))
-            tot["lightpath_drops"] += sum(int(v.get("drops", 0))
-                                          for v in (d.get("vlans") or {}).values())
+            vlans = (d.get("vlans") or {}).values()
             # caps removed before the counters were read (a job's lightpath released)
-            tot["lightpath_drops"] += int((d.get("released_lightpaths") or {}).get("drops", 0))
+            released = d.get("released_lightpaths") or {}
+            tot["lightpath_drops"] += (sum(int(v.get("drops", 0)) for v in vlans)
+                                       + int(released.get("drops", 0)))
+            rates += [float(v["rate_mbps"]) for v in vlans if v.get("rate_mbps")]
+            if released.get("max_rate_mbps"):
+                rates.append(float(released["max_rate_mbps"]))
         if st.get("timer_slack"):
             slacks.append(st["timer_slack"])
-    rates = [float(v["rate_mbps"]) for st in stats
-             for d in (st.get("directions") or {}).values()
-             for v in (d.get("vlans") or {}).values() if v.get("rate_mbps")]
-    rates += [float(r["max_rate_mbps"]) for st in stats
-              for d in (st.get("directions") or {}).values()
-              for r in [d.get("released_lightpaths") or {}] if r.get("max_rate_mbps")]
     rates = rates or [float(st["rate_mbps"]) for st in stats if st.get("rate_mbps")]
     tot["max_rate_mbps"] = max(rates) if rates else None  # a lightpath's cap, else a fibre's
     tot["forwarders"] = len(stats)

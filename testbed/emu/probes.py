@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from testbed.emu.forwarder import (
     _AUX,
@@ -259,11 +260,8 @@ def parse_iperf3(out: str, warmup_s: float) -> IperfResult:
     if "error" in data:
         raise RuntimeError(f"iperf3: {data['error']}")
     retrans = int(data.get("end", {}).get("sum_sent", {}).get("retransmits", 0) or 0)
-    server = data.get("server_output_json") or {}
-    intervals = server.get("intervals") or []
     total_bytes, total_s = 0.0, 0.0
-    for iv in intervals:
-        s = iv["sum"]
+    for s in _receiver_intervals(data):
         if s["start"] >= warmup_s - 1e-6:
             total_bytes += s["bytes"]
             total_s += s["seconds"]
@@ -325,17 +323,18 @@ def run_iperf3(server: list[str], client: list[str], dst_ip: str, seconds: float
         srv.wait(timeout=5)
 
 
-def interval_rates_mbps(data: dict[str, object]) -> list[float]:
-    """The receiver's rate in each of its report intervals (Mbit/s), in order: where a
-    short goodput comes from (one slow interval: a stall; all of them: the rate)."""
+def _receiver_intervals(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `sum` of each of the receiver's report intervals (--get-server-output)."""
     server = data.get("server_output_json")
     intervals = server.get("intervals") if isinstance(server, dict) else None
-    out: list[float] = []
-    for iv in intervals or []:
-        s = iv.get("sum", {}) if isinstance(iv, dict) else {}
-        if s.get("seconds"):
-            out.append(float(s["bytes"]) * 8 / float(s["seconds"]) / 1e6)
-    return out
+    return [iv["sum"] for iv in intervals or [] if isinstance(iv, dict) and "sum" in iv]
+
+
+def interval_rates_mbps(data: dict[str, Any]) -> list[float]:
+    """The receiver's rate in each of its report intervals (Mbit/s), in order: where a
+    short goodput comes from (one slow interval: a stall; all of them: the rate)."""
+    return [float(s["bytes"]) * 8 / float(s["seconds"]) / 1e6
+            for s in _receiver_intervals(data) if s.get("seconds")]
 
 
 def udp_loss(data: dict[str, object]) -> tuple[int, int]:
