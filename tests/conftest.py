@@ -105,7 +105,7 @@ def ppjobs() -> dict[str, Any]:
 # modes, `vagrant validate`): they may run beside other tests under xdist.
 ROOT_BUT_NOT_TIMED = frozenset({"test_security_report", "test_security_fault",
                                 "test_security_monitor", "test_sockbuf", "test_emu_priority",
-                                "test_vagrant"})
+                                "test_vagrant", "test_tcp_tuning_root"})
 
 # Root tests that build emulated networks but assert no timing (that a run completes,
 # what it records, what it leaves behind, what `clean` does, what a report shows): their

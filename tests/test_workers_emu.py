@@ -133,6 +133,7 @@ def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path)
     assert len(jobs) == 2 and all(j["ok"] for j in jobs), [j["failure"] for j in jobs]
     ctl = getattr(net, "controller_client", None) is not None
     assert res["placement_from"] == ("controller" if ctl else "emulator")
+    assert res["lightpath_congestion_control"] == "reno"
     if ctl:  # every cross-DC boundary on its own controller lightpath, other VLANs
         lps = [lp for j in jobs for lp in j["lightpaths"] if lp is not None]
         assert lps and all(lp["vlan"] < 101 and lp["lightpath_id"] for lp in lps)

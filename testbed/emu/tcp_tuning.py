@@ -2,7 +2,8 @@
 
 Per host: no slow-start restart after idle, and per destination a route whose initial
 congestion window is the lightpath's bandwidth-delay product (its locked cwnd does not
-act on these hosts: see the comment below); per lightpath: its pacers' queue deepened to
+act on these hosts: see the comment below) and whose congestion control is Reno, which
+time dilation leaves as it is; per lightpath: its pacers' queue deepened to
 LIGHTPATH_QUEUE_BDPS x the BDP.
 """
 
@@ -45,8 +46,22 @@ class ExecHost(Protocol):
 # only through its TCP metrics cache, which the hosts do not keep
 # (net.ipv4.tcp_no_metrics_save=1, testbed.emu.network.HOST_SYSCTLS). Priming the cache
 # so that it did made calib-bandwidth-gpipe 6-10 % slower than the simulator in every
-# iteration (window-limited under BBR), so the flows stay unclamped and the 2-BDP queue
-# takes BBR's start-up (the few tail drops it makes there are the model's: counted).
+# iteration (window-limited under BBR), so the flows stay unclamped.
+#
+# The congestion control of these routes is Reno (LIGHTPATH_CONGESTION_CONTROL, the
+# route's `congctl`), whatever the machine's default. Time dilation stretches every RTT
+# but not the kernel's clock, and BBR keeps wall-clock constants: every 10 s it drops
+# its window to 4 segments for 200 ms (ProbeRTT), which at time_factor 11.5 is once per
+# 0.87 s of scenario time for 17 ms, and its gain cycle paces one round in eight at
+# 0.75. Measured 2026-12-04 (tcp:tcp_probe): ProbeRTT in the middle of the jobs' bulk
+# transfers, stalls of 20-50 ms wall in most iterations, calib-bandwidth-gpipe 3.4-6.8 %
+# over the simulator (11 runs). Reno is clocked by ACKs alone: its window moves per
+# round trip, so a dilated run sees what the scenario would. After its one slow-start
+# overshoot in the first iteration (tail drops at the 2-BDP queue: the model's,
+# counted), it halves to about 1.5 BDPs and then grows one segment per round trip, so
+# the pipe stays full and a window sent as one burst after an idle gap fits in the
+# queue: 0.3-1.2 % over the simulator (3 runs). Cubic's growth is a function of wall
+# time, so time dilation would distort it as it does BBR.
 MSS_BYTES = 1448              # 1500 MTU - 20 IP - 32 TCP (with timestamps)
 WIRE_BYTES_PER_SEGMENT = 1518  # + 14 Ethernet + 4 802.1Q tag, as the pacer counts them
 TCP_GOODPUT = MSS_BYTES / WIRE_BYTES_PER_SEGMENT  # 0.954 of a lightpath's rate
@@ -54,6 +69,7 @@ MIN_WINDOW_SEGMENTS = 64
 WINDOW_MARGIN_SEGMENTS = 8
 LIGHTPATH_QUEUE_BDPS = 2.0
 HOST_TCP_SYSCTLS = ("net.ipv4.tcp_slow_start_after_idle=0",)
+LIGHTPATH_CONGESTION_CONTROL = "reno"  # every kernel has it built in (see above)
 
 
 def lightpath_queue_bytes(rate_mbps: float, one_way_delay_ms: float) -> int:
@@ -124,11 +140,13 @@ def tune_host_tcp(emu_plan: EmuPlan, hosts_by_dc: Mapping[str, Sequence[ExecHost
 
 
 def window_route(h: ExecHost, dest: str, window: int) -> None:
-    """In host h: a route to dest whose initial and clamped window is `window` segments."""
+    """In host h: a route to dest whose initial (and nominally clamped) window is
+    `window` segments and whose connections use LIGHTPATH_CONGESTION_CONTROL."""
     assert h.iface is not None
     win = str(window)
     subprocess.run([*h.prefix, "ip", "route", "replace", dest, "dev", h.iface, "src", h.ip,
-                    "initcwnd", win, "initrwnd", win, "cwnd", "lock", win],
+                    "initcwnd", win, "initrwnd", win, "cwnd", "lock", win,
+                    "congctl", LIGHTPATH_CONGESTION_CONTROL],
                    check=True, timeout=10)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from testbed.emu.live import LiveNetwork
 from testbed.emu.plan import EmuPlan
 from testbed.emu.tcp_tuning import (
+    LIGHTPATH_CONGESTION_CONTROL,
     deepen_lightpath_queues,
     tcp_counters,
     tune_host_tcp,
@@ -123,6 +124,7 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
             queues.update(tune_job_paths(net, jobs, by_name))
         result["placement_from"] = "controller" if client is not None else "emulator"
         result["lightpath_queue_bytes"] = queues
+        result["lightpath_congestion_control"] = LIGHTPATH_CONGESTION_CONTROL
         go_on_until = None
         if faults is not None and scenario.emulation.iterate_through_events:
             go_on_until = Path(out_dir) / "workers" / EVENTS_DONE_FILE
