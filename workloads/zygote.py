@@ -348,6 +348,14 @@ class ZygoteProc:
             self.zygote.pump()
         return self.returncode
 
+    def exited_unreported(self) -> bool:
+        """True when the process has exited (its pidfd is readable) but the zygote has not
+        reported its status yet."""
+        if self.returncode is not None or self._pidfd < 0:
+            return False
+        readable, _, _ = select.select([self._pidfd], [], [], 0)
+        return bool(readable)
+
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:

@@ -76,12 +76,28 @@ class JobRun:
     failure: str | None = None
     failed_s: float | None = None  # monotonic time the supervision noticed the failure
     done: bool = False
+    lost_peer_s: float | None = None  # when only exits that lost a peer were known (a wait)
 
 
 PEER_LOSS = ("connection closed by peer", "connection reset by peer", "broken pipe",
              "check the logs of the remote worker")
 """Words of a collective's error that say a peer went away (gloo's transport, as torch
 words it): the stage that wrote one failed because another stage ended first."""
+
+CAUSE_WAIT_S = 2.0
+"""How long a job whose every known failed exit lost a peer waits for the exit that
+caused them before it is judged. Exit statuses come in asynchronously (the zygote's
+reports, a remote agent's), so the cause can be reported after its consequences: a CI
+run named stage 1's "peer closed" where stage 2 had been SIGKILLed (2026-12-05)."""
+CAUSE_WAIT_MAX_S = 15.0
+"""The longest that wait lasts while a worker is known to have exited (its pidfd) but its
+status is not yet reported."""
+
+
+def _exit_unreported(w: Worker) -> bool:
+    """True when the worker is known to have exited but its status is not in yet."""
+    pending = getattr(w.proc, "exited_unreported", None)
+    return bool(pending()) if pending is not None else False
 
 
 def _last_error(w: Worker) -> str | None:
@@ -314,6 +330,9 @@ class Launcher:
                 # stage order)
                 cause = min(failed, key=lambda w: (_lost_peer(w),
                                                    getattr(w.proc, "exit_seq", 0)))
+                if _lost_peer(cause) and not self._cause_waited(run):
+                    running = True  # the exit that caused it may not be reported yet
+                    continue
                 run.failure = self._describe(cause)
                 run.failed_s = time.monotonic()
                 log.warning("job %s failed: %s", run.plan.job, run.failure)
@@ -323,6 +342,20 @@ class Launcher:
             else:
                 running = True
         return running
+
+    def _cause_waited(self, run: JobRun) -> bool:
+        """True once a job whose known failures all lost a peer has waited long enough for
+        the exit that caused them (CAUSE_WAIT_S; up to CAUSE_WAIT_MAX_S while a worker has
+        exited unreported), or when every worker's exit is in (nothing more will come)."""
+        now = time.monotonic()
+        if run.lost_peer_s is None:
+            run.lost_peer_s = now
+        if all(w.exit_code is not None for w in run.workers):
+            return True
+        waited = now - run.lost_peer_s
+        if any(_exit_unreported(w) for w in run.workers if w.exit_code is None):
+            return waited >= CAUSE_WAIT_MAX_S
+        return waited >= CAUSE_WAIT_S
 
     def training_started(self) -> bool:
         """True once every worker has joined its job's process group (its `start`
