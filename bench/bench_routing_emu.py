@@ -40,6 +40,7 @@ def one_run(out: Path) -> dict[str, object]:
                                                    "sim_s", "rel_error", "paths")}
                                 for x in rounds],
             "faithful": bool(fidelity.get("faithful")),
+            "reasons": [str(x) for x in fidelity.get("reasons", [])],
             "retransmit_share": tcp.get("value"), "retransmits": tcp.get("detail", ""),
             "ratio_emu": emu["greedy"]["mean_emu_s"] / emu["ecmp"]["mean_emu_s"],
             "ratio_model": emu["greedy"]["mean_sim_s"] / emu["ecmp"]["mean_sim_s"]}
@@ -64,7 +65,10 @@ def main() -> int:
                                       f"greedy/ecmp {res['ratio_emu']:.3f} (model "
                                       f"{res['ratio_model']:.3f}); faithful "
                                       f"{res['faithful']}, TCP retransmits "
-                                      f"{res['retransmits']}"), flush=True)
+                                      f"{res['retransmits']}"
+                                      + ("" if res["faithful"] else
+                                         "; not faithful: " + "; ".join(res["reasons"]))),
+                  flush=True)
     ok = [r for r in runs if not r["rc"]]
     for policy in ("ecmp", "greedy"):
         errs = [abs(x["rel_error"]) for r in ok for x in r["rounds"]  # type: ignore[union-attr]
