@@ -350,6 +350,15 @@ def test_run_jobs_on_local_hosts_writes_records(tmp_path: Path) -> None:
     nd = time_schedule(jobs[0].problem.no_delay(), jobs[0].schedule).iteration_time_ms / 1e3
     assert nd * 0.97 <= row["emulated_iteration_time_s"] < nd * 2.0, (row, nd)
     assert (tmp_path / "iterations.csv").read_text().count("\n") == 1 + 4
+    # each boundary's messages against the model's link: on localhost none of the
+    # lightpaths' delay is there, so their messages arrive before the model has them
+    tr = res["worker_jobs"][0]["transfers"]
+    prob = jobs[0].problem
+    assert tr["iterations"] >= 1 and len(tr["boundaries"]) == 2 * (prob.stages - 1)
+    assert sum(b["seen"] for b in tr["boundaries"]) > 0
+    for b in tr["boundaries"]:
+        if b["seen"] and not b["inside_dc"]:
+            assert b["excess_ms_median"] < 0, b
     # stage 0 bound the rendezvous port itself (port 0) and published it
     rv = json.loads((tmp_path / "workers" / "job0" / "rendezvous.json").read_text())
     assert rv["port"] > 0

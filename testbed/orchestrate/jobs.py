@@ -30,6 +30,7 @@ from testbed.emu.scale import Scale
 from testbed.emu.tcp_tuning import TCP_GOODPUT
 from testbed.errors import InputError
 from testbed.metrics.agreement import agreement_rows, agreement_verdict
+from testbed.metrics.transfers import transfer_excess
 from testbed.orchestrate.launch import Host, Launcher
 from testbed.orchestrate.results import chrome_trace, job_iterations, summarize_job
 from testbed.schedule import Hop, PipelineProblem, Schedule, build_schedule, time_schedule
@@ -251,14 +252,18 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     atomic_write_json(out_dir / "trace.json", chrome_trace(records))
     per_job = []
     emulated: dict[str, float | None] = {}
-    for j in jobs:
+    for j, hosts in zip(jobs, placement, strict=True):
         s = summarize_job(j.job, records[j.job], j.plan.scale)
         s.update(outcome[j.job])
         s.update({"mode": j.plan.mode, "schedule": j.schedule.name, "stage_dcs": j.stage_dcs,
                   "simulated_iteration_time_s": j.simulated_iteration_time_s,
                   "simulated_bubble_ratio": j.simulated_bubble_ratio,
                   "lightpaths": j.lightpaths, "time_factor": j.plan.scale.time_factor,
-                  "pipeline": pipeline_record(j.problem)})
+                  "pipeline": pipeline_record(j.problem),
+                  "transfers": transfer_excess(
+                      records[j.job], j.problem, j.schedule.actions,
+                      j.plan.scale.time_factor, j.stage_dcs, j.schedule.virtual_stages,
+                      one_clock=len({h.machine for h in hosts}) == 1)})
         per_job.append(s)
         if j.plan.mode == "shadow":
             emulated[j.job] = s.get("emulated_iteration_time_s")
