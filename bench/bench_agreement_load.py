@@ -88,7 +88,20 @@ def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
                            for i in fidelity.get("invariants", []) if isinstance(i, dict)},
             "jobs": [{k: row.get(k) for k in ("relative_error", "relative_error_p10",
                                               "relative_error_p90", "iterations_measured",
-                                              "cpu_share_median")} for row in rows]}
+                                              "cpu_share_median")} for row in rows],
+            "transfers": {j["job"]: j.get("transfers", {}).get("boundaries", [])
+                          for j in summary.get("worker_jobs", [])}}
+
+
+def transfers_line(transfers: dict[str, list[dict[str, object]]]) -> str:
+    """Per job, each boundary's median message excess over the model (scenario ms):
+    `0a` is boundary 0's activations, `1g` boundary 1's gradients, `*` inside a DC."""
+    parts = []
+    for job, rows in transfers.items():
+        cells = [f"{r['boundary']}{str(r['direction'])[0]}{'*' if r.get('inside_dc') else ''}"
+                 f" {r['excess_ms_median']:+.2f}" for r in rows if r.get("seen")]
+        parts.append(f"{job} [{', '.join(cells)}]")
+    return "; ".join(parts)
 
 
 def with_emulation(scenario: Path, sets: list[str], tmp: Path) -> Path:
@@ -149,6 +162,10 @@ def main() -> int:
                       f"[p10,p90]: {errs}; "
                       + ("agrees" if res["reliable"] else f"UNRELIABLE: {res['reasons']}")
                       + ("" if res["contract"] else "  CONTRACT BROKEN"), flush=True)
+                if res["transfers"]:
+                    print(f"  message excess over the model, ms (median per boundary, * "
+                          f"inside a DC): {transfers_line(res['transfers'])}",  # type: ignore[arg-type]
+                          flush=True)
             medians = [abs(j["relative_error"]) for r in results[mode] if not r["rc"]
                        for j in r["jobs"]  # type: ignore[union-attr]
                        if isinstance(j["relative_error"], float)]
