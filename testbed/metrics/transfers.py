@@ -46,7 +46,7 @@ def _waits(rec: dict[str, Any]) -> dict[str, tuple[float, float]]:
     return {str(n): (float(a), float(b)) for n, a, b in rec.get("waits", [])}
 
 
-def _sends(problem: PipelineProblem, actions: Sequence[Sequence[Action]], hop: int,
+def _sends(actions: Sequence[Sequence[Action]], hop: int,
            direction: str) -> tuple[int, list[tuple[str, str]]]:
     """(sending device, [(sender's op, receiver's op)]) of one boundary's direction, in
     the sender's order."""
@@ -92,7 +92,7 @@ def transfer_excess(records: Sequence[Sequence[dict[str, Any]]], problem: Pipeli
         ser_ms = h.serialisation_ms(float(size_mb)) * time_factor
         lat_ms = h.latency_ms * time_factor
         for direction in DIRECTIONS:
-            src, pairs = _sends(problem, actions, hop, direction)
+            src, pairs = _sends(actions, hop, direction)
             dst = hop + 1 if direction == "act" else hop
             excess_ms: list[float] = []
             sent = 0
