@@ -213,3 +213,51 @@ def test_allreduce_ring_spanning_dcs(tmp_path: Path) -> None:
     core.routing_call("unregister", job["id"])
     assert core.routing_view()["wan"]["flows"] == []
     assert wan_rules_by_flow(rec.syncs[-1]) == {}
+
+
+def test_emulated_jobs_time_the_lightpath_their_flow_takes(tmp_path: Path) -> None:
+    """ctl_jobs.assigned_lightpaths: each pipeline flow maps to the lightpath GET /routing
+    says it takes (its capacity, VLAN and fibres as GET /lightpaths shows them), with the
+    number of job flows on it; under ECMP that is not always the job's own lightpath
+    (a DC pair's default lightpath is a candidate too), and the emulated run must time
+    the one taken."""
+    from testbed.orchestrate.ctl_jobs import assigned_lightpaths
+
+    sc = scenario()
+    sc = sc.model_copy(update={"policy": sc.policy.model_copy(update={"routing": "ecmp"})})
+
+    class Req:
+        model, stages, gpus_per_stage, microbatches, iterations = "llama2-7b", 4, 4, 8, 10
+        policy, schedule, max_stages_per_dc = "sp-ff", None, 2
+
+    moved = 0
+    for seed in range(8):
+        core = ControllerCore(sc, Store(tmp_path / f"s{seed}.db"), layout=default_layout(sc),
+                              southbound=Recorder())
+        core.flows.seed = seed
+        svc = JobService(core)
+        base = core.request("dc-a", "dc-b", slots=2)  # the DC pair's default, smaller
+        job = svc.place(Req())
+        view, lps = core.routing_view(), core.lightpaths()
+        got = assigned_lightpaths(view, lps)
+        flows = view["wan"]["flows"]
+        own = {(job["id"], b["src_host"], b["dst_host"]): b["lightpath_id"]
+               for b in job["boundaries"] if b["lightpath_id"] is not None}
+        assert flows and set(got) == set(own)
+        by_id = {lp["id"]: lp for lp in lps}
+        for f in flows:
+            lp, sharing = got[(f["job"], f["src"], f["dst"])]
+            assert lp == by_id[f["lightpath_id"]]
+            assert {"vid", "fibres", "capacity_gbps", "n_slots", "nodes"} <= set(lp)
+            assert sharing == sum(g["lightpath_id"] == f["lightpath_id"] for g in flows)
+        moved += sum(got[k][0]["id"] != own[k] for k in own)
+        # Routing jobs' flows and unassigned flows are no pipeline boundary's.
+        extra = {"wan": {"flows": [*flows,
+                                   {"job": 9, "kind": "allreduce", "src": "x", "dst": "y",
+                                    "lightpath_id": base["id"]},
+                                   {"job": 8, "kind": "pipeline", "src": "x", "dst": "y",
+                                    "lightpath_id": None}]}}
+        assert set(assigned_lightpaths(extra, lps)) == set(own)
+    # ECMP over {own, default} put a boundary on another lightpath than its own for some
+    # seed: the case the emulated side must follow.
+    assert moved > 0

@@ -99,8 +99,9 @@ def place_via_controller(scenario: Scenario, net: LiveNetwork, hosts: dict[str, 
     # this environment): wait a little longer than that for the answer.
     post_timeout_s = max(float(getattr(client, "request_timeout_s", 0.0)),
                          place_timeout_s() + 10.0)
+    placed: list[tuple[Any, dict[str, Any]]] = []
     for job in resolve_jobs(wl, generate_jobs(wl)):
-        if len(jobs) >= em.max_jobs:
+        if len(placed) >= em.max_jobs:
             break
         status, reply = client.request("POST", "/jobs", job_request(scenario, job, mode),
                                        timeout_s=post_timeout_s)
@@ -109,32 +110,76 @@ def place_via_controller(scenario: Scenario, net: LiveNetwork, hosts: dict[str, 
                 else reply
             log.info("controller refused job %s: %s %s", job.req.job_id, status, reason)
             continue
+        placed.append((job, reply))
+    # Which lightpath each cross-DC boundary really takes: the controller's WAN routing
+    # (policy.routing over every live lightpath between the two DCs) may put a job's flow
+    # on another lightpath than the job's own, and the simulated side must time that one.
+    taken = wan_assignment(client) if placed else {}
+    for job, reply in placed:
         ids.append(int(reply["id"]))
         dcs = [index[d] for d in reply["dcs"]]
         stage_hosts = [hosts[p["host"]] for p in reply["stages_placement"]]
         hops: list[tuple[float, float]] = []
         lps: list[dict[str, Any] | None] = []
         for bnd in reply["boundaries"]:
-            lp = bnd.get("lightpath")
-            if lp is None:
+            own = bnd.get("lightpath")
+            if own is None:
                 dc = cluster.dcs[dcs[bnd["boundary"]]]
                 hops.append((dc.fabric_latency_ms, dc.fabric_gbps))
                 lps.append(None)
                 continue
+            flow = (int(reply["id"]), str(bnd["src_host"]), str(bnd["dst_host"]))
+            lp, sharing = taken.get(flow, (own, 1))
+            if lp.get("id") != own.get("id"):
+                log.info("job %s boundary %s: the controller's WAN routing put the flow "
+                         "on lightpath %s (%s Gb/s), not the job's own %s (%s Gb/s)",
+                         reply["id"], bnd["boundary"], lp.get("id"), lp.get("capacity_gbps"),
+                         own.get("id"), own.get("capacity_gbps"))
             delay_ms = route_delay_ms(net.plan, lp["fibres"])
             hops.append((scale.real_ms(delay_ms), lp["capacity_gbps"] * TCP_GOODPUT))
             lps.append({"boundary": bnd["boundary"], "route": lp["nodes"],
                         "slots": lp["n_slots"], "capacity_gbps": lp["capacity_gbps"],
-                        "latency_ms": lp["latency_ms"], "vlan": lp["vid"],
-                        "lightpath_id": lp["id"], "src_host": bnd["src_host"],
-                        "dst_host": bnd["dst_host"], "fibres": lp["fibres"],
-                        "emulated_delay_ms": delay_ms,
+                        "latency_ms": lp.get("latency_ms", own.get("latency_ms")),
+                        "vlan": lp["vid"], "lightpath_id": lp["id"],
+                        "own_lightpath_id": own["id"], "flows_on_lightpath": sharing,
+                        "src_host": bnd["src_host"], "dst_host": bnd["dst_host"],
+                        "fibres": lp["fibres"], "emulated_delay_ms": delay_ms,
                         "emulated_rate_mbps": scale.rate_mbps(lp["capacity_gbps"])})
         ej = build_emu_job(scenario, planner, job, dcs, hops, mode, lps)
         ej.lightpaths = lps
         jobs.append(ej)
         placement.append(stage_hosts)
     return jobs, placement, ids
+
+
+def assigned_lightpaths(routing: dict[str, Any], lightpaths: list[dict[str, Any]]
+                        ) -> dict[tuple[int, str, str], tuple[dict[str, Any], int]]:
+    """(pipeline job id, source host, destination host) -> (the lightpath the controller's
+    WAN routing put that flow on, as GET /lightpaths shows it; how many job flows it
+    carries), from GET /routing's `wan` view. Flows it left unassigned are absent."""
+    by_id = {int(lp["id"]): lp for lp in lightpaths}
+    flows = (routing.get("wan") or {}).get("flows") or []
+    load: dict[int, int] = {}
+    for f in flows:
+        if f.get("lightpath_id") is not None:
+            load[int(f["lightpath_id"])] = load.get(int(f["lightpath_id"]), 0) + 1
+    out: dict[tuple[int, str, str], tuple[dict[str, Any], int]] = {}
+    for f in flows:
+        lp_id = f.get("lightpath_id")
+        if f.get("kind", "pipeline") != "pipeline" or lp_id is None or int(lp_id) not in by_id:
+            continue
+        out[(int(f["job"]), str(f["src"]), str(f["dst"]))] = (by_id[int(lp_id)],
+                                                             load[int(lp_id)])
+    return out
+
+
+def wan_assignment(client: Any) -> dict[tuple[int, str, str], tuple[dict[str, Any], int]]:
+    """assigned_lightpaths() from the live controller (GET /routing, GET /lightpaths)."""
+    status, routing = client.request("GET", "/routing")
+    status_lp, lps = client.request("GET", "/lightpaths")
+    if status != 200 or status_lp != 200 or not isinstance(routing, dict):
+        raise RuntimeFailure(f"controller GET /routing: {status}, GET /lightpaths: {status_lp}")
+    return assigned_lightpaths(routing, lps if isinstance(lps, list) else lps.get("lightpaths", []))
 
 
 def tune_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host]) -> dict[int, int]:
@@ -157,6 +202,41 @@ def tune_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host])
                     emu.set_queue(lp["vlan"], rate, limit)
             out[lp["vlan"]] = limit
     return out
+
+
+def check_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host]
+                    ) -> list[dict[str, Any]]:
+    """Each lightpath the jobs' boundaries take that the start-up calibration never saw
+    (a job's own lightpath, set up by POST /jobs after it): its RTT pinged between the
+    boundary's two hosts (the flow's own path: the controller steers by host pair),
+    its processing taken off that lightpath's frames on its own fibres, pinged again
+    (testbed.emu.reroute.check_probe). A row per lightpath, with the job and boundary."""
+    from testbed.emu.calibrate import PathProbe
+    from testbed.emu.reroute import check_probe
+
+    calibrated = {lp.vlan for lp in net.plan.lightpaths}
+    fibre_of = {frozenset((f.u, f.v)): f for f in net.plan.fibres}
+    rows: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for j in jobs:
+        for lp in j.lightpaths:
+            if lp is None or lp["vlan"] in calibrated or lp["vlan"] in seen:
+                continue
+            seen.add(lp["vlan"])
+            a, b = hosts[lp["src_host"]], hosts[lp["dst_host"]]
+            fibres = tuple(fibre_of[frozenset((str(u), str(v)))].middle
+                           for u, v in lp["fibres"])
+            probe = PathProbe(f"{lp['src_host']}~{lp['dst_host']}",
+                              f"/proc/{net.host_pid(a.name)}/ns/net", b.ip, fibres,
+                              float(lp["emulated_delay_ms"]), int(lp["vlan"]))
+            try:
+                row = check_probe(net, probe)
+            except (OSError, RuntimeError, ValueError, KeyError) as exc:
+                row = {"pair": probe.pair, "vlan": probe.vlan, "ok": False,
+                       "error": str(exc)[:300]}
+            rows.append({"job": j.job, "boundary": lp["boundary"],
+                         "lightpath_id": lp["lightpath_id"], **row})
+    return rows
 
 
 def delete_jobs(net: LiveNetwork, ids: list[int]) -> None:

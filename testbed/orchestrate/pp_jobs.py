@@ -27,7 +27,12 @@ from testbed.emu.tcp_tuning import (
 from testbed.errors import RuntimeFailure
 from testbed.metrics.links import LINK_METRIC_NAMES
 from testbed.monitor.run import RunMonitor, in_netns
-from testbed.orchestrate.ctl_jobs import delete_jobs, place_via_controller, tune_job_paths
+from testbed.orchestrate.ctl_jobs import (
+    check_job_paths,
+    delete_jobs,
+    place_via_controller,
+    tune_job_paths,
+)
 from testbed.orchestrate.jobs import EmuJob, emulated_hops, plan_emulated_jobs, run_jobs_on_hosts
 from testbed.orchestrate.launch import Host
 from testbed.schedule import Hop, build_schedule, time_schedule
@@ -122,6 +127,9 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
         queues = deepen_lightpath_queues(net)
         if client is not None:
             queues.update(tune_job_paths(net, jobs, by_name))
+            # The jobs' own lightpaths came after the start-up calibration: each is
+            # pinged and corrected on its own fibres before the workers start.
+            result["job_lightpath_rtt"] = check_job_paths(net, jobs, by_name)
         result["placement_from"] = "controller" if client is not None else "emulator"
         result["lightpath_queue_bytes"] = queues
         result["lightpath_congestion_control"] = LIGHTPATH_CONGESTION_CONTROL
