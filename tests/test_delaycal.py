@@ -258,8 +258,10 @@ def test_forwarder_runs_a_lightpath_shorter_without_blocking_behind_other_frames
     for t_ms in range(0, 13):
         out.now = t_ms / 1000
         fwd._service(out.now)
+    # 7 (no cap, done at the fibre's 1 Gb/s) is due before 101, whose lightpath (100
+    # Mbit/s) is still sending it: store-and-forward at the lightpath's rate.
     assert [int.from_bytes(f[VNET_HDR_LEN + 14:VNET_HDR_LEN + 16], "big") & 0xFFF
-            for _, f in out.sent] == [102, 101, 7]
+            for _, f in out.sent] == [102, 7, 101]
     assert out.sent[0][0] == pytest.approx(0.008, abs=0.0011)
     assert out.sent[1][0] == pytest.approx(0.010, abs=0.0011)
     with pytest.raises(ValueError, match="vlan 5"):
@@ -340,3 +342,43 @@ def test_the_reroute_check_uses_its_link_modes_echoes() -> None:
     assert netem.dense_pings == 0 and user.dense_pings > 0
     assert netem.rounds == user.rounds == 2 and netem.parallel == user.parallel == 1
     assert netem.per_path and user.per_path  # each lightpath corrected on its own
+
+
+def test_a_paced_frame_arrives_when_its_lightpath_has_sent_it_whole() -> None:
+    """A message of frames on a capped lightpath: each frame's last bit leaves the pacer at
+    its lightpath's rate, so the last frame reaches the far end at send + all the
+    message's wire bytes / the lightpath's rate + delay (the simulator's FIFO link), not
+    one frame's serialisation early where the fibre is faster than the lightpath."""
+    import random as _random
+
+    from testbed.emu.forwarder import VNET_HDR_LEN, Direction, Forwarder
+
+    class Out:
+        def __init__(self) -> None:
+            self.sent: list[tuple[float, bytes]] = []
+            self.now = 0.0
+
+        def send(self, frame: bytes) -> int:
+            self.sent.append((self.now, frame))
+            return len(frame)
+
+    for fibre_mbps in (500.0, 50.0):
+        fwd = Forwarder.__new__(Forwarder)  # the data path alone: no sockets
+        fwd.rate_bps, fwd.delay_s, fwd.loss, fwd.down = fibre_mbps * 1e6, 0.010, 0.0, False
+        fwd.queue_bytes, fwd.rng = 10**7, _random.Random(1)
+        out = Out()
+        d = Direction("a_to_b", out)  # type: ignore[arg-type]
+        fwd.dirs = {1: d}
+        fwd.set_vlan(101, 50.0, limit_bytes=10**6)
+        eth = b"\x02" * 12 + b"\x81\x00" + (101).to_bytes(2, "big") + b"\x08\x00"
+        sizes = (1500, 1500, 1000)  # wire bytes: the eth header and the tag are counted
+        for n in sizes:
+            fwd._arrive(d, bytes(VNET_HDR_LEN) + eth + bytes(n - len(eth)), 0.0)
+        t = 0.0
+        while len(out.sent) < len(sizes) and t < 0.1:
+            t += 1e-5
+            out.now = t
+            fwd._service(t)
+        done = [at for at, _ in out.sent]
+        ends = [sum(sizes[:i + 1]) * 8 / 50e6 + 0.010 for i in range(len(sizes))]
+        assert done == [pytest.approx(e, abs=2e-5) for e in ends], fibre_mbps

@@ -6,7 +6,8 @@ Runs as its own process inside a fibre's middle network namespace (see docs/emul
         [--loss 0.01] [--queue-bytes N] [--vlan 101=50] [--control SOCK] [--seed 1]
 
 Per direction a frame goes through (1) its lightpath's pacer if its 802.1Q VLAN id has a
-cap (rate, byte limit, tail drop), (2) the fibre's serialiser at the fibre rate (byte
+cap (rate, byte limit, tail drop; the frame is done when the lightpath's rate has sent its
+last bit, store-and-forward), (2) the fibre's serialiser at the fibre rate (byte
 limit, tail drop), (3) an optional random loss, (4) a constant propagation delay.
 Frames are read and written with AF_PACKET + PACKET_VNET_HDR so GSO super-frames pass
 whole (5x less CPU); their wire size counts every segment's headers.
@@ -315,13 +316,21 @@ class Forwarder:
         if (start - now) * cls.rate_bps / 8 + wire > cls.limit_bytes:
             cls.drops += segs
             return
-        cls.next_s = start + wire * 8 / cls.rate_bps
+        end = start + wire * 8 / cls.rate_bps
+        cls.next_s = end
         cls.bytes += wire
         cls.packets += 1
-        if start <= now and not cls.queue:
+        # The lightpath serialises the frame at its own rate: its last bit leaves at
+        # `end`, the FIFO link's store-and-forward time that the simulator times. So it
+        # goes to the fibre's serialiser when, at the fibre's rate, it would be done at
+        # `end` (handed over at `start` instead, a frame faster than its lightpath
+        # reached the far end early by its own serialisation: a 64 kB GSO frame at 25
+        # Mbit/s, 20 ms).
+        hand = max(start, end - wire * 8 / self.rate_bps)
+        if hand <= now and not cls.queue:
             self._to_fibre(d, frame, wire, segs, now, cls)
         else:
-            cls.queue.append((start, frame, wire, segs))
+            cls.queue.append((hand, frame, wire, segs))
             cls.queued_bytes += wire
 
     def _service(self, now: float) -> float:
