@@ -134,9 +134,18 @@ def test_shadow_jobs_across_dcs_every_metric_live(live_net: Any, tmp_path: Path)
     ctl = getattr(net, "controller_client", None) is not None
     assert res["placement_from"] == ("controller" if ctl else "emulator")
     assert res["lightpath_congestion_control"] == "reno"
-    if ctl:  # every cross-DC boundary on its own controller lightpath, other VLANs
+    if ctl:  # every cross-DC boundary has its own controller lightpath (other VLANs than
+        # the DC pairs' 101+), and is timed on the one its flow takes: its own, or where
+        # the WAN routing (ECMP) put it, another (a DC pair's default, another job's)
         lps = [lp for j in jobs for lp in j["lightpaths"] if lp is not None]
-        assert lps and all(lp["vlan"] < 101 and lp["lightpath_id"] for lp in lps)
+        assert lps and all(lp["own_lightpath_id"] and lp["lightpath_id"] for lp in lps)
+        assert all(lp["vlan"] < 101 or lp["lightpath_id"] != lp["own_lightpath_id"]
+                   for lp in lps)
+        assert all(lp["vlan"] < 101 or lp["vlan"] in {x.vlan for x in net.plan.lightpaths}
+                   for lp in lps)
+        # a job's own lightpath that carries a flow was pinged and corrected on its own
+        checked = {r["vlan"] for r in res["job_lightpath_rtt"]}
+        assert {lp["vlan"] for lp in lps if lp["vlan"] < 101} <= checked
     assert all(len(set(j["stage_dcs"])) >= 2 for j in jobs)  # across DCs
     assert all(j["mode"] == "shadow" and len(j["exit_codes"]) == 4 for j in jobs)
     for name in WORKER_METRICS:

@@ -70,10 +70,11 @@ def reroute_row(pair: str, vlan: int | None, fibres: list[str], configured_ms: f
         "wall_s": round(time.monotonic() - t0, 3)}
 
 
-def check_probe(net: LiveNetwork, probe: PathProbe,
-                cfg: CalibrationConfig | None = None) -> dict[str, Any]:
+def check_probe(net: LiveNetwork, probe: PathProbe, cfg: CalibrationConfig | None = None,
+                label: str = "after reroute") -> dict[str, Any]:
     """Measure one path, correct its lightpath on its own fibres, measure again; its row
-    (cfg: default reroute_config of the network's link mode)."""
+    (cfg: default reroute_config of the network's link mode; label: what the log line
+    says the check follows)."""
     cfg = cfg or reroute_config(getattr(net, "link_mode", "userspace"))
     t0 = time.monotonic()
     emulators = {f: net.emulators[f] for f in probe.fibres}
@@ -82,8 +83,8 @@ def check_probe(net: LiveNetwork, probe: PathProbe,
     row = reroute_row(probe.pair, probe.vlan, list(probe.fibres), probe.configured_ms,
                       rec, tol_ms, t0)
     (log.info if row["ok"] else log.warning)(
-        "after reroute: %s on %d fibre(s): RTT error %s ms before, %s ms after its own "
-        "correction (band +-%.2f ms)", probe.pair, row["hops"], row["before_error_ms"],
+        "%s: %s on %d fibre(s): RTT error %s ms before, %s ms after its own "
+        "correction (band +-%.2f ms)", label, probe.pair, row["hops"], row["before_error_ms"],
         row["after_error_ms"], tol_ms)
     return row
 

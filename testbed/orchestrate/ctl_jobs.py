@@ -230,7 +230,7 @@ def check_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host]
                               f"/proc/{net.host_pid(a.name)}/ns/net", b.ip, fibres,
                               float(lp["emulated_delay_ms"]), int(lp["vlan"]))
             try:
-                row = check_probe(net, probe)
+                row = check_probe(net, probe, label="job lightpath")
             except (OSError, RuntimeError, ValueError, KeyError) as exc:
                 row = {"pair": probe.pair, "vlan": probe.vlan, "ok": False,
                        "error": str(exc)[:300]}
