@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -221,28 +222,38 @@ def test_per_path_corrections_take_the_dc_ends_off_exactly() -> None:
     assert over == {"x~y": {"ab": -1.0, "bc": -1.0}}
 
 
+class _Out:
+    """A forwarder direction's send socket that records (time set by the test, frame)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, bytes]] = []
+        self.now = 0.0
+
+    def send(self, frame: bytes) -> int:
+        self.sent.append((self.now, frame))
+        return len(frame)
+
+
+def _data_path(rate_mbps: float, queue_bytes: int) -> tuple[Any, Any, _Out]:
+    """(forwarder, its one direction, what it sent): the data path alone, no sockets,
+    delay 10 ms."""
+    from testbed.emu.forwarder import Direction, Forwarder
+
+    fwd = Forwarder.__new__(Forwarder)
+    fwd.rate_bps, fwd.delay_s, fwd.loss, fwd.down = rate_mbps * 1e6, 0.010, 0.0, False
+    fwd.queue_bytes, fwd.rng = queue_bytes, random.Random(1)
+    out = _Out()
+    d = Direction("a_to_b", out)  # type: ignore[arg-type]
+    fwd.dirs = {1: d}
+    return fwd, d, out
+
+
 def test_forwarder_runs_a_lightpath_shorter_without_blocking_behind_other_frames() -> None:
     """The forwarder's per-lightpath correction: its frames get their own delay line, so
     a frame due earlier is not held behind another lightpath's frame due later."""
-    import random as _random
+    from testbed.emu.forwarder import VNET_HDR_LEN
 
-    from testbed.emu.forwarder import VNET_HDR_LEN, Direction, Forwarder
-
-    class Out:
-        def __init__(self) -> None:
-            self.sent: list[tuple[float, bytes]] = []
-            self.now = 0.0
-
-        def send(self, frame: bytes) -> int:
-            self.sent.append((self.now, frame))
-            return len(frame)
-
-    fwd = Forwarder.__new__(Forwarder)  # the data path alone: no sockets
-    fwd.rate_bps, fwd.delay_s, fwd.loss, fwd.down = 1e9, 0.010, 0.0, False
-    fwd.queue_bytes, fwd.rng = 10**6, _random.Random(1)
-    out = Out()
-    d = Direction("a_to_b", out)  # type: ignore[arg-type]
-    fwd.dirs = {1: d}
+    fwd, d, out = _data_path(1000.0, 10**6)
     fwd.set_vlan(101, 100.0)
     fwd.set_vlan(102, 100.0)
     fwd.set_vlan_correction(102, 2.0)
@@ -349,26 +360,10 @@ def test_a_paced_frame_arrives_when_its_lightpath_has_sent_it_whole() -> None:
     its lightpath's rate, so the last frame reaches the far end at send + all the
     message's wire bytes / the lightpath's rate + delay (the simulator's FIFO link), not
     one frame's serialisation early where the fibre is faster than the lightpath."""
-    import random as _random
-
-    from testbed.emu.forwarder import VNET_HDR_LEN, Direction, Forwarder
-
-    class Out:
-        def __init__(self) -> None:
-            self.sent: list[tuple[float, bytes]] = []
-            self.now = 0.0
-
-        def send(self, frame: bytes) -> int:
-            self.sent.append((self.now, frame))
-            return len(frame)
+    from testbed.emu.forwarder import VNET_HDR_LEN
 
     for fibre_mbps in (500.0, 50.0):
-        fwd = Forwarder.__new__(Forwarder)  # the data path alone: no sockets
-        fwd.rate_bps, fwd.delay_s, fwd.loss, fwd.down = fibre_mbps * 1e6, 0.010, 0.0, False
-        fwd.queue_bytes, fwd.rng = 10**7, _random.Random(1)
-        out = Out()
-        d = Direction("a_to_b", out)  # type: ignore[arg-type]
-        fwd.dirs = {1: d}
+        fwd, d, out = _data_path(fibre_mbps, 10**7)
         fwd.set_vlan(101, 50.0, limit_bytes=10**6)
         eth = b"\x02" * 12 + b"\x81\x00" + (101).to_bytes(2, "big") + b"\x08\x00"
         sizes = (1500, 1500, 1000)  # wire bytes: the eth header and the tag are counted
