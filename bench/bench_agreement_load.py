@@ -21,29 +21,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from busy import busy_core  # (bench/busy.py: the script's own folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parent.parent
 AGREEMENT_TOLERANCE = 0.05  # every job, median of its measured iterations
-
-
-def _spin() -> None:
-    """One core busy for as long as the bench lives: the kernel ends it with its parent
-    (PR_SET_PDEATHSIG), so a bench killed mid-run leaves no spinner behind."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent died before the line above
-        return
-    while True:
-        pass
 
 
 def _pct(x: object) -> str:
@@ -51,19 +38,11 @@ def _pct(x: object) -> str:
 
 
 def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
-    spinner = None
-    if busy:
-        spinner = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
-        spinner.start()
-    try:
+    with busy_core(busy):
         r = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "run",
                             str(scenario), "--backend", "both", "--out", str(out), "-q"],
                            capture_output=True, text=True, timeout=1200, cwd=ROOT,
                            check=False)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.join(5)
     if r.returncode != 0:
         return {"rc": r.returncode, "error": r.stderr.strip()[-500:], "contract": False}
     summary = json.loads((out / "emu" / "summary.json").read_text())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import statistics
 import subprocess
@@ -25,27 +24,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from busy import busy_core  # (bench/busy.py: the script's own folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _spin() -> None:  # one core busy for as long as the process lives
-    while True:
-        pass
-
-
 def one_run(scenario: Path, out: Path, busy: bool) -> dict[str, object]:
-    spinner = None
-    if busy:
-        spinner = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
-        spinner.start()
-    try:
+    with busy_core(busy):
         r = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "emu",
                             str(scenario), "--out", str(out), "-q"], capture_output=True,
                            text=True, timeout=1200, cwd=ROOT, check=False)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.join(5)
     load1 = os.getloadavg()[0]
     if r.returncode != 0:
         return {"rc": r.returncode, "error": r.stderr.strip()[-500:], "contract": False}

@@ -20,14 +20,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from busy import busy_core  # (bench/busy.py: the script's own folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(out: Path) -> dict[str, object]:
-    r = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "run",
-                        str(ROOT / "scenarios" / "routing-leafspine.yaml"), "--backend", "both",
-                        "--out", str(out), "-q"], capture_output=True, text=True, cwd=ROOT,
-                       timeout=1200, check=False)
+def one_run(out: Path, busy: bool = False) -> dict[str, object]:
+    with busy_core(busy):
+        r = subprocess.run([str(Path(sys.executable).parent / "lightpipe"), "run",
+                            str(ROOT / "scenarios" / "routing-leafspine.yaml"), "--backend",
+                            "both", "--out", str(out), "-q"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=1200, check=False)
     if r.returncode != 0:
         return {"rc": r.returncode, "error": r.stderr.strip()[-500:]}
     summary = json.loads((out / "emu" / "summary.json").read_text())
@@ -54,12 +57,14 @@ def _q(xs: list[float], q: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--mode", choices=("idle", "busy"), default="idle",
+                    help="busy: one core kept busy through every run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory(prefix="lp-route-") as tmp:
         for i in range(args.runs):
-            res = one_run(Path(tmp) / f"r{i}")
+            res = one_run(Path(tmp) / f"r{i}", args.mode == "busy")
             runs.append(res)
             print(f"run {i + 1}: " + (f"FAILED rc={res['rc']} {res['error']}" if res["rc"] else
                                       f"greedy/ecmp {res['ratio_emu']:.3f} (model "

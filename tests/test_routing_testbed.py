@@ -88,12 +88,16 @@ def test_htb_script_validates() -> None:
     assert "gso_max_size 65536 " in htb_script("dc-a-h0-eth0", 10_000.0, nic=True)
     assert "gso_max_size 9000 " in htb_script("dc-a-h0-eth0", 1.0, nic=True)
     # with its DC's hosts, a switch port shares its rate among them: a class, a FIFO
-    # and a filter per source host, the rest (ARP, tagged frames) in the default class
+    # and a filter per source host, the rest (ARP, tagged frames) in the default class,
+    # and small packets (pure ACKs) in a class of their own served first
     fair = htb_script("lpab12s5-eth1", 50.0, sources=["10.0.0.1", "10.0.0.2"])
-    assert "htb default 2 " in fair and fair.count("bfifo limit 312500") == 3
-    assert "match ip src 10.0.0.1/32 flowid 1:3" in fair
-    assert "match ip src 10.0.0.2/32 flowid 1:4" in fair
-    assert fair.count("rate 16.666667mbit ceil 50.000000mbit") == 3
+    assert "htb default 2 " in fair and fair.count("bfifo limit 312500") == 4
+    assert "prio 2 u32 match ip src 10.0.0.1/32 flowid 1:3" in fair
+    assert "prio 2 u32 match ip src 10.0.0.2/32 flowid 1:4" in fair
+    assert "prio 1 u32 match u16 0x0000 0xff80 at 2 flowid 1:5" in fair
+    assert fair.count("rate 12.500000mbit ceil 50.000000mbit") == 4
+    assert fair.count(" prio 1 ||") + fair.count(" prio 1 &&") == 3
+    assert "quantum 1514 prio 0 " in fair
     with pytest.raises(ValueError):
         htb_script("lpab12s5-eth1", 50.0, sources=["10.0.0.1; reboot"])
     with pytest.raises(ValueError):

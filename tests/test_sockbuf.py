@@ -121,16 +121,16 @@ def test_a_gone_process_is_an_oserror() -> None:
 
 
 def test_switch_send_buffer_outgrows_the_port_fifos() -> None:
-    # 50 Mbit/s: 50 ms = 312,500 bytes per FIFO; 8 sources + the rest = 9 FIFOs
+    # 50 Mbit/s: 50 ms = 312,500 bytes per FIFO; 8 sources + the rest + small = 10 FIFOs
     assert switch_fifo_bytes(50.0) == 312_500
-    assert switch_sndbuf_bytes(50.0, 8) == SOCKET_TRUESIZE_FACTOR * 9 * 312_500
+    assert switch_sndbuf_bytes(50.0, 8) == SOCKET_TRUESIZE_FACTOR * 10 * 312_500
     assert switch_sndbuf_bytes(50.0, 0) == SOCKET_TRUESIZE_FACTOR * 312_500
     # one socket for every port: the floor is on the sum, not on each port
     slow = switch_sndbuf_bytes(0.001, 3)
-    assert slow == SOCKET_TRUESIZE_FACTOR * 4 * 65536 < MIN_SWITCH_SNDBUF_BYTES
+    assert slow == SOCKET_TRUESIZE_FACTOR * 5 * 65536 < MIN_SWITCH_SNDBUF_BYTES
     assert switch_socket_sndbuf_bytes([(0.001, 3)] * 2) == MIN_SWITCH_SNDBUF_BYTES
     many = [(50.0, 8)] * 3 + [(0.001, 3)]
-    assert switch_socket_sndbuf_bytes(many) == 3 * SOCKET_TRUESIZE_FACTOR * 9 * 312_500 + slow
+    assert switch_socket_sndbuf_bytes(many) == 3 * SOCKET_TRUESIZE_FACTOR * 10 * 312_500 + slow
     assert switch_socket_sndbuf_bytes([]) == 0
     assert switch_fifo_bytes(0.001) == 65536  # one GSO frame at least
 
