@@ -40,16 +40,26 @@ def reroute_config(link_mode: str) -> CalibrationConfig:
         REROUTE_CONFIG, dense_pings=CalibrationConfig.for_link_mode(link_mode).dense_pings)
 
 
-def lightpath_probe(net: LiveNetwork, lp: dict[str, Any]) -> PathProbe:
-    """How to ping a controller lightpath (GET /lightpaths/ID) on its current route."""
+def route_probe(net: LiveNetwork, pair: str, src_host: str, dst_host: str,
+                nodes: Sequence[str], vlan: int) -> PathProbe:
+    """How to ping VLAN `vlan`'s lightpath along `nodes` from src_host to dst_host (plan
+    host names), labelled `pair`."""
     p = net.plan
-    ha = next(h for h in p.hosts if h.dc == lp["src_dc"])
-    hb = next(h for h in p.hosts if h.dc == lp["dst_dc"])
-    nodes = list(lp["nodes"])
-    fibres = tuple(p.fibre(u, v).middle for u, v in itertools.pairwise(nodes))
-    one_way = sum(p.fibre(u, v).delay_ms for u, v in itertools.pairwise(nodes))
-    return PathProbe(f"{lp['src_dc']}~{lp['dst_dc']}", f"/proc/{net.host_pid(ha.name)}/ns/net",
-                     hb.ip.split("/")[0], fibres, one_way, int(lp["vid"]))
+    ha, hb = p.host(src_host), p.host(dst_host)
+    hops = list(itertools.pairwise(nodes))
+    fibres = tuple(p.fibre(u, v).middle for u, v in hops)
+    one_way = sum(p.fibre(u, v).delay_ms for u, v in hops)
+    return PathProbe(pair, f"/proc/{net.host_pid(ha.name)}/ns/net", hb.ip.split("/")[0],
+                     fibres, one_way, int(vlan))
+
+
+def lightpath_probe(net: LiveNetwork, lp: dict[str, Any]) -> PathProbe:
+    """How to ping a controller lightpath (GET /lightpaths/ID) on its current route,
+    between the first host of each of its DCs."""
+    ha = next(h for h in net.plan.hosts if h.dc == lp["src_dc"])
+    hb = next(h for h in net.plan.hosts if h.dc == lp["dst_dc"])
+    return route_probe(net, f"{lp['src_dc']}~{lp['dst_dc']}", ha.name, hb.name,
+                       lp["nodes"], lp["vid"])
 
 
 def reroute_row(pair: str, vlan: int | None, fibres: list[str], configured_ms: float,

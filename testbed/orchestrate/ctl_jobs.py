@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import Counter
 from typing import Any
 
 from testbed.emu.live import LiveNetwork
@@ -159,10 +160,7 @@ def assigned_lightpaths(routing: dict[str, Any], lightpaths: list[dict[str, Any]
     carries), from GET /routing's `wan` view. Flows it left unassigned are absent."""
     by_id = {int(lp["id"]): lp for lp in lightpaths}
     flows = (routing.get("wan") or {}).get("flows") or []
-    load: dict[int, int] = {}
-    for f in flows:
-        if f.get("lightpath_id") is not None:
-            load[int(f["lightpath_id"])] = load.get(int(f["lightpath_id"]), 0) + 1
+    load = Counter(int(f["lightpath_id"]) for f in flows if f.get("lightpath_id") is not None)
     out: dict[tuple[int, str, str], tuple[dict[str, Any], int]] = {}
     for f in flows:
         lp_id = f.get("lightpath_id")
@@ -204,18 +202,15 @@ def tune_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host])
     return out
 
 
-def check_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host]
-                    ) -> list[dict[str, Any]]:
+def check_job_paths(net: LiveNetwork, jobs: list[EmuJob]) -> list[dict[str, Any]]:
     """Each lightpath the jobs' boundaries take that the start-up calibration never saw
     (a job's own lightpath, set up by POST /jobs after it): its RTT pinged between the
     boundary's two hosts (the flow's own path: the controller steers by host pair),
     its processing taken off that lightpath's frames on its own fibres, pinged again
     (testbed.emu.reroute.check_probe). A row per lightpath, with the job and boundary."""
-    from testbed.emu.calibrate import PathProbe
-    from testbed.emu.reroute import check_probe
+    from testbed.emu.reroute import check_probe, route_probe
 
     calibrated = {lp.vlan for lp in net.plan.lightpaths}
-    fibre_of = {frozenset((f.u, f.v)): f for f in net.plan.fibres}
     rows: list[dict[str, Any]] = []
     seen: set[int] = set()
     for j in jobs:
@@ -223,17 +218,13 @@ def check_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host]
             if lp is None or lp["vlan"] in calibrated or lp["vlan"] in seen:
                 continue
             seen.add(lp["vlan"])
-            a, b = hosts[lp["src_host"]], hosts[lp["dst_host"]]
-            fibres = tuple(fibre_of[frozenset((str(u), str(v)))].middle
-                           for u, v in lp["fibres"])
-            probe = PathProbe(f"{lp['src_host']}~{lp['dst_host']}",
-                              f"/proc/{net.host_pid(a.name)}/ns/net", b.ip, fibres,
-                              float(lp["emulated_delay_ms"]), int(lp["vlan"]))
+            pair = f"{lp['src_host']}~{lp['dst_host']}"
             try:
-                row = check_probe(net, probe, label="job lightpath")
+                row = check_probe(net, route_probe(net, pair, lp["src_host"], lp["dst_host"],
+                                                   lp["route"], lp["vlan"]),
+                                  label="job lightpath")
             except (OSError, RuntimeError, ValueError, KeyError) as exc:
-                row = {"pair": probe.pair, "vlan": probe.vlan, "ok": False,
-                       "error": str(exc)[:300]}
+                row = {"pair": pair, "vlan": lp["vlan"], "ok": False, "error": str(exc)[:300]}
             rows.append({"job": j.job, "boundary": lp["boundary"],
                          "lightpath_id": lp["lightpath_id"], **row})
     return rows

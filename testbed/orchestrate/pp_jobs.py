@@ -129,7 +129,7 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
             queues.update(tune_job_paths(net, jobs, by_name))
             # The jobs' own lightpaths came after the start-up calibration: each is
             # pinged and corrected on its own fibres before the workers start.
-            result["job_lightpath_rtt"] = check_job_paths(net, jobs, by_name)
+            result["job_lightpath_rtt"] = check_job_paths(net, jobs)
         result["placement_from"] = "controller" if client is not None else "emulator"
         result["lightpath_queue_bytes"] = queues
         result["lightpath_congestion_control"] = LIGHTPATH_CONGESTION_CONTROL
