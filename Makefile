@@ -1,7 +1,9 @@
 # LightPipe: the README's two commands are `make demo` and `make test`.
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.lightpipe-setup
+# PYTHON=python3.12 (3.11, 3.12 or 3.13; default python3): the venv's Python. A venv made
+# with another Python is refused by setup, in one line: give it its own VENV=.
+STAMP := $(VENV)/.lightpipe-setup$(if $(PYTHON),-$(notdir $(PYTHON)))
 SCENARIO ?= scenarios/quickstart.yaml
 OUT ?= runs/demo
 
@@ -9,7 +11,8 @@ OUT ?= runs/demo
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock scripts/setup.sh scripts/aptlib.sh scripts/locked_installed.py
+$(STAMP): pyproject.toml requirements.lock scripts/setup.sh scripts/aptlib.sh scripts/locked_installed.py \
+          scripts/install_torch.py
 	bash scripts/setup.sh $(VENV)
 	touch $(STAMP)
 

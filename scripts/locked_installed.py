@@ -23,16 +23,34 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def marker_holds(marker: str) -> bool:
+    """Whether an environment marker (`python_version < "3.13"`) holds for this Python, as
+    pip decides it (pip's own copy of packaging; ValueError when it cannot be read)."""
+    try:
+        from packaging.markers import InvalidMarker, Marker
+    except ImportError:
+        from pip._vendor.packaging.markers import InvalidMarker, Marker  # type: ignore
+    try:
+        return bool(Marker(marker).evaluate({"extra": ""}))
+    except InvalidMarker as exc:
+        raise ValueError(f"cannot read marker {marker[:80]!r}") from exc
+
+
 def pins(text: str) -> list[tuple[str, str]]:
-    """(name, version) of each requirement line; ValueError on a line it cannot read."""
+    """(name, version) of each requirement line whose marker holds here; ValueError on a line
+    it cannot read."""
     out = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", "--hash")):
             continue
         m = PIN_RE.match(line)
-        if m is None or ";" in line:  # (a marker: pip decides; never guess here)
+        if m is None:
             raise ValueError(f"cannot read lock line {line[:80]!r}")
+        if ";" in line:
+            marker = line.split(";", 1)[1].split(" \\")[0].rstrip(" \\")
+            if not marker_holds(marker):
+                continue
         out.append((m.group(1), m.group(3)))
     return out
 

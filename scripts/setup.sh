@@ -20,6 +20,30 @@ SYS_PKGS=(mininet openvswitch-switch iperf3 ethtool iptables nftables prometheus
 
 log() { echo "setup: $*" >&2; }
 
+# The Python: 3.11, 3.12 or 3.13 (Debian 12's, Ubuntu 24.04's and Debian 13's python3);
+# anything else is refused in one line, before anything is installed for it.
+PYTHON_SET="${PYTHON:+1}"
+PYTHON="${PYTHON:-python3}"
+SUPPORTED="3.11, 3.12 or 3.13"
+HOWTO="e.g. Ubuntu 22.04: apt-get install python3.11 python3.11-venv, then make setup PYTHON=python3.11"
+py_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
+if [ -x "$VENV/bin/python" ] && [ -z "$PYTHON_SET" ]; then
+  PY_VER="$(py_version "$VENV/bin/python" || true)"  # (the venv made earlier decides)
+else
+  command -v "$PYTHON" >/dev/null 2>&1 ||
+    { log "PYTHON=$PYTHON: not found; LightPipe needs Python $SUPPORTED ($HOWTO)"; exit 2; }
+  PY_VER="$(py_version "$PYTHON" || true)"
+fi
+case "$PY_VER" in
+  3.11|3.12|3.13) ;;
+  *) log "Python ${PY_VER:-?} ($PYTHON) is not supported: LightPipe needs Python $SUPPORTED ($HOWTO)"
+     exit 2 ;;
+esac
+if [ -x "$VENV/bin/python" ] && [ -n "$PYTHON_SET" ] &&
+   [ "$(py_version "$VENV/bin/python" || true)" != "$PY_VER" ]; then
+  log "$VENV has Python $(py_version "$VENV/bin/python" || echo '?'), not $PYTHON's $PY_VER: remove it, or give another VENV=..."
+  exit 2
+fi
 # shellcheck source=scripts/aptlib.sh
 source "$(dirname "$0")/aptlib.sh"  # apt_missing, apt_ensure
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -32,9 +56,8 @@ else
   log "not root (or no apt-get): skipping system packages; emulation will be unavailable"
 fi
 
-PYTHON="${PYTHON:-python3}"
 if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV"
+  log "creating $VENV (Python $PY_VER)"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
 fi
@@ -42,23 +65,29 @@ LOCK=requirements.lock
 if [ "$DEPS_ONLY" = 1 ] && [ ! -f "$LOCK" ]; then
   log "--deps-only needs $LOCK"; exit 2
 fi
+# torch on its own (scripts/install_torch.py): the CPU build from this machine's own files
+# where it has them, else PyTorch's CPU index, else PyPI's (with its CUDA libraries).
+# It says which it took and writes it to $VENV/lightpipe-torch-source.json.
+install_torch() { "$VENV/bin/python" "$(dirname "$0")/install_torch.py" --version "$TORCH_VERSION"; }
+TORCH_VERSION=2.13.0
 if [ "$DEPS_ONLY" = 0 ] && { [ "${LIGHTPIPE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; }; then
   # Unlocked: the newest releases pyproject.toml allows (what `make lock` resolves).
-  log "installing lightpipe[dev] unlocked (torch==2.13.0 pinned; ray for sweeps on Ray)"
+  log "installing lightpipe[dev] unlocked (torch==$TORCH_VERSION pinned; ray for sweeps on Ray)"
+  install_torch
   "$VENV/bin/pip" install -q -e '.[dev]'
 else
-  # Locked: exactly what was tested (requirements.lock: versions and sha256 hashes), so
-  # that a fresh machine gets the same PyYAML, pydantic, ... as CI. torch on its own: the
-  # CPU build where the machine has it (pip's find-links), PyPI's 2.13.0 elsewhere.
-  # A venv that holds them already (a rerun; the Vagrant box's, built from this lock) is
-  # left as it is (pip re-checking ~130 satisfied pins: ~20 s in a software-emulated guest).
-  if "$VENV/bin/python" "$(dirname "$0")/locked_installed.py" "$LOCK" torch==2.13.0 2>/dev/null; then
-    log "the locked dependencies (requirements.lock) and torch==2.13.0: installed already"
+  # Locked: exactly what was tested (requirements.lock: versions and sha256 hashes, one lock
+  # for Python 3.11-3.13, its markers decide per Python), so that a fresh machine gets the
+  # same PyYAML, pydantic, ... as CI. A venv that holds them already (a rerun; the Vagrant
+  # box's, built from this lock) is left as it is (pip re-checking ~130 satisfied pins:
+  # ~20 s in a software-emulated guest).
+  if "$VENV/bin/python" "$(dirname "$0")/locked_installed.py" "$LOCK" 2>/dev/null; then
+    log "the locked dependencies (requirements.lock): installed already"
   else
-    log "installing the locked dependencies (requirements.lock) and torch==2.13.0"
-    "$VENV/bin/pip" install -q --no-deps torch==2.13.0
+    log "installing the locked dependencies (requirements.lock)"
     "$VENV/bin/pip" install -q --no-deps --require-hashes -r "$LOCK"
   fi
+  install_torch
   if [ "$DEPS_ONLY" = 1 ]; then log "done (--deps-only): $VENV"; exit 0; fi
   # The build backend is the lock's own setuptools (no isolated build environment: that
   # fetched the newest setuptools and wheel on every run, ~100 s in a software-emulated guest).

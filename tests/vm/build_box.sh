@@ -4,14 +4,17 @@
 # minbase root file system with systemd, openssh-server, rsync, sudo, python3-venv, make and
 # a `vagrant` user (Vagrant's insecure key; Vagrant replaces it on first `up`), booted with
 # Debian's own kernel from this machine's /boot by the box's Vagrantfile (libvirt domain type
-# "qemu": software emulation). This machine's pip configuration and local wheel directories
-# are shared read-only (9p) so that `make setup` in the guest installs the same CPU torch;
-# its extra certificate authorities (/usr/local/share/ca-certificates) are trusted too.
+# "qemu": software emulation). pip in the box is a user's: it sees PyPI only (none of this
+# machine's pip configuration, local wheel directories or constraints go in), so torch comes
+# the way `make setup` gives it on a user's machine (scripts/install_torch.py: PyTorch's CPU
+# index where reachable, else PyPI's torch with its CUDA libraries). Only this machine's
+# extra certificate authorities (/usr/local/share/ca-certificates) are trusted too, for
+# this network's TLS.
 #
 #   bash tests/vm/build_box.sh            # as root; prints the box's name on stdout
 #
 # Cached under $LIGHTPIPE_BOX_CACHE (default /var/tmp/lightpipe-box), keyed by a hash of
-# its recipe (this script, the kernel, the pip configuration, Vagrant's key); a changed
+# its recipe (this script, the kernel, the setup files and the lock, Vagrant's key); a changed
 # recipe builds a new box and removes the old ones. The box is added to $VAGRANT_HOME.
 set -euo pipefail
 CACHE="${LIGHTPIPE_BOX_CACHE:-/var/tmp/lightpipe-box}"
@@ -29,13 +32,11 @@ INCLUDE=systemd,systemd-sysv,systemd-resolved,dbus,udev,iproute2,kmod,ca-certifi
 # The apt lists are kept.
 PREINSTALL=(gnupg)
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-SETUP_FILES=(scripts/setup.sh scripts/aptlib.sh scripts/locked_installed.py requirements.lock)
+SETUP_FILES=(scripts/setup.sh scripts/aptlib.sh scripts/locked_installed.py scripts/install_torch.py
+             requirements.lock)
 GUEST_VENV=/lightpipe/.venv
-DISK_GB=12
+DISK_GB=20  # (PyPI's CUDA torch: ~5 GB of the venv)
 APT_PKGS=(debootstrap qemu-utils e2fsprogs linux-image-amd64 vagrant)
-# Where this machine keeps pip's configuration and the files it points at (shared read-only).
-PIP_CONFS=(/etc/pip.conf /etc/xdg/pip/pip.conf /root/.config/pip/pip.conf /root/.pip/pip.conf)
-PIP_DIRS=(/opt/wheels /opt/pypi /opt/pypi-more)
 
 log() { echo "build-box: $*" >&2; }
 die() { echo "build-box: $*" >&2; exit 2; }
@@ -64,7 +65,7 @@ recipe() {
   cat "$0"
   echo "$KVER $MIRROR $INITRD"; sha256sum "$KERNEL" "$KEY"
   (cd "$REPO" && cat "${SETUP_FILES[@]}")
-  for f in "${PIP_CONFS[@]}" /etc/xdg/pip/constraints.txt /usr/local/share/ca-certificates/*.crt; do
+  for f in /usr/local/share/ca-certificates/*.crt; do
     [ -f "$f" ] && cat "$f"
   done
   true
@@ -98,22 +99,8 @@ if [ ! -s "$BOX" ]; then
   fi
   rm -f "$ROOT/etc/resolv.conf"  # (systemd-resolved's link: this machine's, for apt)
   cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
-  # pip in the guest (and in the chroot below): this machine's settings in one file; the
-  # directories they name are bind-mounted here and shared by 9p in the guest.
-  mkdir -p "$ROOT/etc/xdg/pip"
-  [ -f /etc/xdg/pip/constraints.txt ] && cp /etc/xdg/pip/constraints.txt "$ROOT/etc/xdg/pip/"
-  { echo "[global]"
-    for f in "${PIP_CONFS[@]}"; do [ -f "$f" ] && grep -v '^\s*\[' "$f" | grep -v '^\s*#'; done
-    true; } | grep -v '^\s*$' > "$ROOT/etc/pip.conf"
   mount -t proc proc "$ROOT/proc"
   MOUNTS=("$ROOT/proc")
-  for d in "${PIP_DIRS[@]}"; do
-    [ -d "$d" ] || continue
-    mkdir -p "$ROOT$d"
-    mount --bind "$d" "$ROOT$d"
-    mount -o remount,bind,ro "$ROOT$d"
-    MOUNTS+=("$ROOT$d")
-  done
   printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
   chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
   chroot "$ROOT" apt-get -qq update
@@ -123,16 +110,21 @@ if [ ! -s "$BOX" ]; then
   T1=$(date +%s)
   mkdir -p "$ROOT/tmp/lightpipe-setup/scripts"
   for f in "${SETUP_FILES[@]}"; do cp "$REPO/$f" "$ROOT/tmp/lightpipe-setup/$f"; done
-  chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive HOME=/root bash -c \
+  # A clean environment: none of this machine's PIP_* settings (find-links to its wheels).
+  chroot "$ROOT" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    DEBIAN_FRONTEND=noninteractive HOME=/root LANG=C.UTF-8 bash -c \
     "cd /tmp/lightpipe-setup && bash scripts/setup.sh --deps-only $GUEST_VENV" \
     >"$WORK/setup.log" 2>&1 ||
     { tail -n 20 "$WORK/setup.log" >&2; die "scripts/setup.sh --deps-only in the chroot failed"; }
+  grep '^setup: torch ' "$WORK/setup.log" | sed 's/^/build-box: /' >&2 || true
+  if [ -e "$ROOT/etc/pip.conf" ] || [ -d "$ROOT/etc/xdg/pip" ]; then
+    die "the box has a pip configuration: a user's VM has none"
+  fi
   rm -rf "$ROOT/tmp/lightpipe-setup" "$ROOT/root/.cache/pip"
-  log "make setup's packages and $GUEST_VENV (scripts/setup.sh --deps-only) took $(( $(date +%s) - T1 )) s"
+  log "make setup's packages and $GUEST_VENV (scripts/setup.sh --deps-only, pip on PyPI only) took $(( $(date +%s) - T1 )) s ($(du -sh "$ROOT$GUEST_VENV" | cut -f1) venv)"
   rm -f "$ROOT/usr/sbin/policy-rc.d"
   for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount "${MOUNTS[$i]}"; done
   MOUNTS=()
-  rmdir "$ROOT/opt"/* 2>/dev/null || true
   [ "$(chroot "$ROOT" systemctl is-enabled prometheus 2>/dev/null)" = enabled ] ||
     die "Debian's prometheus.service is not enabled in the box (the path provision.sh must mask)"
   log "${PREINSTALL[*]} and make setup's packages: done at $(( $(date +%s) - T0 )) s"
@@ -172,14 +164,9 @@ if [ ! -s "$BOX" ]; then
   rm -f "$WORK/raw.img"
   printf '{"provider": "libvirt", "format": "qcow2", "virtual_size": %d}\n' "$DISK_GB" \
     > "$WORK/metadata.json"
-  shares=""
-  for d in "${PIP_DIRS[@]}"; do
-    [ -d "$d" ] && shares+="  config.vm.synced_folder \"$d\", \"$d\", type: \"9p\", readonly: true, accessmode: \"squash\", mount_opts: \"ro\"
-"
-  done
   cat > "$WORK/Vagrantfile" <<EOF
 # Box Vagrantfile (made by LightPipe's tests/vm/build_box.sh for this machine): boot Debian's
-# kernel directly under software emulation; share this machine's pip directories read-only.
+# kernel directly under software emulation.
 Vagrant.configure("2") do |config|
   config.vm.provider :libvirt do |lv|
     lv.driver = "qemu"
@@ -191,7 +178,7 @@ Vagrant.configure("2") do |config|
     lv.management_network_name = ENV.fetch("LP_LIBVIRT_NETWORK", "vagrant-libvirt")
     lv.management_network_address = ENV.fetch("LP_LIBVIRT_SUBNET", "192.168.121.0/24")
   end
-${shares}end
+end
 EOF
   tar -C "$WORK" -cf "$WORK/$NAME.box" metadata.json Vagrantfile box.img
   # Only the current recipe's box is kept.
