@@ -137,7 +137,7 @@ def index_reachable(index: str, timeout_s: float) -> str | None:
     url = index.rstrip("/") + "/torch/"
     t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (https)
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             resp.read(1024)
             status = resp.status
     except urllib.error.HTTPError as exc:
@@ -195,6 +195,7 @@ def write_source(venv: Path, record: dict[str, object]) -> None:
     """VENV/lightpipe-torch-source.json, written atomically."""
     path = venv / SOURCE_FILE
     fd, tmp = tempfile.mkstemp(dir=venv, prefix=f".{SOURCE_FILE}.")
+    os.fchmod(fd, 0o644)  # (readable by `lightpipe doctor` run as any user)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=2, sort_keys=True)
         fh.write("\n")
@@ -255,8 +256,9 @@ def main(argv: list[str]) -> int:
                                            "detail": "found in the venv"}
             record.update(torch=works["version"], cuda=works["cuda"])
             write_source(venv, record)
-            log(f"torch {works['version']} ({'CUDA ' + str(works['cuda']) if works['cuda'] else 'CPU'}"
-                f" build) installed already, from {record.get('source')}")
+            build = f"CUDA {works['cuda']}" if works["cuda"] else "CPU"
+            log(f"torch {works['version']} ({build} build) installed already, "
+                f"from {record.get('source')}")
             return 0
         log(f"torch {have} is installed but does not work: installing again")
     tried: list[str] = []

@@ -60,10 +60,11 @@ def test_a_marker_decides_per_python(tmp_path: Path) -> None:
     """One lock for 3.11-3.13: a pin whose marker does not hold here (gnpy's on 3.13) is not
     asked for; one whose marker holds is checked like any other."""
     lock = tmp_path / "lock.txt"
-    off = "no-such-package-lightpipe==1.0 ; python_version < '3' \\\n    --hash=sha256:" + "1" * 64
+    hashes = " \\\n    --hash=sha256:" + "1" * 64
+    off = "no-such-package-lightpipe==1.0 ; python_version < '3'" + hashes
     lock.write_text(_pin("pyyaml") + off + "\n")
     assert _check(str(lock)).returncode == 0
-    held = "no-such-package-lightpipe==1.0 ; python_version >= '3' \\\n    --hash=sha256:" + "1" * 64
+    held = "no-such-package-lightpipe==1.0 ; python_version >= '3'" + hashes
     lock.write_text(_pin("pyyaml") + held + "\n")
     r = _check(str(lock))
     assert r.returncode == 1 and "no-such-package-lightpipe is not installed" in r.stderr

@@ -7,9 +7,10 @@
 #                                                 # /lightpipe; returns CMD's status; VM kept
 #   sudo bash tests/vm/user_path.sh --destroy     # destroy a kept VM and clean up
 #
-# The test: box (tests/vm/build_box.sh, cached) -> `LP_BOX=<box> vagrant up --provider
-# libvirt` (provision.sh --no-grafana: Grafana's repository is unreachable here; make setup
-# included) -> `vagrant reload` -> the services are active, the host's forwarded
+# The test: box (tests/vm/build_box.sh, cached; pip in it sees PyPI only, as in a user's VM)
+# -> `LP_BOX=<box> vagrant up --provider libvirt` (provision.sh as a user runs it, make setup
+# included; Grafana's repository is unreachable here, which provisioning must say in one
+# line and go on) -> `vagrant reload` -> the services are active, the host's forwarded
 # 127.0.0.1:9090 is LightPipe's monitor -> `vagrant ssh -c 'lightpipe run
 # scenarios/monitor-demo.yaml'` -> `lightpipe grafana check --url http://127.0.0.1:9090`
 # on the host finds that run on every panel the scenario can produce -> the Grafana files,
@@ -59,6 +60,10 @@ EXPECTED_EMPTY_NETEM=("optical: variable fibre" "optical: panel Per-fibre throug
                       "optical: panel Drops" "optical: panel Link emulator timer slack")
 
 vagrant_env 6144
+# provision.sh with no options, as `vagrant up` runs it for a user (Grafana included: its
+# repository is unreachable here, and provisioning must say so in one line and go on).
+export LP_PROVISION_ARGS="${LP_USERPATH_PROVISION_ARGS:-}"
+UP_LOG="$(mktemp)"
 
 vagrant_() { (cd "$REPO/vagrant" && vagrant "$@"); }
 in_vm() { vagrant_ ssh -c "$1" -- -q; }
@@ -73,6 +78,7 @@ forward_pids() {
 cleanup() {
   local rc=$? d
   trap - EXIT
+  rm -f "${UP_LOG:-}"
   if [ "$MODE" = test ] && [ "$rc" != 0 ]; then
     log "FAILED (status $rc) at: $step_name; the monitor's journal:"
     in_vm "sudo journalctl -u lightpipe-monitor --no-pager -n 30" 2>&1 | tail -n 30 >&2 || true
@@ -138,8 +144,17 @@ up_and_reload() {
       fi
     done
     step "vagrant up --provider libvirt (provision.sh, make setup)"
-    vagrant_ up --provider libvirt 2>&1 | stamp
+    vagrant_ up --provider libvirt 2>&1 | tee "$UP_LOG" | stamp
     done_step
+    # What provisioning said: torch's source, and Grafana's unreachable repository (once).
+    grep -q "setup: torch 2.13.0.* from " "$UP_LOG" ||
+      die "make setup in the VM did not say where its torch came from"
+    log "the VM's torch: $(grep -o 'setup: torch 2.13.0.*' "$UP_LOG" | tail -n 1)"
+    if [ -z "${LP_USERPATH_PROVISION_ARGS:-}" ]; then
+      n_grafana="$(grep -c "provision: Grafana's apt repository" "$UP_LOG" || true)"
+      [ "$n_grafana" = 1 ] ||
+        die "provisioning said $n_grafana lines of Grafana's unreachable repository, not 1"
+    fi
   fi
   step "vagrant reload"; vagrant_ reload 2>&1 | stamp; done_step
 }
@@ -239,6 +254,18 @@ print(sum(len(queries(k, v)) for k, v in load_dashboards().items()))')"
   die "grafana check ran $((n_ok + n_na)) of the dashboards' $n_queries queries"
 [ "$n_ok" -gt 0 ] || die "no query had data"
 log "$(echo "$check" | tail -n 1)"
+done_step
+
+step "in the VM: pip sees PyPI only; lightpipe report and doctor without Grafana"
+in_vm "sudo /lightpipe/.venv/bin/pip config list; ls /etc/pip.conf /etc/xdg/pip 2>/dev/null; sudo /lightpipe/.venv/bin/python -c 'import json, sys; print(json.load(open(sys.prefix + \"/lightpipe-torch-source.json\"))[\"source\"])'" \
+  > "$UP_LOG" 2>&1 || true
+cat "$UP_LOG" >&2
+[ "$(grep -cv '^\(local-file\|cpu-index\|pypi\|pypi-cpu\)$' "$UP_LOG" || true)" = 0 ] ||
+  die "the VM's pip has a configuration, or its torch no recorded source"
+grep -qx 'local-file' "$UP_LOG" && die "the VM's torch came from a local file (a user's VM has none)"
+in_vm "sudo lightpipe report $run_dir" >&2 || die "lightpipe report failed in the VM"
+in_vm "sudo test -s $run_dir/report.html" || die "no $run_dir/report.html"
+in_vm "sudo lightpipe doctor" >&2 || die "lightpipe doctor failed in the VM"
 done_step
 
 step "Grafana's files, statically (Grafana itself is not installable here)"
