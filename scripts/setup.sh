@@ -100,3 +100,6 @@ bash "$(dirname "$0")/link_cli.sh" "$VENV"
 # where PYTHONDONTWRITEBYTECODE is set, instead of compiling the package again.
 "$VENV/bin/python" -m compileall -q -j 0 testbed controllers workloads >/dev/null || true
 log "done: $VENV/bin/lightpipe"
+# What this machine can run (`lightpipe doctor`: each missing piece with its fix); it fails
+# only when the simulator itself does not work.
+"$VENV/bin/lightpipe" doctor --summary >&2
