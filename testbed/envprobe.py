@@ -162,23 +162,49 @@ def startup_timeout_s(scenario_timeout_s: float | None = None,
     return base_s * machine_slowness()
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """The installed version of a distribution (package metadata only: nothing imported)."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+
 def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
+def ovs_vswitchd_binary() -> str | None:
+    """ovs-vswitchd (Open vSwitch's userspace daemon), on PATH or in /usr/sbin."""
+    found = shutil.which("ovs-vswitchd")
+    if found is None and os.path.exists("/usr/sbin/ovs-vswitchd"):
+        found = "/usr/sbin/ovs-vswitchd"
+    return found
+
+
+def ovs_installed() -> bool:
+    """Open vSwitch's tools and daemon (Debian/Ubuntu package openvswitch-switch)."""
+    return shutil.which("ovs-vsctl") is not None and ovs_vswitchd_binary() is not None
+
+
+def mnexec_binary() -> str | None:
+    return shutil.which("mnexec")
+
+
+def mininet_python() -> bool:
+    return importlib.util.find_spec("mininet") is not None
+
+
+def iperf3_binary() -> str | None:
+    return shutil.which("iperf3")
+
+
 def probe() -> EnvReport:
     root = os.geteuid() == 0
-    ovs = shutil.which("ovs-vsctl") is not None and (
-        shutil.which("ovs-vswitchd") is not None or os.path.exists("/usr/sbin/ovs-vswitchd"))
-    mnexec = shutil.which("mnexec") is not None
-    mininet_py = importlib.util.find_spec("mininet") is not None
+    ovs = ovs_installed()
+    mnexec = mnexec_binary() is not None
+    mininet_py = mininet_python()
     reasons = []
     if not root:
         reasons.append("not root")
@@ -197,9 +223,9 @@ def probe() -> EnvReport:
         mnexec=mnexec,
         mininet_python=mininet_py,
         os_ken=importlib.util.find_spec("os_ken") is not None,
-        iperf3=shutil.which("iperf3") is not None,
+        iperf3=iperf3_binary() is not None,
         prometheus=prometheus_binary(),
-        torch=_version("torch"),
+        torch=dist_version("torch"),
         emulation_possible=not reasons,
         reasons=tuple(reasons),
     )

@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("testbed.emu", "testbed.metrics", "testbed.monitor", "controllers", "workloads"),
     ("testbed.orchestrate", "testbed.cluster"),
     ("testbed.backends",),
-    ("testbed.experiments", "testbed.report"),
+    ("testbed.experiments", "testbed.report", "testbed.doctor"),
     ("testbed.cli",),
 )
 PACKAGE_ROOT = "testbed"  # testbed/__init__.py (the version) sits below every layer
