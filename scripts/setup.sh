@@ -12,11 +12,14 @@ if [ "${1:-}" = "--deps-only" ]; then DEPS_ONLY=1; shift; fi
 VENV="${1:-.venv}"
 # Every tool a documented command uses: ping/iperf3/ip/tc/curl in `lightpipe exec`
 # examples, unshare+mount (util-linux, mount) for host names inside emulated hosts,
-# prometheus/promtool for metrics, chromium + chromium-driver for the report tests,
-# kmod (modprobe: netem/openvswitch where the kernel has them), shellcheck (CI).
+# prometheus/promtool for metrics, kmod (modprobe: netem/openvswitch where the kernel has
+# them).
 SYS_PKGS=(mininet openvswitch-switch iperf3 ethtool iptables nftables prometheus iproute2 tcpdump
-          iputils-ping curl util-linux mount procps chromium chromium-driver
-          kmod shellcheck)
+          iputils-ping curl util-linux mount procps kmod)
+# For the tests only: chromium + chromium-driver (the report opened in a browser), shellcheck.
+# Installed where the archive has them under these names (Debian); elsewhere (Ubuntu ships
+# Chromium as a snap) one line says so and the tests that need them skip.
+TEST_PKGS=(chromium chromium-driver shellcheck)
 
 log() { echo "setup: $*" >&2; }
 
@@ -47,10 +50,19 @@ fi
 # shellcheck source=scripts/aptlib.sh
 source "$(dirname "$0")/aptlib.sh"  # apt_missing, apt_ensure
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  if [ -z "$(apt_missing "${SYS_PKGS[@]}")" ]; then
+  if [ -z "$(apt_missing "${SYS_PKGS[@]}" "${TEST_PKGS[@]}")" ]; then
     log "system packages present"
   else
     apt_ensure setup "${SYS_PKGS[@]}"
+    mapfile -t want < <(apt_missing "${TEST_PKGS[@]}")
+    [ "${#want[@]}" -eq 0 ] || apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 || true
+    have=() lack=()
+    for p in "${want[@]}"; do
+      if apt-cache show "$p" >/dev/null 2>&1; then have+=("$p"); else lack+=("$p"); fi
+    done
+    [ "${#have[@]}" -eq 0 ] || apt_ensure setup "${have[@]}"
+    [ "${#lack[@]}" -eq 0 ] ||
+      log "not in this distribution's archive: ${lack[*]} (for the tests only: those that need them skip)"
   fi
 else
   log "not root (or no apt-get): skipping system packages; emulation will be unavailable"

@@ -1,8 +1,12 @@
-"""The Vagrant testbed's files: `vagrant validate`, shellcheck on every shell script,
-vagrant/provision.sh idempotent (run twice) where it can run (root, apt), the `lightpipe`
-wrapper it installs in the VM, the monitor's unit, and Grafana's provisioning as root's own
-files (issue 27, finding 13: not a link into the synced checkout's owner's tree).
+"""The Vagrant testbed's files: `vagrant validate`, the Vagrantfile's box (debian/bookworm64
+unless LP_BOX says otherwise) and what it asks of the box (no guest additions: rsync only),
+shellcheck on every shell script, vagrant/provision.sh idempotent (run twice) where it can
+run (root, apt), its run with Grafana's repository unreachable (one line, the rest done),
+the `lightpipe` wrapper it installs in the VM, the monitor's unit, and Grafana's
+provisioning as root's own files (issue 27, finding 13: not a link into the synced
+checkout's owner's tree).
 
+provision.sh's Python per release and its Grafana source, without root: tests/test_provision.py.
 The whole user path (vagrant up, reload, a run, Grafana's queries) is tests/vm/user_path.sh."""
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import pwd
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -74,6 +79,74 @@ def test_vagrant_validate() -> None:
     assert bad.returncode != 0  # CPUs from the environment are parsed, not passed blindly
 
 
+# The Vagrantfile evaluated by Ruby with a stand-in for Vagrant's configuration objects that
+# records every setting (no Vagrant, box or provider needed): what it asks for, per environment.
+RECORD_VAGRANTFILE = r"""
+require "json"
+$log = []
+class Rec
+  def initialize(path) @path = path end
+  def method_missing(name, *args, **kw, &blk)
+    n = name.to_s
+    if n.end_with?("=")
+      $log << [@path + "." + n.chomp("="), args[0]]
+      return args[0]
+    end
+    return Rec.new(@path + "." + n) if args.empty? && kw.empty? && blk.nil?
+    $log << [@path + "." + n, args, kw]
+    blk.call(Rec.new(@path + "." + n + "." + args[0].to_s), Rec.new("override")) if blk
+    nil
+  end
+  def respond_to_missing?(*) true end
+end
+module Vagrant
+  def self.has_plugin?(name) ENV.fetch("FAKE_PLUGINS", "").split(",").include?(name) end
+  def self.configure(_version) yield Rec.new("config") end
+end
+load ARGV[0]
+puts JSON.generate($log)
+"""
+
+
+def vagrantfile_settings(env: dict[str, str]) -> list[list[object]]:
+    if shutil.which("ruby") is None:
+        pytest.skip("ruby not installed (vagrant brings it)")
+    r = subprocess.run(["ruby", "-e", RECORD_VAGRANTFILE, str(REPO / "vagrant" / "Vagrantfile")],
+                       capture_output=True, text=True, check=False, timeout=60,
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith("LP_")},
+                            **env})
+    assert r.returncode == 0, r.stderr
+    import json
+
+    return json.loads(r.stdout)
+
+
+def test_vagrantfile_default_box_is_debian_bookworm() -> None:
+    """debian/bookworm64 (Debian 12, Python 3.11: the release CI's box is built from), unless
+    LP_BOX names another (empty counts as unset)."""
+    for env, box in [({}, "debian/bookworm64"), ({"LP_BOX": ""}, "debian/bookworm64"),
+                     ({"LP_BOX": " "}, "debian/bookworm64"),
+                     ({"LP_BOX": "bento/ubuntu-24.04"}, "bento/ubuntu-24.04")]:
+        got = [e[1] for e in vagrantfile_settings(env) if e[0] == "config.vm.box"]
+        assert got == [box], (env, got)
+    assert 'DEFAULT_BOX = "debian/bookworm64"' in (REPO / "vagrant" / "Vagrantfile").read_text()
+
+
+def test_vagrantfile_needs_no_guest_additions() -> None:
+    """Debian's boxes have no VirtualBox guest additions: every synced folder is rsync or
+    off, VirtualBox does not look for the additions, and the vagrant-vbguest plugin (where
+    installed) does not try to build them."""
+    log = vagrantfile_settings({})
+    folders = [e for e in log if e[0] == "config.vm.synced_folder"]
+    assert folders, log
+    for _, args, kw in folders:
+        assert kw.get("type") == "rsync" or kw.get("disabled") is True, (args, kw)
+    assert ["config.vm.provider.virtualbox.check_guest_additions", False] in log
+    assert not any(str(e[0]).startswith("config.vbguest") for e in log)
+    with_plugin = vagrantfile_settings({"FAKE_PLUGINS": "vagrant-vbguest"})
+    assert ["config.vbguest.auto_update", False] in with_plugin
+
+
 def test_cluster_vagrantfile_validates_and_makes_its_key_once(tmp_path: Path) -> None:
     """vagrant/cluster/Vagrantfile (two guests, tests/vm/cluster.sh): valid, and the SSH key
     pair between the guests is made once, private to its owner, then reused."""
@@ -113,6 +186,109 @@ def test_provision_twice_is_idempotent() -> None:
     assert "installing" not in second.stderr, second.stderr
     assert "Grafana provisioning in" not in second.stderr, second.stderr  # nothing rewritten
     assert "provision: done" in second.stderr
+
+
+@pytest.mark.root
+def test_provision_with_grafana_unreachable_says_so_once_and_finishes(tmp_path: Path) -> None:
+    """Grafana's repository unreachable (a closed local port) and its source left by an
+    earlier run: provision.sh removes the source before any apt-get update (which it would
+    slow or fail), says so in one line, and finishes. The source and key live in a temporary
+    directory (LIGHTPIPE_APT_ETC), never this machine's /etc/apt."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("needs root and apt-get")
+    etc = tmp_path / "etc-apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    (etc / "keyrings").mkdir()
+    (etc / "keyrings" / "grafana.gpg").write_bytes(b"an old key")
+    lst = etc / "sources.list.d" / "grafana.list"
+    lst.write_text(f"deb [signed-by={etc}/keyrings/grafana.gpg] https://apt.grafana.com "
+                   "stable main\n")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+    try:
+        env = {**os.environ, "LIGHTPIPE_GRAFANA_ETC": str(tmp_path / "grafana"),
+               "LIGHTPIPE_APT_ETC": str(etc), "GNUPGHOME": str(tmp_path),
+               "LIGHTPIPE_GRAFANA_APT": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+        offline = [a for a in OFFLINE if a != "--no-grafana"]
+        r = subprocess.run(["bash", str(PROVISION), "--repo", str(REPO), *offline],
+                           capture_output=True, text=True, timeout=600, env=env, check=False)
+    finally:
+        closed.close()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not lst.exists()
+    grafana = [ln for ln in r.stderr.splitlines() if "Grafana not installed" in ln]
+    assert len(grafana) == 1, r.stderr
+    # The start tests/vm/user_path.sh counts (once) in a real `vagrant up`.
+    assert grafana[0].startswith("provision: Grafana's apt repository http://127.0.0.1:")
+    assert sum(ln.startswith("provision: Grafana's apt repository")
+               for ln in r.stderr.splitlines()) == 1
+    assert "unreachable or unusable (curl: (7)" in grafana[0]
+    assert f"sudo {REPO}/vagrant/provision.sh --repo {REPO} --no-setup" in grafana[0]
+    assert "Grafana provisioning in" in r.stderr  # (ready for a later Grafana)
+    assert r.stderr.splitlines()[-1] == "provision: done"
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("release", "calls"), [
+    ('ID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\nID_LIKE=debian\n', [
+        "apt-get -o DPkg::Lock::Timeout=300 update -qq",
+        "apt-cache policy python3.11",
+        "apt-get -o DPkg::Lock::Timeout=300 -y -q --no-install-recommends install python3.11 "
+        "python3.11-venv",
+        "apt-cache policy linux-modules-extra-5.15.0-100-generic",
+        "apt-get -o DPkg::Lock::Timeout=300 -y -q --no-install-recommends install "
+        "linux-modules-extra-5.15.0-100-generic",
+        "make -C {repo} setup PYTHON=python3.11"]),
+    ('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n', [
+        "make -C {repo} setup PYTHON=python3"]),
+])
+def test_provision_passes_the_release_python_to_make_setup(tmp_path: Path, release: str,
+                                                           calls: list[str]) -> None:
+    """The whole script for a release, its tools faked (apt-get, apt-cache, dpkg-query,
+    make, modprobe, uname: each call logged; only python3.11*, linux-modules-extra-* "not
+    installed"), in a mount namespace of its own where /usr/local/bin and
+    /etc/modules-load.d are scratch directories: Ubuntu 22.04 gets python3.11 from its
+    archive and `make setup PYTHON=python3.11`, Debian 12 `PYTHON=python3`."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a private mount namespace)")
+    fake, log = tmp_path / "fake", tmp_path / "calls"
+    fake.mkdir()
+    tools = {
+        "apt-get": f'echo "apt-get $*" >> {log}',
+        "apt-cache": f'echo "apt-cache $*" >> {log}\n'
+                     'case "$2" in python3.11|linux-modules-extra-*) echo "  Candidate: 1";; esac',
+        "dpkg-query": 'for a; do p=$a; done\n'
+                      'case "$p" in python3.11*|linux-modules-extra-*) exit 1;; esac\n'
+                      "printf 'install ok installed'",
+        "make": f'echo "make $*" >> {log}',
+        "modprobe": "exit 0",
+        "uname": "echo 5.15.0-100-generic",
+    }
+    for name, body in tools.items():
+        (fake / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fake / name).chmod(0o755)
+    for d in ("localbin", "modules-load.d"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "os-release").write_text(release)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}",
+           "LIGHTPIPE_OS_RELEASE": str(tmp_path / "os-release"),
+           "LIGHTPIPE_GRAFANA_ETC": str(tmp_path / "grafana"),
+           "LIGHTPIPE_APT_ETC": str(tmp_path / "apt"), "GNUPGHOME": str(tmp_path),
+           "LIGHTPIPE_GRAFANA_APT": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+    script = (f"mount --bind {tmp_path}/localbin /usr/local/bin && "
+              f"mount --bind {tmp_path}/modules-load.d /etc/modules-load.d && "
+              f'exec bash {PROVISION} --repo {REPO} --no-services --no-prometheus --no-ovs')
+    try:
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+                           capture_output=True, text=True, timeout=300, env=env, check=False)
+    finally:
+        closed.close()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert log.read_text().splitlines() == [c.format(repo=REPO) for c in calls]
+    assert (tmp_path / "localbin" / "lightpipe").is_file()  # (the wrapper, in the scratch)
+    assert r.stderr.splitlines()[-1] == "provision: done"
 
 
 def test_provision_rejects_unknown_flags() -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make setup` and `make test-fast` as a user's machine gives them, on each Python asked for:
+# `make setup`, `make demo` and `make test-fast` as a user's machine gives them, on each Python asked for:
 # pip sees PyPI only (none of this machine's find-links, constraints or config files), and
 # torch comes the way scripts/install_torch.py takes it there. Each Python gets its own venv
 # (VENV_ROOT/venv-3.X); prints the setup's time, the venv's disk, torch's source, then runs
@@ -40,6 +40,15 @@ for v in "${versions[@]}"; do
   source_line="$(grep '^setup: torch ' "$ROOT_DIR/setup-$v.log" | tail -n 1)"
   log "Python $v ($py): make setup (pip on PyPI only) took $((t1 - t0)) s; venv $(du -sh "$venv" | cut -f1); ${source_line#setup: }"
   "$venv/bin/python" -c 'import json, sys; print(json.dumps(json.load(open(sys.prefix + "/lightpipe-torch-source.json"))))' >&2
+  # The README's first command, in that venv (its set-up is done: the demo alone runs).
+  if ! make --no-print-directory demo PYTHON="$py" VENV="$venv" OUT="$ROOT_DIR/demo-$v" \
+      >"$ROOT_DIR/demo-$v.log" 2>&1; then
+    tail -n 20 "$ROOT_DIR/demo-$v.log" >&2
+    log "Python $v: make demo FAILED"; rc=1
+  else
+    log "Python $v: make demo wrote $(find "$ROOT_DIR/demo-$v" -type f | wc -l) files"
+  fi
+  rm -rf "$ROOT_DIR/demo-$v"
   if ! make --no-print-directory test-fast PYTHON="$py" VENV="$venv" >"$ROOT_DIR/test-fast-$v.log" 2>&1; then
     tail -n 30 "$ROOT_DIR/test-fast-$v.log" >&2
     log "Python $v: make test-fast FAILED"; rc=1
