@@ -1,20 +1,20 @@
-"""Turn pip-compile's output into LightPipe's lock for Python 3.11-3.13 (run by scripts/lock.sh).
+"""Merge pip-compile's outputs for Python 3.11, 3.12 and 3.13 into one lock (for lock.sh).
 
-pip-compile resolves for the Python it runs on and drops pyproject's environment markers
-(gnpy's `python_version < '3.13'`). This writes each marker back onto its pin, and onto every
-pin that only marked pins need (pip-compile's `# via` lines: gnpy's oopt-gnpy-libyang has no
-wheel for 3.13 and cannot be built there), so that one lock serves each supported Python and
-its pip decides. It drops torch (scripts/install_torch.py installs it) and what only PyPI's
-CUDA build of torch pulls in (NVIDIA's libraries, cuda-*, triton), and LightPipe itself.
+pip-compile resolves for the Python it runs on: gnpy (< 3.13) is in 3.11's output only, and
+webob's legacy-cgi (>= 3.13) in 3.13's only. So lock.sh compiles once per Python (each seeded
+with the first one's pins, so that a version is the same wherever it can be), and this writes
+one lock where every pin that not all of them need carries the marker of the Pythons that do
+(`gnpy==3.0.1 ; python_version < '3.13'`); where one Python needs another version, each
+version gets its own marker. It drops torch (scripts/install_torch.py installs it), what only
+PyPI's CUDA build of torch pulls in (NVIDIA's libraries, cuda-*, triton), and LightPipe.
 
-    python scripts/lock_markers.py RAW_LOCK OUT_LOCK [PYPROJECT]
+    python scripts/lock_markers.py OUT_LOCK 3.11=RAW311 [3.12=RAW312 3.13=RAW313]
 """
 
 from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +24,7 @@ HEAD = ("# LightPipe's locked Python dependencies: exact versions and sha256 has
         "# torch==2.13.0 is installed separately (scripts/install_torch.py: a CPU build).\n")
 PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)(?: ; [^\\]*?)?( \\)?$")
 DROPPED_RE = re.compile(r"^(torch|nvidia-.*|cuda-.*|triton|lightpipe)$")
-ROOT = "lightpipe"
+VERSION_RE = re.compile(r"^3\.\d{1,2}$")
 
 
 def canonical(name: str) -> str:
@@ -33,119 +33,92 @@ def canonical(name: str) -> str:
 
 @dataclass
 class Entry:
-    """One pin of the lock: its first line's parts, the lines after it, who needs it."""
+    """One pin of a lock: its first line's parts and the lines after it (hashes, `# via`)."""
 
     name: str
     version: str
     continues: bool
     rest: list[str] = field(default_factory=list)
-    via: list[str] = field(default_factory=list)
 
 
-def declared_markers(pyproject: Path) -> dict[str, str]:
-    """canonical name -> marker, for each requirement of pyproject that has one."""
-    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
-    declared = list(project.get("dependencies", []))
-    for extra in project.get("optional-dependencies", {}).values():
-        declared += extra
-    markers = {}
-    for req in declared:
-        if ";" in req:
-            name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req.strip())
-            if name is not None:
-                markers[canonical(name.group(0))] = req.split(";", 1)[1].strip()
-    return markers
-
-
-def parse(text: str) -> tuple[list[str], list[Entry]]:
-    """The lines before the first pin, and every pin with its hash and `# via` lines."""
-    head: list[str] = []
+def parse(text: str) -> list[Entry]:
+    """Every pin of a pip-compile output, with its hash and `# via` lines."""
     entries: list[Entry] = []
-    in_via = False
     for line in text.splitlines(keepends=True):
         m = PIN_RE.match(line.rstrip("\n"))
         if m is not None:
             entries.append(Entry(m.group(1), m.group(2), bool(m.group(3))))
-            in_via = False
+        elif line.strip().startswith(("lightpipe @", "-e ")):
             continue
-        if line.strip().startswith(("lightpipe @", "-e ")):
-            continue
-        if not entries:
-            head.append(line)
-            continue
-        entries[-1].rest.append(line)
-        stripped = line.strip()
-        if stripped.startswith("# via"):
-            who = stripped[len("# via"):].strip()
-            in_via = not who
-            if who:
-                entries[-1].via.append(who)
-        elif in_via and stripped.startswith("#   "):
-            entries[-1].via.append(stripped[1:].strip())
-        else:
-            in_via = False
-    return head, entries
+        elif entries and not line.startswith(("# WARNING: pip install", "# Consider using")):
+            entries[-1].rest.append(line)
+    return entries
 
 
-def parent_name(via: str) -> str:
-    """`lightpipe (pyproject.toml)` -> lightpipe; `-r requirements.in` -> the root."""
-    if via.startswith("-"):
-        return ROOT
-    return canonical(via.split()[0])
+def _key(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
 
 
-def propagate(entries: list[Entry], declared: dict[str, str]) -> dict[str, str]:
-    """canonical name -> marker: the declared ones, and every pin whose needers all carry
-    one and the same marker (to a fixed point)."""
-    marked = {canonical(e.name): declared[canonical(e.name)] for e in entries
-              if canonical(e.name) in declared}
-    changed = True
-    while changed:
-        changed = False
-        for e in entries:
-            key = canonical(e.name)
-            if key in marked or key in declared:
+def marker(pythons: set[str], every: list[str]) -> str:
+    """The shortest marker for exactly these Pythons among EVERY (sorted); '' for all."""
+    if set(every) <= pythons:
+        return ""
+    chosen = sorted(pythons, key=_key)
+    idx = [every.index(p) for p in chosen]
+    contiguous = idx == list(range(idx[0], idx[-1] + 1))
+    if contiguous and idx[0] == 0:
+        return f"python_version < '{every[idx[-1] + 1]}'"
+    if contiguous and idx[-1] == len(every) - 1:
+        return f"python_version >= '{chosen[0]}'"
+    if len(chosen) == 1:
+        return f"python_version == '{chosen[0]}'"
+    return " or ".join(f"python_version == '{p}'" for p in chosen)
+
+
+def merge(per_python: dict[str, list[Entry]]) -> str:
+    """One lock from each Python's pins (the first Python's order and lines first)."""
+    every = sorted(per_python, key=_key)
+    # (canonical name, version) -> the Pythons that pin it, and its lines as first seen
+    seen: dict[tuple[str, str], tuple[set[str], Entry]] = {}
+    order: list[tuple[str, str]] = []
+    for py in every:
+        for e in per_python[py]:
+            key = (canonical(e.name), e.version)
+            if DROPPED_RE.match(key[0]):
                 continue
-            parents = {parent_name(v) for v in e.via} - {key}
-            if not parents:
-                continue
-            if ROOT in parents:  # a requirement of LightPipe's own, unmarked there
-                continue
-            kept = {p for p in parents if not DROPPED_RE.match(p)}
-            if not kept:
-                continue  # (only torch's CUDA libraries need it: dropped with them)
-            found = {marked.get(p) for p in kept}
-            if len(found) == 1 and None not in found:
-                marked[key] = found.pop()
-                changed = True
-    return marked
-
-
-def render(entries: list[Entry], markers: dict[str, str]) -> str:
+            if key not in seen:
+                seen[key] = (set(), e)
+                order.append(key)
+            seen[key][0].add(py)
+    order.sort(key=lambda k: k[0])
     out = [HEAD]
-    for e in entries:
-        key = canonical(e.name)
-        if DROPPED_RE.match(key):
-            continue
-        marker = f" ; {markers[key]}" if key in markers else ""
+    for key in order:
+        pythons, e = seen[key]
+        m = marker(pythons, every)
         cont = " \\" if e.continues else ""
-        out.append(f"{e.name}=={e.version}{marker}{cont}\n")
-        out.extend(line for line in e.rest
-                   if not line.startswith(("# WARNING: pip install", "# Consider using")))
+        out.append(f"{e.name}=={e.version}{' ; ' + m if m else ''}{cont}\n")
+        out.extend(e.rest)
     return "".join(out)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print("usage: lock_markers.py RAW_LOCK OUT_LOCK [PYPROJECT]", file=sys.stderr)
+    if len(argv) < 2 or not all("=" in a for a in argv[1:]):
+        print("usage: lock_markers.py OUT_LOCK 3.11=RAW [3.12=RAW ...]", file=sys.stderr)
         return 2
-    raw, dst = Path(argv[0]), Path(argv[1])
-    pyproject = Path(argv[2]) if len(argv) == 3 else Path("pyproject.toml")
-    _, entries = parse(raw.read_text(encoding="utf-8"))
-    markers = propagate(entries, declared_markers(pyproject))
-    dst.write_text(render(entries, markers), encoding="utf-8")
-    for name in sorted(markers):
-        print(f"lock: {name} ; {markers[name]}", file=sys.stderr)
+    per_python: dict[str, list[Entry]] = {}
+    for arg in argv[1:]:
+        version, path = arg.split("=", 1)
+        if not VERSION_RE.match(version):
+            print(f"lock_markers: {version!r}: a Python version as 3.Y", file=sys.stderr)
+            return 2
+        per_python[version] = parse(Path(path).read_text(encoding="utf-8"))
+    text = merge(per_python)
+    Path(argv[0]).write_text(text, encoding="utf-8")
+    for line in text.splitlines():
+        if " ; " in line and not line.startswith("#"):
+            pin = line.rstrip(" \\")
+            print(f"lock: {pin}", file=sys.stderr)
     return 0
 
 
