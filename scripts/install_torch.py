@@ -32,6 +32,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -133,19 +134,32 @@ def resolve(version: str) -> dict[str, object] | None:
 
 
 def index_reachable(index: str, timeout_s: float) -> str | None:
-    """None when INDEX answers for torch within TIMEOUT_S; else why not, in a few words."""
+    """None when INDEX answers for torch within TIMEOUT_S; else why not, in a few words.
+
+    The request runs in a thread that is given up after TIMEOUT_S: urllib's timeout covers
+    the connection and each read, not the name lookup, which a broken resolver can hold.
+    """
     url = index.rstrip("/") + "/torch/"
+    answer: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+                resp.read(1024)
+                answer.append(None if resp.status == 200 else f"HTTP {resp.status}")
+        except urllib.error.HTTPError as exc:
+            answer.append(f"HTTP {exc.code}")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            answer.append(str(getattr(exc, "reason", exc)))
+
     t0 = time.monotonic()
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            resp.read(1024)
-            status = resp.status
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{reason} after {time.monotonic() - t0:.1f} s"
-    return None if status == 200 else f"HTTP {status}"
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    elapsed_s = time.monotonic() - t0
+    if not answer:
+        return f"timed out after {elapsed_s:.1f} s"
+    return None if answer[0] is None else f"{answer[0]} after {elapsed_s:.1f} s"
 
 
 def host_of(url: str) -> str:
