@@ -217,8 +217,9 @@ def write_source(venv: Path, record: dict[str, object]) -> None:
 
 
 def read_source(venv: Path) -> dict[str, object]:
-    try:
-        with open(venv / SOURCE_FILE, encoding="utf-8") as fh:
+    try:  # (not through a link; bounded)
+        fd = os.open(venv / SOURCE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, encoding="utf-8") as fh:
             data = json.loads(fh.read(65536))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
