@@ -204,8 +204,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the rows here (atomically)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from testbed.atomicio import atomic_write_json
     from testbed.cluster.spec import load_cluster
+    from testbed.io.atomic import atomic_write_json
 
     cluster = load_cluster(args.cluster)
     every = list(cluster.machine_names)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.atomicio import atomic_write_json
+from testbed.io.atomic import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("crosspipe", "geopipe", "cba", "bace", "routing")

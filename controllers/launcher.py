@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None, announce: Announce | None = None) -> int
                        f"{args.of_host}: {exc.strerror}")
     of_port = of_reservation.getsockname()[1]
     if args.address_file:
-        from testbed.atomicio import atomic_write_json
+        from testbed.io.atomic import atomic_write_json
 
         atomic_write_json(Path(args.address_file), {"host": bound_host, "port": bound_port,
                                                     "of_port": of_port,

@@ -158,8 +158,8 @@ def torch_fix() -> str:
 def read_torch_source(prefix: Path) -> tuple[dict[str, Any] | None, str]:
     """(the record scripts/install_torch.py wrote in prefix, '') or (None, why not): read
     bounded, no symbolic link followed, owned by this user or root."""
-    from testbed.boundedio import read_owned_nofollow_bytes
     from testbed.errors import InputError
+    from testbed.io.bounded import read_owned_nofollow_bytes
 
     path = prefix / TORCH_SOURCE_FILE
     if not path.exists() and not path.is_symlink():
@@ -317,7 +317,7 @@ def vagrant_libvirt_plugin(home: Path | None = None) -> str | None:
     distribution's system plugin), or None."""
     vagrant_home = home or Path(os.environ.get("VAGRANT_HOME") or Path.home() / ".vagrant.d")
     try:
-        from testbed.safefs import read_regular
+        from testbed.io.trusted import read_regular
 
         text = read_regular(vagrant_home / "plugins.json", 1 << 20).decode("utf-8", "replace")
         if '"vagrant-libvirt"' in text:

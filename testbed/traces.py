@@ -9,9 +9,9 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from testbed.atomicio import atomic_write_text
-from testbed.boundedio import TRACE_MAX_BYTES, read_bounded_text
 from testbed.errors import InputError
+from testbed.io.atomic import atomic_write_text
+from testbed.io.bounded import TRACE_MAX_BYTES, read_bounded_text
 from testbed.names import KEY_RE
 from testbed.spec.models import JobTemplate, PPJobsWorkload
 

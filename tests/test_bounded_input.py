@@ -174,7 +174,7 @@ def test_validate_reads_the_trace(cli, tmp_path: Path) -> None:  # type: ignore[
 
 
 def test_spec_hash_covers_file_contents_not_paths(tmp_path: Path) -> None:
-    from testbed.records import spec_hash
+    from testbed.runs.records import spec_hash
     from testbed.spec import load_scenario
 
     a, b = tmp_path / "a", tmp_path / "b"

@@ -304,8 +304,8 @@ def held(quick: Scenario, short_dir: Path, monkeypatch: pytest.MonkeyPatch,
          controller: Any, tmp_path: Path) -> Iterator[Path]:
     """A run state owned by this (live) process, its network.json naming the channel,
     and the channel served by a real injector: what `lightpipe emu --hold` leaves."""
-    from testbed.atomicio import atomic_write_json
     from testbed.emu.state import new_state
+    from testbed.io.atomic import atomic_write_json
     from testbed.orchestrate.faults import FaultInjector
 
     monkeypatch.setenv("LIGHTPIPE_STATE_DIR", str(short_dir))

@@ -512,7 +512,7 @@ def test_report_section_shows_the_verdict_each_invariant_and_the_parts(tmp_path)
     RTT error and each process's CPU share, least served first."""
     import json
 
-    from testbed.boundedio import DirReader
+    from testbed.io.bounded import DirReader
     from testbed.report import sections
     from testbed.report.fidelity import fidelity_sections
 

@@ -21,13 +21,10 @@ SOURCES = ("testbed", "controllers", "workloads")
 
 # Lowest first; a layer is a tuple of module-name prefixes (docs/architecture.md draws it).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("testbed.errors", "testbed.termsafe", "testbed.safefs", "testbed.atomicio", "testbed.outdir",
-     "testbed.boundedio", "testbed.names", "testbed.progress", "testbed.sigwait",
-     "testbed.catalog", "testbed.envprobe", "testbed.topologies", "testbed.analysis",
-     "testbed.runlog"),
+    ("testbed.errors", "testbed.io", "testbed.names", "testbed.progress", "testbed.catalog",
+     "testbed.envprobe", "testbed.topologies", "testbed.analysis"),
     ("testbed.spec",),
-    ("testbed.optical", "testbed.schedule", "testbed.traces", "testbed.records",
-     "testbed.rundir", "testbed.routing"),
+    ("testbed.optical", "testbed.schedule", "testbed.traces", "testbed.runs", "testbed.routing"),
     ("testbed.jobs",),
     ("testbed.sim", "testbed.traceimport"),
     ("testbed.gym",),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.rundir import read_records, run_status
+from testbed.runs.rundir import read_records, run_status
 from tests.test_emu_net import LIGHTPIPE, REPO, need_root
 from tests.waiting import wait_until
 

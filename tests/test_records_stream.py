@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.outdir import find_leftovers, install_dir, lock_path
-from testbed.rundir import read_records, run_status
+from testbed.io.outdir import find_leftovers, install_dir, lock_path
+from testbed.runs.rundir import read_records, run_status
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,7 +194,7 @@ def test_torn_last_line_is_ignored_by_the_readers(tmp_path: Path) -> None:
 
 
 def test_failed_run_says_failed_and_keeps_its_records(tmp_path: Path) -> None:
-    from testbed.rundir import run_dir
+    from testbed.runs.rundir import run_dir
     from testbed.spec import load_scenario
 
     scen = load_scenario(SCENARIOS / "quickstart.yaml")
@@ -211,7 +211,7 @@ def test_failed_run_says_failed_and_keeps_its_records(tmp_path: Path) -> None:
 
 def test_bad_input_mid_run_leaves_the_previous_run(tmp_path: Path) -> None:
     from testbed.errors import InputError
-    from testbed.rundir import run_dir
+    from testbed.runs.rundir import run_dir
     from testbed.spec import load_scenario
 
     scen = load_scenario(SCENARIOS / "quickstart.yaml")
@@ -267,10 +267,10 @@ def test_simultaneous_runs_never_leave_two_directories(tmp_path: Path) -> None:
 def test_lock_is_taken_even_when_the_check_raced(tmp_path: Path) -> None:
     """Both runs passed check_out: the lock itself refuses the second (exit 2 path)."""
     from testbed.errors import InputError
-    from testbed.outdir import out_lock
+    from testbed.io.outdir import out_lock
 
     target = (tmp_path / "r").resolve()
-    code = ("import sys, time; from pathlib import Path; from testbed.outdir import out_lock\n"
+    code = ("import sys, time; from pathlib import Path; from testbed.io.outdir import out_lock\n"
             "with out_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n"
             "    time.sleep(600)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(target)], env=ENV,
@@ -293,7 +293,7 @@ def test_lock_is_taken_even_when_the_check_raced(tmp_path: Path) -> None:
 KILL_BETWEEN = """
 import os, signal, sys
 from pathlib import Path
-from testbed.outdir import install_dir, out_lock
+from testbed.io.outdir import install_dir, out_lock
 new, target, exchange = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
 with out_lock(target):
     stage = new.with_name(new.name.replace("999999999", str(os.getpid())))
@@ -400,7 +400,7 @@ def test_clean_removes_stale_staging_and_dry_run_lists_the_same(tmp_path: Path) 
 
 # ------------------------------------------------------------------ spec hash
 def test_spec_hash_covers_topology_file_contents_not_its_path(tmp_path: Path) -> None:
-    from testbed.records import spec_hash
+    from testbed.runs.records import spec_hash
     from testbed.spec import load_scenario
 
     spec = yaml.safe_load((SCENARIOS / "quickstart.yaml").read_text())

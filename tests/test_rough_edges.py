@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.atomicio import atomic_write_json, staged_dir
+from testbed.io.atomic import atomic_write_json, staged_dir
 from tests.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The run's own log (testbed.runlog): INFO lines kept whatever the console shows."""
+"""The run's own log (testbed.runs.log): INFO lines kept whatever the console shows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.runlog import LOG_NAME, run_log
+from testbed.runs.log import LOG_NAME, run_log
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""testbed.safefs's Unix socket helpers: a private bind, and "ours" proved without links."""
+"""testbed.io.trusted's Unix socket helpers: a private bind, and "ours" proved without links."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from testbed.safefs import bind_private_socket, own_socket
+from testbed.io.trusted import bind_private_socket, own_socket
 
 
 def test_a_private_socket_is_ours_and_nothing_else_is(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from testbed.boundedio import read_owned_nofollow_bytes
 from testbed.errors import InputError, RuntimeFailure
+from testbed.io.bounded import read_owned_nofollow_bytes
+from testbed.io.terminal import safe_line, safe_text
 from testbed.orchestrate.faultctl import (
     MAX_FAULT_WALL_S,
     SOCKET_NAME,
@@ -29,7 +30,6 @@ from testbed.orchestrate.faultctl import (
     request_fault,
 )
 from testbed.spec import Scenario, parse_scenario
-from testbed.termsafe import safe_line, safe_text
 
 from .test_faultctl import _raw, controller, quick, short_dir  # noqa: F401 (fixtures)
 
@@ -114,8 +114,8 @@ def held(short_dir: Path, served: tuple[Path, Any], monkeypatch: pytest.MonkeyPa
          tmp_path: Path) -> Path:
     """What `lightpipe emu --hold` leaves: a live run state (this process) in the state
     root, its network.json naming the served channel."""
-    from testbed.atomicio import atomic_write_json
     from testbed.emu.state import new_state
+    from testbed.io.atomic import atomic_write_json
 
     monkeypatch.setenv("LIGHTPIPE_STATE_DIR", str(short_dir))
     st = new_state("lp" + os.urandom(2).hex())
@@ -421,7 +421,7 @@ def test_controller_layout_rates_are_bounded() -> None:
 def test_log_lines_carry_no_control_characters() -> None:
     import logging
 
-    from testbed.termsafe import SafeFormatter
+    from testbed.io.terminal import SafeFormatter
 
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "peer said %s", (ESCAPES,),
                                None)

@@ -230,7 +230,7 @@ def test_million_row_probes_are_capped(tmp_path: Path, other_user: tuple[int, in
     res = subprocess.run([str(LIGHTPIPE), "report", str(d)], capture_output=True, text=True,
                          timeout=HANG_GUARD_S, env=ENV, preexec_fn=limited(3 << 30))
     assert res.returncode == 0, res.stderr[-2000:]
-    from testbed.boundedio import CSV_MAX_ROWS
+    from testbed.io.bounded import CSV_MAX_ROWS
     from testbed.report.readers import TABLE_MAX_ROWS
 
     html = page(d)
@@ -291,8 +291,8 @@ def test_monitor_serve_wal_link_to_dev_zero(tmp_path: Path,
 def test_tsdb_copy_limit_and_cleanup(tmp_path: Path, other_user: tuple[int, int]) -> None:
     """A TSDB larger than the copy limit is refused (counted as read) and the partial copy
     is the caller's to remove; the report's copy is removed on that error too."""
-    from testbed.boundedio import DirReader, copy_tree
     from testbed.errors import InputError
+    from testbed.io.bounded import DirReader, copy_tree
 
     d = emu_run(tmp_path / "run")
     data = d / "prometheus" / "data"

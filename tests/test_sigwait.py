@@ -1,5 +1,5 @@
 """A held run's wait ends on SIGINT even when the kernel gives the signal to another
-thread (testbed.sigwait; signal.pause() hung a CI run for 900 s)."""
+thread (testbed.io.signals; signal.pause() hung a CI run for 900 s)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from testbed.sigwait import until_signalled
+from testbed.io.signals import until_signalled
 
 
 @pytest.mark.timeout(60)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from testbed.atomicio import atomic_write_json
+from testbed.io.atomic import atomic_write_json
 from testbed.jobs.sim import run_jobs
-from testbed.rundir import FSYNC_S, run_dir
+from testbed.runs.rundir import FSYNC_S, run_dir
 from testbed.spec import Scenario
 
 
@@ -22,7 +22,7 @@ class SimBackend:
     def run(self, scenario: Scenario, out_dir: Path, quiet: bool = False) -> dict[str, Any]:
         """Simulate into out_dir: there from the start and marked running, records
         streamed as they come, summary.json and the finished manifest at the end
-        (testbed.rundir)."""
+        (testbed.runs.rundir)."""
         wl = scenario.workload
         if wl.kind == "pp_jobs":
             with run_dir(out_dir, scenario, self.name) as rd:

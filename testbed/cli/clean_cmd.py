@@ -1,6 +1,6 @@
 """`lightpipe clean`: remove what dead runs left, and only what LightPipe can prove is its
 own: emulation state (recorded PIDs with their start times, namespaces the run holds;
-testbed.emu.reaper) and the hidden staging siblings of --out directories (testbed.outdir).
+testbed.emu.reaper) and the hidden staging siblings of --out directories (testbed.io.outdir).
 `--dry-run` prints every process, namespace and file it would touch, and touches none."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from testbed.emu.reaper import RunPlan
-    from testbed.outdir import Leftover
+    from testbed.io.outdir import Leftover
 
 HELP = ("remove leftovers of runs that died (their recorded processes and held namespaces; "
         "stale .NAME.*.partial / .NAME.old-PID / .NAME.lightpipe-lock beside output "
@@ -115,8 +115,8 @@ def stale_outputs(dirs: list[str], given: bool = True) -> list[Leftover]:
     a directory, belongs to another user, or that others can write (unless sticky, like
     /tmp) is refused (InputError); the implicit current directory is then just skipped."""
     from testbed.errors import InputError
-    from testbed.outdir import find_leftovers
-    from testbed.safefs import check_given_dir
+    from testbed.io.outdir import find_leftovers
+    from testbed.io.trusted import check_given_dir
 
     roots = []
     for d in dirs:
@@ -139,7 +139,7 @@ def clean_outputs(stale: list[Leftover], dry_run: bool) -> None:
     replaced run whose output directory vanished (a kill inside the fallback swap) is put
     back instead."""
     from testbed.cli.common import emit
-    from testbed.outdir import remove_leftovers, tree_bytes
+    from testbed.io.outdir import remove_leftovers, tree_bytes
 
     what = {"partial": "staging directory", "old": "replaced run", "lock": "lock file"}
     sizes = {x.path: tree_bytes(x) for x in stale}

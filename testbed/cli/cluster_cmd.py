@@ -195,7 +195,7 @@ def run_up(args: argparse.Namespace) -> int:
 
     from testbed.cli.common import check_out, emit
     from testbed.cluster.spec import load_cluster
-    from testbed.safefs import make_dirs
+    from testbed.io.trusted import make_dirs
     from testbed.spec import load_scenario
 
     check_up_args(args)
@@ -250,13 +250,13 @@ def bring_up(args: argparse.Namespace, cluster: Any, scenario: Any,
     import time
     from pathlib import Path
 
-    from testbed.atomicio import atomic_write_json
     from testbed.cli.common import emit
     from testbed.cluster.drive import up_shares
     from testbed.cluster.place import parse_overrides
     from testbed.cluster.remote import check_ssh_inputs
     from testbed.cluster.sharedoc import pair_probes, plan_cluster, share_doc
     from testbed.errors import RuntimeFailure
+    from testbed.io.atomic import atomic_write_json
 
     overrides = parse_overrides(args.place, [d.name for d in scenario.dcs],
                                 cluster.machine_names)
@@ -325,10 +325,10 @@ def probe_lightpaths(up: UpRun, out: Any, name: str = "cluster_probes.json") -> 
     fails (its line), one outside its fibres' delays is recorded and warned about."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from testbed.atomicio import atomic_write_json
     from testbed.cli.common import emit
     from testbed.cluster.lpprobe import probe_words, run_probes
     from testbed.errors import RuntimeFailure
+    from testbed.io.atomic import atomic_write_json
 
     step = probe_step(up.cluster, up.plan.prefix)
 
@@ -415,10 +415,10 @@ def _calibrate(cluster: Any, plan: Any, shares: dict[str, Any], probes: list[Any
                record: dict[str, Any], out: Any) -> dict[str, Any]:
     """Calibrate the fibres' delays across the machines (testbed.cluster.calib); write
     DIR/cluster_calibration.json; the record (RuntimeFailure naming a machine)."""
-    from testbed.atomicio import atomic_write_json
     from testbed.cli.common import emit
     from testbed.cluster.calib import calibrate_cluster
     from testbed.emu.calibrate import CalibrationConfig
+    from testbed.io.atomic import atomic_write_json
 
     modes = {str(m.get("link_mode")) for m in record["machines"].values()}
     cfg = CalibrationConfig.for_link_mode("netem" if "netem" in modes else "userspace")
@@ -478,10 +478,10 @@ def check_pairs(cluster: Any, prefix: str, probes: list[Any], out: Any,
     `scale.delay_ms(RTT_TOL_MS)`, so that it is +-1 ms in scenario time as on one machine."""
     import time
 
-    from testbed.atomicio import atomic_write_json
     from testbed.cli.common import emit
     from testbed.cluster.drive import ping_pairs
     from testbed.emu.delaycal import RTT_TOL_MS
+    from testbed.io.atomic import atomic_write_json
 
     tol = RTT_TOL_MS if tol_ms is None else tol_ms
     t0 = time.monotonic()

@@ -46,7 +46,7 @@ def check_out(out: str, force: bool = False) -> None:
     import os
 
     from testbed.errors import InputError
-    from testbed.outdir import busy_error, lock_owner
+    from testbed.io.outdir import busy_error, lock_owner
 
     p = Path(out)
     if p.exists() and not p.is_dir():
@@ -64,7 +64,7 @@ def check_out(out: str, force: bool = False) -> None:
         emit(f"--force: replacing the run in {out} ({what})")
     parent = p.absolute().parent
     try:
-        from testbed.safefs import make_dirs
+        from testbed.io.trusted import make_dirs
 
         make_dirs(parent)  # (never writable by others, even under umask 000)
     except OSError as exc:
@@ -79,8 +79,8 @@ def check_out(out: str, force: bool = False) -> None:
 
 def describe_run(path: Path) -> str:
     """'scenario NAME, COMMAND, written TIME' from a run's manifest.json (best effort; read
-    as testbed.rundir reads a run directory: no link followed, bounded)."""
-    from testbed.rundir import read_manifest
+    as testbed.runs.rundir reads a run directory: no link followed, bounded)."""
+    from testbed.runs.rundir import read_manifest
 
     m = read_manifest(path)
     if m is None:
@@ -95,7 +95,7 @@ def describe_run(path: Path) -> str:
     started = m.get("started_unix_s")
     if isinstance(started, (int, float)) and not isinstance(started, bool):
         parts.append("started " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)))
-    from testbed.rundir import run_status
+    from testbed.runs.rundir import run_status
 
     status = run_status(path)["status"]
     if status != "finished":
@@ -109,8 +109,8 @@ def load(args: argparse.Namespace) -> Scenario:
 
 def emit(text: str) -> None:
     """Command output (not logging) goes to stdout, with no terminal control characters
-    (it may quote files, sockets or replies another user wrote; testbed.termsafe)."""
-    from testbed.termsafe import safe_text
+    (it may quote files, sockets or replies another user wrote; testbed.io.terminal)."""
+    from testbed.io.terminal import safe_text
 
     text = safe_text(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -160,8 +160,8 @@ def _schedule_table(rows: list[dict[str, Any]]) -> str:
 def _write(out: Path, base: Any, policies: list[dict[str, Any]],
            schedules: list[dict[str, Any]], text: str) -> None:
     from testbed.analysis.tables import rows_to_csv
-    from testbed.atomicio import atomic_write_text, staged_dir
-    from testbed.records import write_manifest
+    from testbed.io.atomic import atomic_write_text, staged_dir
+    from testbed.runs.records import write_manifest
 
     with staged_dir(out) as stage:
         atomic_write_text(stage / "policies.csv", rows_to_csv(policies))

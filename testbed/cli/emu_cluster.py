@@ -64,7 +64,7 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
     from testbed.cluster.spec import load_cluster
     from testbed.emu.network import sigterm_as_interrupt
     from testbed.progress import say
-    from testbed.rundir import run_dir
+    from testbed.runs.rundir import run_dir
 
     kind, forwarding = scenario.workload.kind, scenario.emulation.forwarding
     if kind == "allreduce_jobs":  # one DC's fabric, which placement keeps on one machine
@@ -92,7 +92,7 @@ def run_cluster_emulation(args: argparse.Namespace, scenario: Any) -> dict[str, 
         bad = [r for r in downs if not r.ok]
         summary = _summary(up, work, time.monotonic() - t0, args.datapath)
         summary["teardown"] = {r.machine: ("ok" if r.ok else r.problem) for r in downs}
-        from testbed.atomicio import atomic_write_json
+        from testbed.io.atomic import atomic_write_json
 
         atomic_write_json(stage / "summary.json", summary)
         controlled = summary["forwarding"] == "controller"
@@ -203,7 +203,7 @@ def final_rtt_rows(stage: Path) -> list[dict[str, Any]]:
     (cluster_rtt_controller.json) where it ran, else cluster_rtt.json's; [] if none."""
     import json
 
-    from testbed.safefs import read_regular
+    from testbed.io.trusted import read_regular
 
     for name in ("cluster_rtt_controller.json", "cluster_rtt.json"):
         try:

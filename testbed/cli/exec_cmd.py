@@ -76,8 +76,8 @@ def write_hosts_file(net: dict[str, object]):  # type: ignore[no-untyped-def]
     import tempfile
     from pathlib import Path
 
-    from testbed.atomicio import atomic_write_text
     from testbed.emu.state import PREFIX_RE
+    from testbed.io.atomic import atomic_write_text
 
     prefix = str(net.get("prefix", ""))
     state = Path(str(net.get("state_dir") or ""))

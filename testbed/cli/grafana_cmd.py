@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from testbed.atomicio import atomic_write_text
     from testbed.cli.common import emit
+    from testbed.io.atomic import atomic_write_text
     from testbed.monitor import dashboards as dash
     from testbed.monitor import producible
 

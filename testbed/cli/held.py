@@ -24,8 +24,8 @@ def read_network_json(path: Path, field: str) -> dict[str, object]:
     process; InputError naming the field."""
     import json
 
-    from testbed.boundedio import read_owned_nofollow_bytes
     from testbed.errors import InputError
+    from testbed.io.bounded import read_owned_nofollow_bytes
 
     raw = read_owned_nofollow_bytes(path, field, NETWORK_JSON_MAX_BYTES)
     try:

@@ -35,7 +35,7 @@ from testbed.cli import (
     validate_cmd,
 )
 from testbed.errors import InputError, LightPipeError
-from testbed.termsafe import SafeFormatter, safe_line
+from testbed.io.terminal import SafeFormatter, safe_line
 
 log = logging.getLogger("lightpipe")
 

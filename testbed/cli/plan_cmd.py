@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from testbed.atomicio import atomic_write_json
-    from testbed.records import manifest
+    from testbed.io.atomic import atomic_write_json
+    from testbed.runs.records import manifest
     from testbed.sim.plan import plan
     from testbed.spec import load_scenario
 

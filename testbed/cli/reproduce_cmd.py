@@ -107,7 +107,7 @@ def write_manifest(out, name: str, opts: dict) -> None:  # type: ignore[no-untyp
     import time
 
     from testbed import __version__
-    from testbed.atomicio import atomic_write_json
+    from testbed.io.atomic import atomic_write_json
 
     atomic_write_json(out / "manifest.json", {
         "schema": 1, "lightpipe_version": __version__, "reproduction": name,

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     summaries: dict[str, dict] = {}
     import contextlib
 
-    from testbed.outdir import out_lock
+    from testbed.io.outdir import out_lock
 
     with out_lock(out.resolve()) if len(names) > 1 else contextlib.nullcontext():
         for name in names:  # (both: one writer of DIR/sim and DIR/emu from start to end)
@@ -97,7 +97,7 @@ def _tabulate_agreement(rows: list[dict], verdict: dict | None, out: object) -> 
     both ran)."""
     from pathlib import Path
 
-    from testbed.atomicio import atomic_write_text
+    from testbed.io.atomic import atomic_write_text
     from testbed.metrics.agreement import markdown_table, verdict_line
 
     table = markdown_table(rows)

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from testbed.atomicio import atomic_write_json
+    from testbed.io.atomic import atomic_write_json
     from testbed.spec import scenario_json_schema
 
     schema = scenario_json_schema()

@@ -65,7 +65,7 @@ def _fmt(v: Any) -> str:
 
 def write_readme(out: Path, title: str) -> Path:
     """DIR/README.md: one line per file or folder present, saying what it holds."""
-    from testbed.atomicio import atomic_write_text
+    from testbed.io.atomic import atomic_write_text
 
     lines = [f"# {title}", "", "Files in this directory:", ""]
     for p in sorted(out.iterdir()):

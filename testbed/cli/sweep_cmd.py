@@ -50,11 +50,11 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from testbed.analysis.tables import rows_to_csv
-    from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
     from testbed.errors import InputError
     from testbed.experiments import sweep
+    from testbed.io.atomic import atomic_write_json, atomic_write_text, staged_dir
     from testbed.progress import progress, say
-    from testbed.records import write_manifest
+    from testbed.runs.records import write_manifest
     from testbed.spec import load_scenario
 
     if args.seeds < 1 or args.seeds > 1000:

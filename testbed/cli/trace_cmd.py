@@ -237,7 +237,7 @@ def _write(args: argparse.Namespace, text: str, source_ids: list[str]) -> None:
     import csv
     import io
 
-    from testbed.atomicio import atomic_write_text
+    from testbed.io.atomic import atomic_write_text
 
     if args.id_map:
         buf = io.StringIO()

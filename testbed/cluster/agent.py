@@ -207,7 +207,7 @@ def local_hosts(state_dir: Path) -> tuple[str, dict[str, LocalHost]]:
     still the same processes (start time), with the address and interface the holder wrote
     in ready.json (both files the run's own: regular, ours, bounded)."""
     from testbed.emu.state import RunState, alive
-    from testbed.safefs import read_regular
+    from testbed.io.trusted import read_regular
 
     st = RunState.load(state_dir)
     ready = json.loads(read_regular(state_dir / "ready.json", 1 << 20,
@@ -427,8 +427,8 @@ class Agent:
         return d
 
     def start(self, o: StartOrder) -> None:
-        from testbed.atomicio import atomic_write_text
-        from testbed.safefs import open_regular
+        from testbed.io.atomic import atomic_write_text
+        from testbed.io.trusted import open_regular
 
         if (o.job, o.stage) in self.workers:
             raise InputError("stage", f"{o.job}/{o.stage} is already running here")
@@ -482,7 +482,7 @@ class Agent:
 
     def rendezvous(self, job: str, data: dict[str, Any]) -> None:
         """Stage 0 runs elsewhere: its port, where this machine's stages of the job wait."""
-        from testbed.atomicio import atomic_write_json
+        from testbed.io.atomic import atomic_write_json
 
         if not any(j == job for j, _ in self.workers):
             raise InputError("job", f"no stage of job {job} runs here")
@@ -504,7 +504,7 @@ class Agent:
                            "log_tail": _tail_text(w.log_path)})
 
     def _send_port(self, job: str) -> None:
-        from testbed.safefs import read_regular
+        from testbed.io.trusted import read_regular
 
         try:
             data = json.loads(read_regular(self.job_dir(job) / "rendezvous.json", 4096))
@@ -515,7 +515,7 @@ class Agent:
             self.send({"op": "rendezvous", "job": job, "data": data})
 
     def _tail(self, w: AgentWorker) -> None:
-        from testbed.safefs import open_regular
+        from testbed.io.trusted import open_regular
 
         try:  # the worker's own file: regular, not followed through a link
             with os.fdopen(open_regular(w.record_path), "rb") as fh:
@@ -575,7 +575,7 @@ class Agent:
 
 
 def _tail_text(path: Path) -> str:
-    from testbed.safefs import open_regular
+    from testbed.io.trusted import open_regular
 
     try:
         with os.fdopen(open_regular(path), "rb") as fh:

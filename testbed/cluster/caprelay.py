@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from testbed.cluster.holdctl import read_line
 from testbed.errors import InputError
-from testbed.safefs import bind_private_socket, make_private_dir
+from testbed.io.trusted import bind_private_socket, make_private_dir
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from testbed.atomicio import atomic_write_json
 from testbed.errors import InputError, RuntimeFailure
-from testbed.sigwait import until_signalled
+from testbed.io.atomic import atomic_write_json
+from testbed.io.signals import until_signalled
 
 MARK = "@lightpipe-share"
 T = TypeVar("T")
@@ -171,7 +171,7 @@ def attach_switches(net: Any, probe_ms: int) -> dict[str, Any]:
     agent, testbed.cluster.ofrelay; fail-mode secure, so they keep forwarding on their
     rules until the controller replaces them); the reply with their port numbers."""
     from testbed.cluster.ofrelay import socket_path
-    from testbed.safefs import own_socket
+    from testbed.io.trusted import own_socket
 
     path = socket_path(net.state_dir)
     mine = own_socket(path)
@@ -389,7 +389,7 @@ def held_shares() -> list[dict[str, Any]]:
     that made it (PID and start time), its phase and what the holder reported ready.
     Every file is the run's own: regular, root's (this user's), bounded."""
     from testbed.emu.state import RunState, alive, list_runs, run_is_live
-    from testbed.safefs import read_regular
+    from testbed.io.trusted import read_regular
 
     out = []
     for d in list_runs():

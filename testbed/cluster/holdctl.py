@@ -49,8 +49,8 @@ from typing import Any
 
 from testbed.emu.links import LinkEmulator
 from testbed.errors import InputError
+from testbed.io.trusted import bind_private_socket, own_socket
 from testbed.names import NODE_NAME_RE
-from testbed.safefs import bind_private_socket, own_socket
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from testbed.safefs import bind_private_socket, own_socket
+from testbed.io.trusted import bind_private_socket, own_socket
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from testbed import names
-from testbed.boundedio import SPEC_MAX_BYTES, read_bounded_text
 from testbed.errors import InputError, SpecError
+from testbed.io.bounded import SPEC_MAX_BYTES, read_bounded_text
 from testbed.spec.load import format_validation_error, parse_yaml
 from testbed.spec.models import Frozen
 

@@ -362,7 +362,7 @@ class NetemLink(LinkEmulator):
         change those fields, write: its caps may be the controller's)."""
         import json
 
-        from testbed.atomicio import atomic_write_text
+        from testbed.io.atomic import atomic_write_text
 
         path = self.state_dir / f"{self.fibre.middle}.netem.json"
         if not path.exists():
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from testbed.atomicio import atomic_write_text
+    from testbed.io.atomic import atomic_write_text
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--descriptor", type=Path, required=True)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed.atomicio import atomic_write_json
+from testbed.io.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     from testbed.emu.nsref import Ident
@@ -56,7 +56,7 @@ def root_field() -> str:
 def check_state_root(root: Path) -> None:
     """InputError unless the state root is a directory that only its owner (the running
     user or root) can write: anyone else could plant runs there for `clean` to act on."""
-    from testbed.safefs import check_given_dir
+    from testbed.io.trusted import check_given_dir
 
     check_given_dir(root, root_field(), allow_sticky=False)
 
@@ -107,7 +107,7 @@ class RunState:
     def load(cls, state_dir: Path) -> RunState:
         """The state of a run directory: state.json must be a regular file owned by the
         running user (never followed through a link, never a FIFO), at most 4 MiB."""
-        from testbed.safefs import read_regular
+        from testbed.io.trusted import read_regular
 
         raw = read_regular(Path(state_dir) / STATE_FILE, STATE_CAP_BYTES,
                            owner_uid=os.geteuid())
@@ -122,7 +122,7 @@ _STATE_TMP_RE = re.compile(r"^\.state\.json\.([0-9]{1,10})\.[A-Za-z0-9_]+\.tmp$"
 
 
 def state_writers(state_dir: Path) -> list[int]:
-    """PIDs that were writing the run's state (`.state.json.PID.XXXX.tmp`, testbed.atomicio):
+    """PIDs that were writing the run's state (`.state.json.PID.XXXX.tmp`, testbed.io.atomic):
     a run killed in its first write leaves only such a file, perhaps empty."""
     pids = []
     try:
@@ -200,7 +200,7 @@ def signal_if(pid: int, sig: int, still_ours: Callable[[int], bool]) -> bool:
 
 
 def new_state(prefix: str) -> RunState:
-    from testbed.safefs import make_private_dir
+    from testbed.io.trusted import make_private_dir
 
     if not PREFIX_RE.fullmatch(prefix):
         raise ValueError(f"bad run prefix {prefix!r}")

@@ -25,7 +25,7 @@ from typing import Any
 
 from testbed.analysis.stats import mean_ci95
 from testbed.analysis.tables import rows_to_csv, short_float
-from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
+from testbed.io.atomic import atomic_write_json, atomic_write_text, staged_dir
 from testbed.jobs.engine import JobState
 from testbed.jobs.sim import SUMMARY_KEYS, simulate
 from testbed.jobs.timing import Timer

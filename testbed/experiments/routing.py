@@ -29,9 +29,9 @@ from typing import Any
 import networkx as nx
 
 from testbed import __version__
-from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
 from testbed.errors import InputError
 from testbed.experiments import routing_paper as rp
+from testbed.io.atomic import atomic_write_json, atomic_write_text, staged_dir
 from testbed.progress import progress
 from testbed.routing.flows import Job, flows_of, jobs_on_clos
 from testbed.routing.greedy import greedy, least_loaded

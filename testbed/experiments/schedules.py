@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.analysis.tables import rows_to_csv
-from testbed.atomicio import atomic_write_json, atomic_write_text, staged_dir
 from testbed.errors import InputError
+from testbed.io.atomic import atomic_write_json, atomic_write_text, staged_dir
 from testbed.progress import weighted
 from testbed.schedule.bounds import lower_bound_ms
 from testbed.schedule.budget import (

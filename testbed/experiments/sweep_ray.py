@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from testbed.atomicio import atomic_write_bytes
 from testbed.emu.state import ProcRecord, descendants, kill_procs, proc_start_ticks
 from testbed.errors import InputError, RuntimeFailure
 from testbed.experiments.sweep import Result, Task, run_point_caught
+from testbed.io.atomic import atomic_write_bytes
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

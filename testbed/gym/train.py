@@ -24,11 +24,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from testbed.atomicio import atomic_write_text
 from testbed.errors import InputError, LightPipeError
 from testbed.gym import PLACEMENT_ID, RMSA_ID
 from testbed.gym.placement import PlacementEnv
 from testbed.gym.rmsa import RMSAEnv, first_fit_action
+from testbed.io.atomic import atomic_write_text
 
 log = logging.getLogger("testbed.gym.train")
 

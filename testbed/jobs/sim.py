@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.analysis.stats import batch_means, mean_ci95
-from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError
+from testbed.io.atomic import atomic_write_json, atomic_write_text
 from testbed.jobs.cluster import Cluster
 from testbed.jobs.engine import JobSimulator, JobState
 from testbed.jobs.model import model_catalog
@@ -22,8 +22,8 @@ from testbed.jobs.outcome import Job, Placed
 from testbed.jobs.policies import Planner
 from testbed.jobs.timing import Timer
 from testbed.progress import progress
-from testbed.records import write_manifest
-from testbed.rundir import RunDir
+from testbed.runs.records import write_manifest
+from testbed.runs.rundir import RunDir
 from testbed.spec.check import check_scenario
 from testbed.spec.models import PPJobsWorkload, Scenario
 from testbed.traces import JobRequest, generate_jobs

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from testbed.atomicio import atomic_write_text
 from testbed.errors import InputError, RuntimeFailure
+from testbed.io.atomic import atomic_write_text
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from testbed.atomicio import atomic_write_text
 from testbed.errors import InputError, RuntimeFailure
+from testbed.io.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 

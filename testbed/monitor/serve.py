@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from testbed.boundedio import DirReader, copy_tree
 from testbed.errors import InputError, RuntimeFailure
+from testbed.io.bounded import DirReader, copy_tree
 from testbed.metrics import process
 from testbed.metrics.process import Started
 from testbed.metrics.prometheus import find_binary
@@ -43,7 +43,7 @@ def window_text(run_dir: Path) -> str:
     """'(data of START to END UTC) ' from the run's manifest, '' when unknown: an
     instant query evaluated now finds nothing older than 5 minutes, so a reader of a
     finished run needs its time range (Grafana's time picker, the API's time=)."""
-    from testbed.rundir import run_window
+    from testbed.runs.rundir import run_window
 
     try:
         with DirReader.open(Path(run_dir), "RUNDIR") as d:

@@ -38,8 +38,8 @@ from typing import Any
 
 import yaml
 
-from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError, RuntimeFailure
+from testbed.io.atomic import atomic_write_json, atomic_write_text
 from testbed.metrics import process
 from testbed.metrics.prometheus import check_config_file, find_binary, scrape_config
 from testbed.monitor import trust

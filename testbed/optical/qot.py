@@ -325,7 +325,7 @@ class GnpyQoT:
         check out: a link, another owner, too large, damaged, another key)."""
         if self.cache_path is None or not os.path.lexists(self.cache_path):
             return None
-        from testbed.boundedio import read_owned_nofollow_bytes
+        from testbed.io.bounded import read_owned_nofollow_bytes
 
         try:
             raw = read_owned_nofollow_bytes(self.cache_path, CACHE_ENV, CACHE_MAX_BYTES)
@@ -342,8 +342,8 @@ class GnpyQoT:
     def _save(self) -> None:
         if self.cache_path is None or self._terms is None:
             return
-        from testbed.atomicio import atomic_write_json
-        from testbed.safefs import make_private_dir
+        from testbed.io.atomic import atomic_write_json
+        from testbed.io.trusted import make_private_dir
 
         on_disk = self._read()  # another process (a sweep worker) may have added links
         if on_disk is not None:

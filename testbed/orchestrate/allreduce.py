@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.atomicio import atomic_write_json
 from testbed.errors import RuntimeFailure
+from testbed.io.atomic import atomic_write_json
 from testbed.spec.models import Scenario
 
 log = logging.getLogger(__name__)

@@ -214,7 +214,7 @@ def run_replay(ctl: ControllerProcess, set_link: LinkSwitch | None, scenario: Sc
     port-downs through `set_link`: testbed.emu.events.link_switch on one machine); write
     requests.csv (simulator format); return the summary keys, the events with their
     cut-to-restored times, and the agreement with `lightpipe sim`."""
-    from testbed.atomicio import atomic_write_text
+    from testbed.io.atomic import atomic_write_text
     from testbed.orchestrate.replay import (
         agreement,
         reference,
@@ -223,7 +223,7 @@ def run_replay(ctl: ControllerProcess, set_link: LinkSwitch | None, scenario: Sc
         requests_csv,
         sample_requests,
     )
-    from testbed.rundir import RecordStream
+    from testbed.runs.rundir import RecordStream
     from testbed.sim.engine import REQUESTS_COLUMNS
 
     emu = scenario.emulation

@@ -389,6 +389,6 @@ def request_fault(path: str | Path, request: dict[str, Any], timeout_s: float
 
 def _shown(value: object) -> str:
     """A string from the reply, made safe for one terminal line and cut short."""
-    from testbed.termsafe import safe_line
+    from testbed.io.terminal import safe_line
 
     return safe_line(str(value)[:MAX_MESSAGE_CHARS])

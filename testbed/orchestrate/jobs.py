@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.emu.plan import EmuPlan
 from testbed.emu.scale import Scale
 from testbed.emu.tcp_tuning import TCP_GOODPUT
 from testbed.errors import InputError
+from testbed.io.atomic import atomic_write_json, atomic_write_text
 from testbed.metrics.agreement import agreement_rows, agreement_verdict
 from testbed.metrics.transfers import transfer_excess
 from testbed.orchestrate.launch import Host, Launcher

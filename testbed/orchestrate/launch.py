@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed import names
-from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.errors import InputError
+from testbed.io.atomic import atomic_write_json, atomic_write_text
 from testbed.metrics.hostload import HostLoad, free_cores
 from testbed.orchestrate.results import read_records
 from workloads import zygote

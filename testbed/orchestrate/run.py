@@ -21,7 +21,7 @@ typed inputs and outputs:
                         retransmissions), exported and put in the summary
     collect_records     -> summary.json, probes.csv, network.json, verification.json,
                            manifest.json ("finished") in the run directory, which is
-                           there from the start, marked running (testbed.rundir); worker
+                           there from the start, marked running (testbed.runs.rundir); worker
                            records (workers/JOB/stageN.jsonl) are appended as they come
 Teardown is the `with` blocks: the controller stops before the network, the network
 before the records are written (its teardown time is part of the summary).
@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from testbed.analysis.tables import rows_to_csv
-from testbed.atomicio import atomic_write_json, atomic_write_text
 from testbed.emu.calibrate import calibrate_network, disabled_record
 from testbed.emu.fidelity_probe import judge_run
 from testbed.emu.netinfo import network_info
@@ -48,6 +47,8 @@ from testbed.emu.plan import EmuPlan, build_plan
 from testbed.emu.verify import answered, checks_pass, dc_pair_rtts, verify
 from testbed.envprobe import netem_available, ovs_kernel_datapath
 from testbed.errors import RuntimeFailure
+from testbed.io.atomic import atomic_write_json, atomic_write_text
+from testbed.io.signals import until_signalled
 from testbed.monitor.run import RunMonitor
 from testbed.orchestrate.controller import (
     controller_available,
@@ -61,8 +62,7 @@ from testbed.orchestrate.glue import controller_address
 from testbed.orchestrate.probes import PROBE_FIELDS, PROBE_SECONDS, measure_lightpaths
 from testbed.orchestrate.timescale import apply_time_factor
 from testbed.progress import say
-from testbed.rundir import RunDir, run_dir
-from testbed.sigwait import until_signalled
+from testbed.runs.rundir import RunDir, run_dir
 from testbed.spec import Scenario
 from testbed.spec.models import EventSpec
 
@@ -110,7 +110,7 @@ def run_emulation(scenario: Scenario, out_dir: Path, opts: RunOptions) -> dict[s
     rp = build_run_plan(scenario)  # InputError before anything is created
     out_dir = Path(out_dir)
     with run_dir(out_dir, scenario, BACKEND) as rd, sigterm_as_interrupt():
-        stage = out_dir = rd.path  # the run's directory from the start (testbed.rundir)
+        stage = out_dir = rd.path  # the run's directory from the start (testbed.runs.rundir)
         net = bring_network_up(rp, opts.link_mode)
         say(f"emu: build: {len(rp.plan.lightpaths)} lightpaths, hosts and switches ...",
             opts.quiet)

@@ -8,8 +8,8 @@ import os
 import secrets
 from pathlib import Path
 
-from testbed.boundedio import DirReader
 from testbed.errors import InputError
+from testbed.io.bounded import DirReader
 from testbed.report import sections
 from testbed.report.page import Section, Table, render
 from testbed.report.readers import read_json, table_rows
@@ -44,7 +44,7 @@ def detect_kind(d: DirReader) -> str:
 def check_finished(d: DirReader, kind: str) -> None:
     """InputError (one line: its status and partial records) for a run that did not
     finish: a report of a partial run would pass for a whole one."""
-    from testbed.rundir import describe_unfinished
+    from testbed.runs.rundir import describe_unfinished
 
     for sub in ((d.sub("sim"), d.sub("emu")) if kind == "both" else (d,)):
         why = describe_unfinished(sub) if sub is not None else None
@@ -68,7 +68,7 @@ def skipped_section(d: DirReader) -> list[Section]:
 
 def build_report(run_dir: str | Path) -> Path:
     """Write run_dir/report.html (self-contained) and return its path. Every input is
-    read relative to the directory opened once (testbed.boundedio.DirReader); the page
+    read relative to the directory opened once (testbed.io.bounded.DirReader); the page
     is written into that same directory."""
     return build_report_with_skips(run_dir)[0]
 

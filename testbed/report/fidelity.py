@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from testbed.boundedio import DirReader
 from testbed.emu.scale import Scale
 from testbed.errors import RuntimeFailure
+from testbed.io.bounded import DirReader
 from testbed.report.page import Section, Table
 from testbed.report.readers import read_json, table_rows
 

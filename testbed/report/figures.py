@@ -85,7 +85,7 @@ def data_uri(fig: Figure, fmt: str = "svg", dpi: int = 110) -> str:
 
 def save(fig: Figure, path: Any, dpi: int = 110) -> None:
     """Write the figure as PNG to path atomically, closing it."""
-    from testbed.atomicio import atomic_write_bytes
+    from testbed.io.atomic import atomic_write_bytes
 
     buf = io.BytesIO()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 
-from testbed.boundedio import DirReader
+from testbed.io.bounded import DirReader
 from testbed.report.page import Figure
 
 PNG_MAX_BYTES = 8 << 20

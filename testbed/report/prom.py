@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed import rundir
-from testbed.boundedio import DirReader, copy_tree
+from testbed.io.bounded import DirReader, copy_tree
 from testbed.report.page import Figure
+from testbed.runs import rundir
 
 log = logging.getLogger(__name__)
 

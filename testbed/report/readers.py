@@ -1,5 +1,5 @@
 """Read a run directory for the report: leniently (a missing or refused file reads as empty),
-safely (testbed.boundedio.DirReader: no links followed, regular files of the directory's
+safely (testbed.io.bounded.DirReader: no links followed, regular files of the directory's
 owner only, bounded), and cheaply (caps on rows, table rows and figure points)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.boundedio import RUNDIR_JSON_MAX_BYTES, DirReader
+from testbed.io.bounded import RUNDIR_JSON_MAX_BYTES, DirReader
 
 TABLE_MAX_ROWS = 500
 """Rows of one table shown on the page (the rest is in the file itself)."""

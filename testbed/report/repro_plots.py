@@ -7,7 +7,7 @@ from typing import Any
 
 from matplotlib.figure import Figure as MplFigure
 
-from testbed.boundedio import DirReader
+from testbed.io.bounded import DirReader
 from testbed.report import figures as F
 from testbed.report.page import Figure
 from testbed.report.readers import FIGURE_MAX_BARS, FIGURE_MAX_LINES, FIGURE_MAX_POINTS

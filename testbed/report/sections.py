@@ -11,9 +11,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from testbed.boundedio import DirReader
 from testbed.emu.scale import Scale
 from testbed.errors import RuntimeFailure
+from testbed.io.bounded import DirReader
 from testbed.report import figures as F
 from testbed.report import readers
 from testbed.report.page import Figure, Section, Table, markdown_html

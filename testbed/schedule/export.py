@@ -6,7 +6,7 @@ import io
 import os
 from pathlib import Path
 
-from testbed.atomicio import atomic_write_bytes, atomic_write_json
+from testbed.io.atomic import atomic_write_bytes, atomic_write_json
 from testbed.schedule.timer import Timing
 
 _COLOURS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#8172b3"}

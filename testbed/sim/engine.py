@@ -29,7 +29,7 @@ from testbed.optical.modulation import slots_for
 from testbed.optical.network import NO_PATH, NO_REACH, NO_SPECTRUM, OpticalNetwork, PathInfo
 from testbed.optical.spectrum import choose_start, shift_plan
 from testbed.progress import progress
-from testbed.rundir import RecordStream
+from testbed.runs.rundir import RecordStream
 from testbed.sim.requests import (
     BATCH_REQUESTS,
     Request,

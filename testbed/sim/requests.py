@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.boundedio import TRACE_MAX_BYTES, check_regular
 from testbed.errors import InputError
+from testbed.io.bounded import TRACE_MAX_BYTES, check_regular
 from testbed.spec.models import LightpathRequestsWorkload
 
 Request = tuple[int, float, float, str, str, float]

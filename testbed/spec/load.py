@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from testbed.boundedio import SPEC_MAX_BYTES, read_bounded_text
 from testbed.errors import InputError, SpecError
+from testbed.io.bounded import SPEC_MAX_BYTES, read_bounded_text
 from testbed.spec.check import check_scenario
 from testbed.spec.models import Scenario
 from testbed.spec.yamlsafe import MAX_YAML_DEPTH, load_bounded_yaml

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from testbed.boundedio import TOPOLOGY_MAX_BYTES, read_bounded_text
 from testbed.errors import InputError
+from testbed.io.bounded import TOPOLOGY_MAX_BYTES, read_bounded_text
 from testbed.names import NODE_NAME_RE
 
 

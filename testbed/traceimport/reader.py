@@ -67,7 +67,7 @@ def _open_raw(path: str | Path, max_bytes: int) -> _Capped:
     refused past max_bytes."""
     import errno
 
-    from testbed.safefs import open_regular
+    from testbed.io.trusted import open_regular
 
     origin = str(path)
     try:

@@ -1,7 +1,7 @@
 """A run directory written as the run goes: a status in the manifest, records streamed.
 
 `run_dir(out, scenario, backend)` puts the run's directory at `out` at once (swapped in
-for a replaced run: testbed.outdir.install_dir) with manifest.json saying
+for a replaced run: testbed.io.outdir.install_dir) with manifest.json saying
 `"status": "running"` and the writer's PID. Records are appended there as they are
 produced (RecordStream: a CSV header, then one line per record, handed to the OS per
 record or per `flush_s`, fsync'd every `fsync_s`). At the end summary.json and the
@@ -10,7 +10,7 @@ whole (sorted) by its writer. A failed run says `"failed"` and why; a run killed
 SIGKILL keeps `"running"`, and run_status() reports it as `"killed"` (nobody holds its
 lock). Every complete line of a record file parses; a torn last line is ignored by
 read_records and the report's readers. lightpipe.log holds the run's INFO lines
-(testbed.runlog).
+(testbed.runs.log).
 
 Bad input found while running (InputError) leaves `out` as it was before the run.
 """
@@ -29,10 +29,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from testbed.atomicio import atomic_write_json, check_out_target, make_stage
-from testbed.boundedio import CSV_MAX_BYTES, RUNDIR_JSON_MAX_BYTES, DirReader
+from testbed.io.atomic import atomic_write_json, check_out_target, make_stage
+from testbed.io.bounded import CSV_MAX_BYTES, RUNDIR_JSON_MAX_BYTES, DirReader
 from testbed.errors import InputError
-from testbed.outdir import (
+from testbed.io.outdir import (
     install_dir,
     lock_owner,
     lock_path,
@@ -40,8 +40,8 @@ from testbed.outdir import (
     put_back,
     remove_stale_siblings,
 )
-from testbed.records import manifest
-from testbed.runlog import run_log
+from testbed.runs.records import manifest
+from testbed.runs.log import run_log
 from testbed.spec import Scenario
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def run_dir(out: str | os.PathLike[str], scenario: Scenario, backend: str,
 
 # ---- readers --------------------------------------------------------------------------
 # A run directory may be another user's: its files are read through DirReader (no links
-# followed, regular files of the directory's owner only, bounded; see testbed.boundedio).
+# followed, regular files of the directory's owner only, bounded; see testbed.io.bounded).
 def _open_dir(path: str | os.PathLike[str] | DirReader) -> tuple[DirReader | None, bool]:
     """(a reader of the directory or None, whether this call opened it)."""
     if isinstance(path, DirReader):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.safefs import OPEN_SAFE, dir_problem, make_dirs
+from testbed.io.trusted import OPEN_SAFE, dir_problem, make_dirs
 
 log = logging.getLogger(__name__)
 

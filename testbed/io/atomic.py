@@ -25,7 +25,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | No
     The file gets ordinary permissions (0644 less the umask: never writable by others,
     even under umask 000), not mkstemp's private 0600; pass mode=0o600 for a secret.
     """
-    from testbed.safefs import make_dirs
+    from testbed.io.trusted import make_dirs
 
     target = Path(path)
     make_dirs(target.parent)
@@ -71,7 +71,7 @@ def check_out_target(target: Path) -> None:
 
 def make_stage(target: Path) -> Path:
     """A new hidden sibling `.NAME.PID.XXXX.partial` of target, with ordinary permissions."""
-    from testbed.safefs import make_dirs
+    from testbed.io.trusted import make_dirs
 
     make_dirs(target.parent)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".partial",
@@ -90,10 +90,10 @@ def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
     Files are written into a hidden sibling directory; on success it is swapped in for
     the old `out` (if any, which is then removed), so readers never see a half-written
     directory. On failure the staging directory is removed and `out` is left as it was.
-    One writer per `out` (testbed.outdir.out_lock); the swap never leaves `out` missing
+    One writer per `out` (testbed.io.outdir.out_lock); the swap never leaves `out` missing
     where the kernel can exchange two directories (outdir.install_dir).
     """
-    from testbed.outdir import install_dir, out_lock, remove_stale_siblings
+    from testbed.io.outdir import install_dir, out_lock, remove_stale_siblings
 
     target = Path(out).resolve()
     with out_lock(target):

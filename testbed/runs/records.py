@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed import __version__
-from testbed.atomicio import atomic_write_json
-from testbed.boundedio import check_regular
+from testbed.io.atomic import atomic_write_json
+from testbed.io.bounded import check_regular
 from testbed.spec import Scenario
 
 MANIFEST_SCHEMA = 1

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from testbed.termsafe import SafeFormatter
+from testbed.io.terminal import SafeFormatter
 
 LOG_NAME = "lightpipe.log"
 MAX_BYTES = 64 << 20  # a run's log stops here (one line says so)
