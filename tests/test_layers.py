@@ -163,3 +163,21 @@ def test_the_checker_catches_a_planted_violation(tmp_path: Path, files: dict[str
     root = _tree(tmp_path, files)
     assert any(expected in v for v in violations(root)), violations(root)
     assert violations(_tree(tmp_path / "clean", {})) == []
+
+
+def test_the_architecture_doc_draws_the_enforced_layers() -> None:
+    """docs/architecture.md's layer map is the one scripts/layers_doc.py draws from LAYERS."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("layers_doc", ROOT / "scripts" / "layers_doc.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc = mod.doc_block((ROOT / "docs" / "architecture.md").read_text())
+    assert doc == mod.drawing(LAYERS), "run: python scripts/layers_doc.py --write"
+    for layer in LAYERS:  # every enforced prefix is on the map
+        for name in layer:
+            src = mod.source_of(name)
+            where = (f"{src.parent.relative_to(ROOT)}/" if src.name == "__init__.py"
+                     else str(src.relative_to(ROOT)))
+            assert f"  {where} " in doc, name
