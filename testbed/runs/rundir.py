@@ -29,9 +29,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.errors import InputError
 from testbed.io.atomic import atomic_write_json, check_out_target, make_stage
 from testbed.io.bounded import CSV_MAX_BYTES, RUNDIR_JSON_MAX_BYTES, DirReader
-from testbed.errors import InputError
 from testbed.io.outdir import (
     install_dir,
     lock_owner,
@@ -40,8 +40,8 @@ from testbed.io.outdir import (
     put_back,
     remove_stale_siblings,
 )
-from testbed.runs.records import manifest
 from testbed.runs.log import run_log
+from testbed.runs.records import manifest
 from testbed.spec import Scenario
 
 log = logging.getLogger(__name__)
