@@ -8,11 +8,12 @@ from typing import Any
 
 from testbed.cli.common import STAGED, add_out_arg, add_quiet_arg, add_report_arg, emit_json
 
-HELP = "reproduce a paper's headline effect: crosspipe, geopipe, cba, bace, routing"
+HELP = ("reproduce a paper's headline effect: crosspipe, geopipe, cba, bace, routing; "
+        "outage: how long an optical outage may be before training notices or fails")
 
 # name -> function (out_dir: Path, quiet: bool, **opts) -> dict; each writes its outputs
 # atomically into out_dir. Imported on use: the reproductions pull in the solvers.
-REPRODUCTIONS = ("crosspipe", "geopipe", "cba", "bace", "routing")
+REPRODUCTIONS = ("crosspipe", "geopipe", "cba", "bace", "routing", "outage")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,11 +49,12 @@ def options(fn) -> list[str]:  # type: ignore[no-untyped-def]
 def resolve(name: str) -> Callable[..., dict[str, Any]]:
     """The reproduction function for `name`; InputError if unknown."""
     from testbed.errors import InputError
-    from testbed.experiments import placement, routing, schedules
+    from testbed.experiments import outage, placement, routing, schedules
 
     table: dict[str, Callable[..., dict[str, Any]]] = {
         "crosspipe": schedules.crosspipe, "geopipe": schedules.geopipe,
-        "cba": placement.cba, "bace": placement.bace, "routing": routing.routing}
+        "cba": placement.cba, "bace": placement.bace, "routing": routing.routing,
+        "outage": outage.outage}
     if name not in table:
         raise InputError("NAME", f"unknown reproduction {name!r}; valid: "
                          f"{', '.join(REPRODUCTIONS)}")

@@ -57,6 +57,8 @@ class Allocation:
     lightpaths: list[Lightpath | None] = field(default_factory=list)
     # CBA's blocking flag: boundary -> capacity (Gb/s) it asked for but did not get
     short_gbps: dict[int, float] = field(default_factory=dict)
+    # protection 1+1 / backup: boundary -> its link-disjoint standby lightpath
+    standby: dict[int, Lightpath] = field(default_factory=dict)
 
 
 class Cluster:
@@ -159,11 +161,12 @@ class Cluster:
         return Allocation(tuple(stage_dcs), made)
 
     def free_allocation(self, alloc: Allocation, gpus_per_stage: int) -> None:
-        """Return the allocation's GPUs and release its live lightpaths."""
+        """Return the allocation's GPUs and release its live lightpaths (standby too)."""
         for d in alloc.stage_dcs:
             self.free[d] += gpus_per_stage
         live = self.network.lightpaths
-        for lp in alloc.lightpaths:
+        for lp in [*alloc.lightpaths, *alloc.standby.values()]:
             if lp is not None and lp.id in live:
                 self.network.release(lp)
         alloc.lightpaths = [None] * len(alloc.lightpaths)
+        alloc.standby = {}

@@ -7,10 +7,16 @@ after every departure or repair: FIFO with head-of-line blocking for the baselin
 cba, dynamic priority without head-of-line blocking for bace-pipe and joint (the
 placement kind's `queue`, overridden by policy.queue).
 
-A fibre cut (or wavelength loss) takes down the lightpaths on it; each hit job is
-restored on other routes when possible (its iteration time is re-timed) or else
-interrupted: under ``block`` it ends with reason ``interrupted``; under ``queue`` it
-returns to the queue with its remaining iterations.
+A fibre cut (or wavelength loss) takes down the lightpaths on it. What a hit job's
+boundary gets follows `policy.protection` (testbed/jobs/faults.py): restoration on other
+routes (its iteration time is re-timed), a switch to its standby lightpath (1+1, backup),
+or nothing until the fibre's repair (none, or no spectrum for a detour). The outage the
+job sees then passes through the workers' model (`policy.workers`,
+testbed.analysis.faultimpact.outage_effect): the job is frozen until its traffic flows
+again, or its collective times out and it fails (reason ``collective_timeout``) or
+restarts and redoes the interrupted iteration. A boundary with no route even after the
+repair is interrupted: under ``block`` the job ends with reason ``interrupted``; under
+``queue`` it returns to the queue with its remaining iterations.
 """
 
 from __future__ import annotations
@@ -18,22 +24,31 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.analysis.faultimpact import (
+    Effect,
+    WorkerModel,
+    outage_effect,
+    touched_iteration_s,
+)
+from testbed.jobs import faults as jf
 from testbed.jobs.cluster import Allocation, Cluster
 from testbed.jobs.model import energy_kwh, price_integral_usd_per_kwh_h
 from testbed.jobs.outcome import Job, Placed, Refused
 from testbed.jobs.placement import get_placement
 from testbed.jobs.policies import Planner
-from testbed.spec.faults import network_events
+from testbed.optical import Lightpath
+from testbed.spec.faults import indexed_network_events
 from testbed.spec.models import EventSpec
 
 log = logging.getLogger(__name__)
 
-# event kinds in tie-break order
-_DEPART, _NET, _ARRIVE = 0, 1, 2
+# event kinds in tie-break order (a repair's re-join after the repair itself)
+_DEPART, _NET, _REJOIN, _FAIL, _ARRIVE = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -64,7 +79,17 @@ class JobState:
     solver: dict[str, object] | None = None
     # every lightpath the job held: [boundary, Lightpath, set-up s, tear-down s or None]
     lightpath_log: list[list[Any]] = field(default_factory=list)
-    open_lightpaths: dict[tuple[int, str], int] = field(default_factory=dict)
+    open_lightpaths: dict[tuple[int, str, str], int] = field(default_factory=dict)
+    lightpath_roles: list[str] = field(default_factory=list)  # per log entry: working/standby
+    # network events: no progress before stall_until_s; (time, iterations done) points;
+    # what each hit did (testbed/jobs/faults.py impact_of); boundaries down until a repair
+    stall_until_s: float = 0.0
+    trace: list[tuple[float, float]] = field(default_factory=list)
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    down: list[int] = field(default_factory=list)
+    rejoin_token: int = 0
+    restarts: int = 0
+    error: str | None = None
 
 
 class JobSimulator:
@@ -72,11 +97,18 @@ class JobSimulator:
 
     def __init__(self, cluster: Cluster, planner: Planner, admission: str,
                  events: Sequence[EventSpec] = (),
-                 on_change: Callable[[JobSimulator], None] | None = None) -> None:
+                 on_change: Callable[[JobSimulator], None] | None = None,
+                 outages_s: Mapping[int, float] | None = None) -> None:
         self.cluster = cluster
         self.planner = planner
         self.admission = admission
-        self.events = network_events(events)  # flaps expanded; testbed faults left out
+        # flaps expanded, testbed faults left out; each with its spec event's index
+        self.indexed_events = indexed_network_events(events)
+        self.events = [ev for _, ev in self.indexed_events]
+        self.protection = planner.policy.protection
+        self.workers = WorkerModel.from_spec(planner.policy.workers)
+        # spec event index -> the outage a restored / switched job sees (e.g. measured)
+        self.outages_s = dict(outages_s or {})
         kind = get_placement(planner.policy.placement)
         queue = planner.policy.queue
         self.priority_queue = (kind.queue if queue == "auto" else queue) == "priority"
@@ -94,6 +126,8 @@ class JobSimulator:
         self.restored_lightpaths = 0
         self.upgraded_lightpaths = 0
         self.lost_lightpaths = 0
+        self.switched_lightpaths = 0
+        self.unprotected_boundaries = 0
 
     # ---- bookkeeping ---------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -114,9 +148,13 @@ class JobSimulator:
         if dur <= 0:
             return
         st.run_s += dur
-        done = dur * 1000.0 / st.iteration_ms
+        frozen_to = min(self.now, max(st.seg_start_s, st.stall_until_s))
+        if frozen_to > st.seg_start_s:
+            st.trace.append((frozen_to, st.iterations_done))
+        done = min(st.remaining_iter, (self.now - frozen_to) * 1000.0 / st.iteration_ms)
         st.iterations_done += done
         st.remaining_iter = max(0.0, st.remaining_iter - done)
+        st.trace.append((self.now, st.iterations_done))
         for d in st.alloc.stage_dcs:
             dc = self.cluster.dcs[d]
             power_kwh_per_h = energy_kwh(st.job.req.gpus_per_stage, dc.gpu.power_w, 3600.0)
@@ -127,7 +165,7 @@ class JobSimulator:
 
     def _schedule_departure(self, st: JobState) -> None:
         st.version += 1
-        end = self.now + st.remaining_iter * st.iteration_ms / 1000.0
+        end = max(self.now, st.stall_until_s) + st.remaining_iter * st.iteration_ms / 1000.0
         self._push(end, _DEPART, (st, st.version))
 
     # ---- placement -------------------------------------------------------------------
@@ -137,7 +175,11 @@ class JobSimulator:
             return res
         if st.start_s is None:
             st.start_s = self.now
+        st.trace.append((self.now, st.iterations_done))
         st.alloc = res.alloc
+        if self.protection.scheme in ("1+1", "backup"):
+            self.unprotected_boundaries += jf.reserve_standby(
+                self.cluster, res.alloc, self.planner.policy.spectrum, self.planner.rng)
         st.iteration_ms = res.timing.iteration_ms
         st.bubble_ratio = res.timing.bubble_ratio
         st.schedule = res.timing.schedule
@@ -186,7 +228,8 @@ class JobSimulator:
         if not self.upgrades:
             return
         for st in list(self.running.values()):
-            if st.alloc is None or not st.alloc.short_gbps:
+            if st.alloc is None or not st.alloc.short_gbps or st.down \
+                    or st.stall_until_s > self.now:
                 continue
             self._settle(st)
             if self.planner.upgrade(st.job, st.alloc):
@@ -201,14 +244,21 @@ class JobSimulator:
     def _track(self, st: JobState, closing: bool = False) -> None:
         """Log the job's lightpaths: close the ones it no longer holds (at now), open the
         new ones (lightpaths.csv)."""
-        held = {} if closing or st.alloc is None else {
-            (b, _lp_text(lp)): lp for b, lp in enumerate(st.alloc.lightpaths) if lp is not None}
+        live = self.cluster.network.lightpaths
+        held: dict[tuple[int, str, str], Any] = {}
+        if not closing and st.alloc is not None:
+            for role, lps in (("working", enumerate(st.alloc.lightpaths)),
+                              ("standby", st.alloc.standby.items())):
+                for b, lp in lps:
+                    if lp is not None and lp.id in live:
+                        held[(b, _lp_text(lp), role)] = lp
         for key in [k for k in st.open_lightpaths if k not in held]:
             st.lightpath_log[st.open_lightpaths.pop(key)][3] = self.now
         for key, lp in held.items():
             if key not in st.open_lightpaths:
                 st.open_lightpaths[key] = len(st.lightpath_log)
                 st.lightpath_log.append([key[0], lp, self.now, None])
+                st.lightpath_roles.append(key[2])
 
     def _finish(self, st: JobState, reason: str = "") -> None:
         self._settle(st)
@@ -222,48 +272,176 @@ class JobSimulator:
         self.done.append(st)
 
     # ---- network events --------------------------------------------------------------
-    def _network_event(self, ev: EventSpec) -> None:
+    def _network_event(self, ev: EventSpec, index: int = -1) -> None:
         net = self.cluster.network
         hit = net.apply_event(ev)
         self.lost_lightpaths += len(hit)
         ids = {lp.id for lp in hit}
         for st in list(self.running.values()):
             assert st.alloc is not None
+            for b in [b for b, lp in st.alloc.standby.items() if lp.id in ids]:
+                del st.alloc.standby[b]  # a standby lost: protect again below
             lost = [b for b, lp in enumerate(st.alloc.lightpaths) if lp is not None
                     and lp.id in ids]
             if not lost:
+                if self.protection.scheme in ("1+1", "backup"):
+                    self.unprotected_boundaries += jf.reserve_standby(
+                        self.cluster, st.alloc, self.planner.policy.spectrum,
+                        self.planner.rng)
+                    self._track(st)
                 continue
             self._settle(st)
-            if self.planner.restore(st.job, st.alloc, lost):
-                self.restored_lightpaths += len(lost)
-                st.restored += 1
-                t = self.planner.timing(st.job, st.alloc.stage_dcs, st.alloc.lightpaths,
-                                        st.schedule)
-                st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
-                st.routes = [_lp_text(lp) for lp in st.alloc.lightpaths]
-                self._track(st)
-                self._schedule_departure(st)
-                continue
-            st.interrupted += 1
-            if self.admission == "queue":
-                self._track(st, closing=True)
-                self.cluster.free_allocation(st.alloc, st.job.req.gpus_per_stage)
-                self.running.pop(st.job.req.job_id)
-                st.version += 1
-                st.alloc = None
-                self.queue.append(st)
-                self.queue.sort(key=lambda s: s.arrival_s)
-            else:
-                self._finish(st, "interrupted")
+            if not self._hit(st, ev, index, lost):
+                self._interrupt(st)
         self._serve_queue()
+
+    def _hit(self, st: JobState, ev: EventSpec, index: int, lost: list[int]) -> bool:
+        """A running job whose working lightpaths `lost` went down: give them what the
+        protection scheme gives, pass the outage through the workers' model, freeze,
+        fail or restart the job. False: no route now and none after any repair."""
+        alloc = st.alloc
+        assert alloc is not None
+        prot = self.protection
+        old = [alloc.lightpaths[b] for b in lost]
+        outage, left = 0.0, list(lost)
+        if prot.scheme in ("1+1", "backup"):
+            for b in lost:
+                lp = alloc.standby.pop(b, None)
+                if lp is not None and lp.id in self.cluster.network.lightpaths:
+                    alloc.lightpaths[b] = lp
+                    left.remove(b)
+                    self.switched_lightpaths += 1
+            if len(left) < len(lost):
+                outage = self.outages_s.get(
+                    index, prot.switch_s if prot.scheme == "1+1" else prot.restoration_s)
+        route = "standby" if len(left) < len(lost) else "detour"
+        if left and prot.scheme != "none" and self.planner.restore(st.job, alloc, left):
+            self.restored_lightpaths += len(left)
+            st.restored += 1
+            outage = max(outage, self.outages_s.get(index, prot.restoration_s))
+            left = []
+        repair_s = math.inf
+        if left and prot.scheme != "none":
+            # no route with free spectrum: the lightpath is lost for good, as LightPipe's
+            # controller drops it; the job stops now (interrupted, as before protection)
+            self._record_lost(st, ev, index, old)
+            return False
+        if left:  # down until the fibre (slot block) is repaired
+            repair_s = jf.repair_at_s(self.indexed_events, ev, self.now)
+            outage = max(outage, repair_s - self.now)
+            route = "same route after the repair"
+        steady_ms = st.iteration_ms
+        if not left:
+            t = self.planner.timing(st.job, alloc.stage_dcs, alloc.lightpaths, st.schedule)
+            st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
+        new = [alloc.lightpaths[b] for b in lost]
+        rtt_s, rtt_after_s = jf.hop_rtts_s([o for o in old if o is not None],
+                                           new if not left else old)
+        phase = st.iterations_done - math.floor(st.iterations_done + 1e-9)
+        phase = max(0.0, phase)
+        effect = outage_effect(phase=phase, steady_s=steady_ms / 1000.0, outage_s=outage,
+                               rtt_s=rtt_s, rtt_after_s=rtt_after_s, workers=self.workers,
+                               restarts_used=st.restarts)
+        w = self.workers
+        st.hits.append({
+            "index": index, "kind": ev.kind, "target": ev.target, "at_s": self.now,
+            "outage_s": outage, "effect": effect, "phase": phase,
+            "steady_s": steady_ms / 1000.0, "after_s": st.iteration_ms / 1000.0,
+            "scheme": prot.scheme, "transport": w.transport,
+            "timeout_s": w.collective_timeout_s, "on_fault": w.on_fault,
+            "restart_s": w.restart_s, "route": route,
+            "predicted_touched_s": touched_iteration_s(
+                phase, steady_ms / 1000.0, st.iteration_ms / 1000.0, effect)})
+        st.routes = [_lp_text(lp) for lp in alloc.lightpaths]
+        if not effect.survived:
+            assert effect.fail_after_s is not None
+            st.stall_until_s = self.now + effect.fail_after_s
+            st.error = effect.error
+            st.down = []
+            st.version += 1  # no departure: the job ends at its time-out
+            self._track(st)
+            self._push(st.stall_until_s, _FAIL, (st, st.version))
+            return True
+        if effect.redo_fraction > 0:  # restarted: the interrupted iteration again
+            st.iterations_done -= effect.redo_fraction
+            st.remaining_iter += effect.redo_fraction
+            st.trace.append((self.now, st.iterations_done))
+        st.restarts += effect.restarts
+        st.stall_until_s = max(st.stall_until_s, self.now + effect.freeze_s)
+        if left:
+            if not math.isfinite(repair_s):
+                return False
+            st.down = left
+            st.rejoin_token += 1
+            self._push(repair_s, _REJOIN, (st, st.rejoin_token))
+        elif prot.scheme in ("1+1", "backup"):
+            self.unprotected_boundaries += jf.reserve_standby(
+                self.cluster, alloc, self.planner.policy.spectrum, self.planner.rng)
+        self._track(st)
+        self._schedule_departure(st)
+        return True
+
+    def _record_lost(self, st: JobState, ev: EventSpec, index: int,
+                     old: list[Lightpath | None]) -> None:
+        """The hit of a job whose lost boundary got no new route (it is interrupted)."""
+        t = st.iteration_ms / 1000.0
+        effect = Effect(False, 0.0, fail_after_s=0.0,
+                        error="lightpath lost: no route with free spectrum for its "
+                        "boundary (restoration failed); the job is interrupted")
+        w = self.workers
+        st.hits.append({
+            "index": index, "kind": ev.kind, "target": ev.target, "at_s": self.now,
+            "outage_s": math.inf, "effect": effect,
+            "phase": max(0.0, st.iterations_done - math.floor(st.iterations_done + 1e-9)),
+            "steady_s": t, "after_s": t, "scheme": self.protection.scheme,
+            "transport": w.transport, "timeout_s": w.collective_timeout_s,
+            "on_fault": w.on_fault, "restart_s": w.restart_s, "route": "lost",
+            "predicted_touched_s": math.inf})
+
+    def _rejoin(self, st: JobState) -> None:
+        """The fibre a waiting job's boundaries were on is back: set them up again (k
+        paths, the repaired route first), re-time; no spectrum: interrupted."""
+        alloc = st.alloc
+        assert alloc is not None
+        down, st.down = st.down, []
+        self._settle(st)
+        if not self.planner.restore(st.job, alloc, down):
+            self._interrupt(st)
+            return
+        t = self.planner.timing(st.job, alloc.stage_dcs, alloc.lightpaths, st.schedule)
+        st.iteration_ms, st.bubble_ratio = t.iteration_ms, t.bubble_ratio
+        st.routes = [_lp_text(lp) for lp in alloc.lightpaths]
+        if self.protection.scheme in ("1+1", "backup"):
+            self.unprotected_boundaries += jf.reserve_standby(
+                self.cluster, alloc, self.planner.policy.spectrum, self.planner.rng)
+        self._track(st)
+        self._schedule_departure(st)
+
+    def _interrupt(self, st: JobState) -> None:
+        """No route for a boundary, now or after a repair: the job stops (queue: back to
+        the queue with its remaining iterations; block: ends, reason interrupted)."""
+        assert st.alloc is not None
+        st.interrupted += 1
+        st.down = []
+        if self.admission == "queue":
+            self._track(st, closing=True)
+            self.cluster.free_allocation(st.alloc, st.job.req.gpus_per_stage)
+            self.running.pop(st.job.req.job_id)
+            st.version += 1
+            st.alloc = None
+            st.stall_until_s = 0.0
+            self.queue.append(st)
+            self.queue.sort(key=lambda s: s.arrival_s)
+        else:
+            self._finish(st, "interrupted")
 
     # ---- main loop -------------------------------------------------------------------
     def load(self, jobs: Sequence[Job], arrivals_s: Sequence[float]) -> None:
         """Queue the jobs' arrivals and the network events."""
         for job, t in zip(jobs, arrivals_s, strict=True):
             self._push(t, _ARRIVE, JobState(job, t, float(job.req.iterations)))
-        for ev in self.events:
-            self._push(ev.at_s, _NET, ev)
+        for i, ev in self.indexed_events:
+            self._push(ev.at_s, _NET, (i, ev))
 
     def step_event(self) -> JobState | bool:
         """Pop the next event (the heap must not be empty) and handle a departure or a
@@ -282,7 +460,24 @@ class JobSimulator:
             self._upgrade_running()
         elif kind == _NET:
             self._advance(t)
-            self._network_event(payload)  # type: ignore[arg-type]
+            index, ev = payload  # type: ignore[misc]
+            self._network_event(ev, index)
+        elif kind == _REJOIN:
+            st, token = payload  # type: ignore[misc]
+            if token != st.rejoin_token or not st.down or st.job.req.job_id not in \
+                    self.running or self.running[st.job.req.job_id] is not st:
+                return False
+            self._advance(t)
+            self._rejoin(st)
+            self._serve_queue()
+        elif kind == _FAIL:
+            st, version = payload  # type: ignore[misc]
+            if version != st.version:
+                return False
+            self._advance(t)
+            self._finish(st, "collective_timeout")
+            self._serve_queue()
+            self._upgrade_running()
         else:
             self._advance(t)
             return payload  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ import logging
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +55,13 @@ def resolve_jobs(workload: PPJobsWorkload, requests: Sequence[JobRequest]) -> li
 def simulate(scenario: Scenario, quiet: bool = True,
              requests: Sequence[JobRequest] | None = None,
              timer: Timer | None = None,
-             on_done: Callable[[JobState], None] | None = None
+             on_done: Callable[[JobState], None] | None = None,
+             outages_s: Mapping[int, float] | None = None
              ) -> tuple[list[JobState], dict[str, Any]]:
     """Run the scenario's jobs through its policy; return (job states, summary).
     `on_done(state)` is called once per job as soon as it ends (finished, blocked or
-    interrupted), in the order they end."""
+    interrupted), in the order they end. `outages_s`: spec event index -> the outage a
+    job restored or switched at that event sees (default policy.protection's)."""
     wl = scenario.workload
     if not isinstance(wl, PPJobsWorkload):
         raise InputError("workload.kind", "expected a pp_jobs workload")
@@ -79,7 +81,8 @@ def simulate(scenario: Scenario, quiet: bool = True,
             reported += 1
 
     sim = JobSimulator(cluster, planner, scenario.policy.admission, scenario.events,
-                       on_change=report_done if on_done is not None else None)
+                       on_change=report_done if on_done is not None else None,
+                       outages_s=outages_s)
     with progress(len(jobs), f"jobs ({scenario.policy.placement})", quiet) as bar:
         states = sim.run(jobs, [r.arrival_s for r in reqs], tick=bar.advance)
     report_done(sim)
@@ -89,9 +92,9 @@ def simulate(scenario: Scenario, quiet: bool = True,
     summary["wall_s"] = round(wall, 4)
     summary["jobs_per_s"] = round(len(states) / wall, 1) if wall > 0 else None
     if scenario.events:
-        from testbed.spec.faults import sim_fault_rows
+        from testbed.jobs.impact import fault_summary
 
-        summary["faults"] = sim_fault_rows(scenario.events)
+        fault_summary(summary, scenario, states, sim)
     return states, summary
 
 
@@ -175,31 +178,38 @@ def jobs_csv(states: Sequence[JobState]) -> str:
 
 
 LIGHTPATHS_COLUMNS = ("job_id", "boundary", "path", "first_slot", "slots", "modulation",
-                      "capacity_gbps", "setup_s", "teardown_s")
+                      "capacity_gbps", "setup_s", "teardown_s", "role")
 
 
 def lightpaths_csv(states: Sequence[JobState]) -> str:
     """One row per lightpath a job held (a restored or upgraded one is a new row): its
-    stage boundary, route (nodes joined by '-'), slot block and set-up/tear-down times."""
+    stage boundary, route (nodes joined by '-'), slot block, set-up/tear-down times and
+    role (working, or standby: protection 1+1 / backup)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(LIGHTPATHS_COLUMNS)
-    rows = [(s.job.req.job_id, b, lp, up, down) for s in states
-            for b, lp, up, down in s.lightpath_log]
-    for job_id, b, lp, up, down in sorted(rows, key=lambda r: (r[3], r[0], r[1])):
-        w.writerow(_lightpath_row(job_id, b, lp, up, down))
+    rows = [(s.job.req.job_id, *entry, role) for s in states
+            for entry, role in zip(s.lightpath_log, _roles(s), strict=True)]
+    for job_id, b, lp, up, down, role in sorted(rows, key=lambda r: (r[3], r[0], r[1])):
+        w.writerow(_lightpath_row(job_id, b, lp, up, down, role))
     return buf.getvalue()
 
 
-def _lightpath_row(job_id: int, b: int, lp: Any, up: float, down: float | None) -> list[Any]:
+def _lightpath_row(job_id: int, b: int, lp: Any, up: float, down: float | None,
+                   role: str) -> list[Any]:
     return [job_id, b, "-".join(lp.nodes), lp.first_slot, lp.n_slots, lp.modulation,
-            f"{lp.capacity_gbps:g}", _fmt(up, 10), _fmt(down, 10)]
+            f"{lp.capacity_gbps:g}", _fmt(up, 10), _fmt(down, 10), role]
 
 
 def lightpath_rows(s: JobState) -> list[list[Any]]:
     """The lightpaths.csv rows of an ended job (in set-up order)."""
-    return [_lightpath_row(s.job.req.job_id, b, lp, up, down)
-            for b, lp, up, down in s.lightpath_log]
+    return [_lightpath_row(s.job.req.job_id, *entry, role)
+            for entry, role in zip(s.lightpath_log, _roles(s), strict=True)]
+
+
+def _roles(s: JobState) -> list[str]:
+    """Each logged lightpath's role (a state built without roles: all working)."""
+    return s.lightpath_roles or ["working"] * len(s.lightpath_log)
 
 
 def run_jobs(scenario: Scenario, out_dir: Path, quiet: bool = False,
@@ -225,8 +235,15 @@ def run_jobs(scenario: Scenario, out_dir: Path, quiet: bool = False,
         rundir.close_streams()
     atomic_write_text(out_dir / "jobs.csv", jobs_csv(states))
     atomic_write_text(out_dir / "lightpaths.csv", lightpaths_csv(states))
-    atomic_write_json(out_dir / "summary.json", summary)
     records = ["summary.json", "jobs.csv", "lightpaths.csv"]
+    if scenario.events:
+        from testbed.analysis.faultimpact import iterations_csv_text
+        from testbed.jobs.impact import hit_records
+
+        its = hit_records(states, scenario)[1]
+        atomic_write_text(out_dir / "fault_iterations.csv", iterations_csv_text(its))
+        records.append("fault_iterations.csv")
+    atomic_write_json(out_dir / "summary.json", summary)
     if rundir is not None:
         rundir.finish(records=records)
     else:

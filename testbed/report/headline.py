@@ -47,6 +47,8 @@ def headline_rows(summ: dict[str, Any]) -> list[tuple[str, str, str]]:
                 ref = paper.get(pk)
                 ref_v = ref[i] if isinstance(ref, list) and len(ref) > i else None
                 out.append((f"bace-pipe vs {base}: {name}", _pct(v, load), _pct(ref_v)))
+    elif exp == "outage":
+        out.extend(_outage_rows(summ))
     elif exp == "routing":
         out.extend(_routing_rows(rows))
         out.extend(_paper_ablation_rows(summ.get("paper_ablation") or []))
@@ -122,3 +124,58 @@ def _paper_ablation_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str
             out.append((f"greedy vs ecmp, setting '{name}'", f"{t:+.1f} +- {ci:.1f} %",
                         ROUTING_PAPER["time"]))
     return out
+
+
+def _secs(v: Any) -> str:
+    if not isinstance(v, int | float):
+        return "none in the sweep"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.3g} s"
+
+
+def _outage_rows(summ: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The outage sweep: the claim, then per protection and time-out the longest fault
+    length not noticed and the shortest that failed the job (grid points)."""
+    claim = summ.get("claim_100ms") or {}
+    paper = "halts training past ~100 ms (field trials)"
+    out = []
+    if isinstance(claim.get("stall_s"), int | float):
+        fails = claim.get("fails_with_timeouts_s") or []
+        fate = ("fails with a " + ", ".join(f"{t:g} s" for t in fails) + " time-out"
+                if fails else "survives every swept time-out")
+        out.append(("a 100 ms outage, no protection: stall",
+                    f"{claim['stall_s']:.3f} s ({claim.get('stall_iterations', 0):.2f} "
+                    f"iterations); {fate}", paper))
+    model = summ.get("model_failure_boundary_s") or {}
+    for b in summ.get("boundaries") or []:
+        if not isinstance(b, dict):
+            continue
+        t = b.get("collective_timeout_s")
+        if b.get("protection") == "none":
+            mb = next((v for k, v in model.items() if _num(k) == t), None)
+            out.append((f"no protection, time-out {t:g} s: longest fault survived / "
+                        "shortest failed",
+                        f"{_secs(b.get('longest_survived_s'))} / "
+                        f"{_secs(b.get('shortest_failed_s'))} (model: fails past "
+                        f"{_secs(mb)})", paper))
+    rows = [r for r in summ.get("rows") or [] if isinstance(r, dict)
+            and r.get("case") == "sweep" and r.get("source") == "sim"]
+    for scheme in ("restoration", "1+1", "backup"):
+        mine = [r for r in rows if r.get("protection") == scheme]
+        stalls = [r["stall_s"] for r in mine if isinstance(r.get("stall_s"), int | float)]
+        if not stalls:
+            continue
+        failed = sum(1 for r in mine if not r.get("survived"))
+        slow = next((r.get("slowdown_after") for r in mine
+                     if isinstance(r.get("slowdown_after"), int | float)), None)
+        out.append((f"{scheme}: stall over every fault length and time-out",
+                    f"at most {max(stalls):.3f} s, {failed} of {len(mine)} failed"
+                    + (f"; then {slow:+.1%} per iteration on the detour" if slow is not None
+                       else ""), paper))
+    return out
+
+
+def _num(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

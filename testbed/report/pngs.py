@@ -36,6 +36,20 @@ CAPTIONS: Mapping[str, str] = {
     "geopipe_bandwidth.png": "Iteration time of 1F1B and GeoPipe variants as the cross-DC "
                              "bandwidth grows (log scale); dotted verticals mark the "
                              "bandwidths where a schedule stops being network-bound.",
+    "outage.png": "The job's stall (extra time of the iterations a fibre cut touched) "
+                  "against the fault's length, cut until repair, one panel per collective "
+                  "time-out and a line per protection scheme (simulated); black crosses: "
+                  "the job failed (its collective timed out; drawn at the time lost until "
+                  "then); hollow red squares: emulation points. Dotted: the field trials' "
+                  "~100 ms; dashed: 5 % of a steady iteration (training notices above it); "
+                  "grey: stall = fault length.",
+    "outage_ablation.png": "Left: what protection buys, the stall per scheme at a few "
+                           "fault lengths. Middle: what the detour costs afterwards, the "
+                           "job's completion time beyond the stall (the detour's longer "
+                           "delay on every later iteration), with the slowdown and the "
+                           "spectrum held. Right: an ideal transport and retry "
+                           "(restart the process group) against TCP and fail, no "
+                           "protection.",
     "cba.png": "CBA against sp-ff over the load sweep (mean ± 95 % CI over seeds).",
     "bace.png": "BACE-Pipe against delay-first and cost-first over the load sweep (mean "
                 "± 95 % CI over seeds).",

@@ -304,3 +304,175 @@ def sweep_plots(agg: Sequence[dict[str, Any]], keys: Sequence[str],
                        " (bars: the values are categories, not a scale)")
                     + "; whiskers are 95 % confidence intervals over seeds."))
     return out
+
+
+# ------------------------------------------------------------------ outage reproduction
+OUTAGE_SCHEMES = ("none", "restoration", "1+1", "backup")
+OUTAGE_LABELS = {"none": "no protection (down until the repair)",
+                 "restoration": "controller restoration", "1+1": "1+1 protection",
+                 "backup": "pre-planned backup"}
+
+
+def _sweep_pts(points: Sequence[dict[str, Any]], scheme: str, timeout: float,
+               case: str = "sweep", source: str = "sim") -> list[dict[str, Any]]:
+    return sorted((p for p in points if p.get("case") == case and p.get("source") == source
+                   and p.get("protection") == scheme
+                   and (timeout is None or p.get("collective_timeout_s") == timeout)),
+                  key=lambda p: p["fault_s"])
+
+
+def _outage_refs(ax: Any, steady_s: float | None, claim_s: float = 0.1) -> None:
+    """The reference marks of a stall-vs-fault panel, labelled on the axes (not in the
+    legend): the field trials' ~100 ms, 'noticed' (5 % of an iteration), stall = fault."""
+    ax.axvline(claim_s, color="black", ls=":", lw=1)
+    ax.annotate("field trials: ~100 ms", (claim_s, 0.98), xycoords=("data", "axes fraction"),
+                fontsize=7, rotation=90, va="top", ha="right")
+    if steady_s:
+        ax.axhline(0.05 * steady_s, color="grey", ls="--", lw=1)
+        ax.annotate("noticed: 5 % of an iteration", (0.01, 0.05 * steady_s),
+                    xycoords=("axes fraction", "data"), fontsize=7, va="bottom",
+                    color="#555555")
+    lo, hi = ax.get_xlim()
+    ax.plot([lo, hi], [lo, hi], color="#bbbbbb", lw=1, ls="-.", zorder=0)
+    ax.annotate("stall = fault length", (hi, hi), fontsize=7, ha="right", va="top",
+                color="#888888")
+
+
+def outage_figure(points: Sequence[dict[str, Any]], summary: dict[str, Any]) -> Any:
+    """Stall against fault length, one panel per collective time-out, a line per
+    protection scheme; failed points (the job's time-out) as black crosses at the time
+    they were lost, emulation points as hollow squares."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from testbed.report.figures import PALETTE
+
+    timeouts = sorted({p["collective_timeout_s"] for p in points
+                       if p.get("case") == "sweep" and p.get("source") == "sim"})
+    fig, axes = plt.subplots(1, max(1, len(timeouts)), figsize=(4.6 * max(1, len(timeouts)),
+                                                                 4.8),
+                             squeeze=False, sharey=True)
+    steady = summary.get("steady_iteration_s")
+    for ax, t in zip(axes[0], timeouts, strict=False):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        failed_drawn = False
+        for i, scheme in enumerate(OUTAGE_SCHEMES):
+            pts = _sweep_pts(points, scheme, t)
+            if not pts:
+                continue
+            ok = [p for p in pts if p["survived"] and p.get("stall_s")]
+            ax.plot([p["fault_s"] for p in ok], [p["stall_s"] for p in ok],
+                    marker="osD^"[i], ms=6 - i, lw=2.2 - 0.4 * i, ls=("-", "--", "-.", ":")[i],
+                    color=PALETTE[i], mfc="none" if i % 2 else None,
+                    label=OUTAGE_LABELS[scheme])
+            bad = [p for p in pts if not p["survived"]]
+            if bad:
+                ax.plot([p["fault_s"] for p in bad], [p["stall_s"] or p["failed_after_s"]
+                                                      for p in bad],
+                        ls="none", marker="X", ms=9, color="black",
+                        label=None if failed_drawn else "failed: collective time-out")
+                failed_drawn = True
+        emu = [p for p in points if p.get("source") == "emu"
+               and p.get("collective_timeout_s") in (t, None) and p.get("stall_s")]
+        if emu:
+            ax.plot([p["fault_s"] for p in emu], [p["stall_s"] for p in emu], ls="none",
+                    marker="s", ms=8, mfc="none", mec="#e45756", mew=1.6,
+                    label="emulation (measured)")
+        ax.set_title(f"collective time-out {t:g} s", fontsize=10)
+        ax.set_xlabel("fault length: cut until repair (s, log)")
+        ax.grid(True, which="both", alpha=0.3)
+        _outage_refs(ax, steady)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                  frameon=False)
+    axes[0][0].set_ylabel("stall: extra time of the touched iterations (s, log)")
+    fig.suptitle(f"lightpipe reproduce outage ({summary.get('scenario')}): the job's stall "
+                 "through a fibre cut, simulated" + (", with emulation points"
+                                                     if any(p.get("source") == "emu"
+                                                            for p in points) else ""))
+    fig.tight_layout()
+    return fig
+
+
+def outage_ablation_figure(points: Sequence[dict[str, Any]], summary: dict[str, Any]) -> Any:
+    """Left: what protection buys (stall at a few fault lengths, per scheme). Middle:
+    what the detour costs afterwards (JCT change beyond the stall, per scheme, at the
+    longest fault). Right: the transport and fail/retry ablations without protection."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from testbed.report.figures import PALETTE
+
+    sim = [p for p in points if p.get("source") == "sim"]
+    tmax = max((p["collective_timeout_s"] for p in sim if p["case"] == "sweep"), default=None)
+    faults = sorted({p["fault_s"] for p in sim if p["case"] == "sweep"})
+    show = [f for f in faults if f in (0.01, 0.1, 1.0, 10.0, 60.0)] or faults[:5]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.9))
+    ax = axes[0]
+    width = 0.8 / len(OUTAGE_SCHEMES)
+    for i, scheme in enumerate(OUTAGE_SCHEMES):
+        pts = {p["fault_s"]: p for p in _sweep_pts(points, scheme, tmax)}
+        xs = [k - 0.4 + width * (i + 0.5) for k in range(len(show))]
+        ys = [pts[f]["stall_s"] if f in pts and pts[f]["stall_s"] else 0.0 for f in show]
+        ax.bar(xs, ys, width, color=PALETTE[i], label=OUTAGE_LABELS[scheme])
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(show)), [f"{f:g}" for f in show])
+    ax.set_xlabel("fault length (s)")
+    ax.set_ylabel("stall (s, log)")
+    ax.set_title(f"what protection buys (time-out {tmax:g} s)" if tmax else
+                 "what protection buys", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    f_ref = 1.0 if 1.0 in faults else (faults[len(faults) // 2] if faults else None)
+    labels, cost, slow, spec = [], [], [], []
+    for scheme in OUTAGE_SCHEMES:
+        pts = {p["fault_s"]: p for p in _sweep_pts(points, scheme, tmax)}
+        p = pts.get(f_ref)
+        if p is None:
+            continue
+        labels.append(scheme)
+        cost.append(p.get("detour_cost_s") or 0.0)
+        slow.append(p.get("slowdown_after") or 0.0)
+        spec.append(p.get("spectrum_utilization") or 0.0)
+    bars = ax.bar(labels, cost, color=[PALETTE[OUTAGE_SCHEMES.index(s)] for s in labels])
+    for b, sl, sp in zip(bars, slow, spec, strict=True):
+        ax.annotate(f"{sl:+.1%}/iter\nspectrum {sp:.3f}", (b.get_x() + b.get_width() / 2,
+                                                           b.get_height()),
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_ylabel("JCT change beyond the stall (s)")
+    ax.set_xlabel("protection scheme (above a bar: slowdown per iteration after the "
+                  "event,\ntime-averaged share of the slots held)", fontsize=8)
+    ax.set_ylim(0, max(cost, default=1.0) * 1.25 or 1.0)
+    ax.set_title(f"what the detour costs afterwards (fault {f_ref:g} s)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax = axes[2]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    lines = [("sweep", tmax, "TCP, fail (the sweep)")]
+    cases = sorted({p["case"] for p in sim if p["case"] != "sweep"
+                    and not p["case"].startswith("1+1-switch")})
+    for c in cases:
+        t = next(p["collective_timeout_s"] for p in sim if p["case"] == c)
+        lines.append((c, t, {"transport-ideal": "ideal transport (resumes at the repair)"}
+                      .get(c, f"retry: restart after a {t:g} s time-out")))
+    for i, (case, t, label) in enumerate(lines[:5]):
+        pts = [p for p in sim if p["case"] == case and p["protection"] == "none"
+               and p["collective_timeout_s"] == t and p["survived"] and p.get("stall_s")]
+        pts.sort(key=lambda p: p["fault_s"])
+        ax.plot([p["fault_s"] for p in pts], [p["stall_s"] for p in pts],
+                marker="osD^v"[i], ls=("-", "--", "-.", ":", "-")[i], color=PALETTE[i],
+                label=label, mfc="none" if i % 2 else None)
+    ax.set_xlabel("fault length, no protection (s, log)")
+    ax.set_ylabel("stall (s, log)")
+    ax.set_title("transport and fail / retry (failed points left out)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    _outage_refs(ax, summary.get("steady_iteration_s"))
+    ax.legend(fontsize=7)
+    fig.suptitle("lightpipe reproduce outage: ablations (simulated)")
+    fig.tight_layout()
+    return fig

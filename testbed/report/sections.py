@@ -108,6 +108,9 @@ def run_parts(d: DirReader, backend: str) -> tuple[list[Section], list[Section],
         body += _safe(_lightpath_sections, d, scen, backend)
     if d.has("jobs.csv"):
         body += _safe(_jobs_sections, d, scen, backend)
+    from testbed.report.faultfig import fault_sections
+
+    body += _safe(fault_sections, d, backend)
     if backend == "emu":
         from testbed.report.fidelity import fidelity_sections
 

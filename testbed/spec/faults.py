@@ -38,13 +38,19 @@ def expand_flap(ev: EventSpec) -> list[EventSpec]:
 
 def network_events(events: Sequence[EventSpec]) -> list[EventSpec]:
     """The events the optical network sees, flaps expanded, in time order (stable)."""
-    out: list[EventSpec] = []
-    for ev in events:
+    return [ev for _, ev in indexed_network_events(events)]
+
+
+def indexed_network_events(events: Sequence[EventSpec]) -> list[tuple[int, EventSpec]]:
+    """network_events, each with the index of the spec event it comes from (a flap's
+    cuts and repairs share their flap's index)."""
+    out: list[tuple[int, EventSpec]] = []
+    for i, ev in enumerate(events):
         if ev.kind == "link_flap":
-            out += expand_flap(ev)
+            out += [(i, e) for e in expand_flap(ev)]
         elif ev.kind in NETWORK_KINDS:
-            out.append(ev)
-    return sorted(out, key=lambda e: e.at_s)
+            out.append((i, ev))
+    return sorted(out, key=lambda p: p[1].at_s)
 
 
 def sim_fault_rows(events: Sequence[EventSpec]) -> list[dict[str, Any]]:

@@ -350,6 +350,55 @@ PLACEMENT_POLICIES = ("sp-ff", "sp-ff-best", "delay-first", "delay-first-best", 
 ROUTING_POLICIES = ("ecmp", "shortest", "edge-coloring", "greedy", "greedy-ls", "sa", "ilp")
 
 
+PROTECTION_SCHEMES = ("none", "restoration", "1+1", "backup")
+MAX_TIMEOUT_S = 604_800.0
+"""Longest collective time-out and restart, scenario seconds (a week)."""
+
+
+class ProtectionSpec(Frozen):
+    """What a pp_jobs job's lightpath gets when a fibre or slot event hits it (docs/faults.md)."""
+
+    scheme: Literal["none", "restoration", "1+1", "backup"] = Field(
+        default="restoration", description="none: the lightpath stays down until the fibre "
+        "is repaired; restoration: re-routed at the cut on the k paths (restoration_s "
+        "later it carries traffic); 1+1: a link-disjoint standby lightpath held from the "
+        "start, switched to in switch_s; backup: a pre-planned, reserved disjoint "
+        "lightpath, brought into service in restoration_s")
+    restoration_s: Annotated[float, Field(ge=0, le=MAX_FAULT_S, allow_inf_nan=False)] = Field(
+        default=0.025, description="restoration / backup: seconds from the cut until the new "
+        "route carries traffic (default: LightPipe's SDN controller as measured, 12-31 ms)")
+    switch_s: Annotated[float, Field(ge=0, le=MAX_FAULT_S, allow_inf_nan=False)] = Field(
+        default=0.01, description="1+1: seconds from the cut until the receiver takes the "
+        "standby path")
+
+
+class WorkersFaultSpec(Frozen):
+    """How the pipeline workers live through a network outage (both backends)."""
+
+    collective_timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S,
+                                                 allow_inf_nan=False)] | None = Field(
+        default=None, description="seconds a blocked send/recv/collective waits before it "
+        "raises (torch.distributed init_process_group timeout); null: torch's gloo default, "
+        "1800 s (NCCL's is 600 s)")
+    on_fault: Literal["fail", "retry"] = Field(
+        default="fail", description="after a time-out: fail the job (torch's behaviour), or "
+        "retry: abort the process group, rendezvous again and redo the interrupted "
+        "iteration (TorchElastic-style restart)")
+    restart_s: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)] = Field(
+        default=30.0, description="retry: seconds from the time-out (or the network's "
+        "return, if later) until the restarted group runs again")
+    max_restarts: Annotated[int, Field(ge=0, le=1000)] = Field(
+        default=3, description="retry: restarts allowed per job, then it fails (torchrun's "
+        "--max-restarts, whose default is 0)")
+    transport: Literal["tcp", "ideal"] = Field(
+        default="tcp", description="tcp: traffic resumes at the first retransmission after "
+        "the path is back (RTO doubling from rto0 = RTT + tcp_rto_min_s, at most 120 s, "
+        "given up after 15 retransmissions); ideal: the instant the path is back")
+    tcp_rto_min_s: Annotated[float, Field(ge=0, le=60, allow_inf_nan=False)] = Field(
+        default=0.2, description="the minimum TCP retransmission time-out (Linux TCP_RTO_MIN, "
+        "200 ms), scenario seconds")
+
+
 class PolicySpec(Frozen):
     """Which policies decide spectrum, placement, admission and the pipeline schedule."""
 
@@ -379,6 +428,8 @@ class PolicySpec(Frozen):
                      "ilp"] = Field(
         default="ecmp", description="how flows are routed over multi-path DC fabrics "
         "(emulation.dc_fabric: leaf_spine); see docs/routing.md")
+    protection: ProtectionSpec = Field(default_factory=ProtectionSpec)
+    workers: WorkersFaultSpec = Field(default_factory=WorkersFaultSpec)
 
 
 # Which optional fields each event kind needs (all of them) and takes (no others).
