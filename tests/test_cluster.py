@@ -916,7 +916,7 @@ def test_pair_rows_judge_the_band_in_scenario_time() -> None:
     one-machine verification does, and keeps the rows in the probes' order."""
     import json
 
-    from testbed.cli.cluster_cmd import pair_rows
+    from testbed.cluster.checks import pair_rows
     from testbed.cluster.drive import ShareResult, parse_share_output
     from testbed.cluster.sharedoc import PairProbe
     from testbed.emu.delaycal import RTT_TOL_MS

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from testbed.cli.emu_cluster import cluster_hosts
 from testbed.cluster.agent import Agent, LocalHost, parse_rendezvous, parse_start
 from testbed.cluster.agentlink import RemoteProc
 from testbed.cluster.clock import estimate_offset, shift_record
+from testbed.cluster.workload import cluster_hosts
 from testbed.errors import InputError
 from testbed.orchestrate.results import job_iterations
 

@@ -258,7 +258,7 @@ def test_cluster_up_calibrates_again_while_pairs_are_out_of_band(
     """`cluster up`'s pair check: pairs outside the RTT band after the calibration get
     another calibration and another ping, up to RTT_RECHECKS times (as one machine's
     verify_network), each recorded in cluster_rtt.json's rtt_rechecks."""
-    from testbed.cli import cluster_cmd
+    from testbed.cluster import bringup
 
     docs = iter(bands)
     seen: list[list[dict[str, Any]] | None] = []
@@ -272,13 +272,13 @@ def test_cluster_up_calibrates_again_while_pairs_are_out_of_band(
         calls.append(1)
         return {"enabled": True, "settled": False, "corrections_applied": 2}
 
-    monkeypatch.setattr(cluster_cmd, "check_pairs", check)
-    monkeypatch.setattr(cluster_cmd, "_calibrate", calibrate)
+    monkeypatch.setattr(bringup, "check_pairs", check)
+    monkeypatch.setattr(bringup, "calibrate", calibrate)
     from testbed.emu.scale import Scale
 
-    up = cluster_cmd.UpRun(None, None, type("P", (), {"prefix": "lp0001", "scale": Scale()})(),
-                           None, {}, [], {}, {"enabled": True})
-    assert cluster_cmd._check_and_recheck(up, [], {}, None) == ""
+    up = bringup.UpRun(None, None, type("P", (), {"prefix": "lp0001", "scale": Scale()})(),
+                       None, {}, [], {}, {"enabled": True})
+    assert bringup.check_and_recheck(up, [], None) == ""
     assert len(calls) == calibrations
     assert [[*r["out_of_band"]] for r in (seen[-1] or [])] == rechecked
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from controllers.channels import ForwarderChannel
 from controllers.controls import ControlRefused, RunControls
-from controllers.core import ForwarderChannel
 from testbed.cluster.caprelay import (
     CapRelay,
     caps_mismatch,

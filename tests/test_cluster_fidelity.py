@@ -186,9 +186,9 @@ def test_the_pair_check_keeps_each_echo_for_the_verdict(tmp_path: Path,
     """cluster_rtt.json's rows carry their sparse echoes (samples_ms) and replies, as a
     one-machine verification row does, so the verdict's p99 is the echoes' own (the
     machines' answers here are what `hold ping` prints; SSH is the harness's)."""
+    import testbed.cluster.checks as checks
     import testbed.cluster.drive as drive
-    from testbed.cli.cluster_cmd import check_pairs
-    from testbed.cli.emu_cluster import final_rtt_rows
+    from testbed.cluster.checks import check_pairs, final_rtt_rows
     from testbed.emu.fidelity import lightpath_rtt_errors
 
     row = {"pair": "dc-1~dc-2", "src_machine": "lp1", "dst_machine": "lp2",
@@ -196,7 +196,7 @@ def test_the_pair_check_keeps_each_echo_for_the_verdict(tmp_path: Path,
            "within_band": True, "rtts_ms": [4.0, 4.1, 7.0], "dense_rtts_ms": [4.0] * 50}
     answer = drive.ShareResult("lp1", "10.0.0.1", reachable=True, rows=[row],
                                status={"ping": 0})
-    monkeypatch.setattr(drive, "ping_pairs", lambda *_a: [answer])
+    monkeypatch.setattr(checks, "ping_pairs", lambda *_a: [answer])
     probe = type("P", (), {"pair": "dc-1~dc-2"})()
     failure, doc = check_pairs(None, "lp0001", [probe], tmp_path)
     assert failure == "" and doc["pairs_within_band"] == 1

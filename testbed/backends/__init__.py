@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed.backends.cluster import ClusterBackend
 from testbed.backends.emu import EmuBackend
 from testbed.backends.sim import SimBackend
 from testbed.errors import InputError
@@ -25,7 +26,8 @@ class Backend(Protocol):
         ...
 
 
-BACKENDS: dict[str, type[Backend]] = {"sim": SimBackend, "emu": EmuBackend}
+BACKENDS: dict[str, type[Backend]] = {"sim": SimBackend, "emu": EmuBackend,
+                                      "cluster": ClusterBackend}
 
 
 def get_backend(name: str) -> Backend:

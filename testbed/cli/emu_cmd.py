@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
+
+if TYPE_CHECKING:
+    from testbed.spec import Scenario
 
 HELP = "emulate a scenario (root): build, verify, probe, tear down; --hold keeps it up"
 
@@ -100,12 +104,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_cluster(args: argparse.Namespace, scenario: object) -> int:
-    """`emu SPEC --cluster FILE`: testbed.cli.emu_cluster, then the one-machine printout."""
+def run_cluster(args: argparse.Namespace, scenario: Scenario) -> int:
+    """`emu SPEC --cluster FILE`: the cluster backend (testbed.backends.cluster), then the
+    one-machine printout."""
     from pathlib import Path
 
+    from testbed.backends.cluster import ClusterBackend
+    from testbed.cli.cluster_cmd import up_options
     from testbed.cli.common import check_out
-    from testbed.cli.emu_cluster import run_cluster_emulation
     from testbed.cli.summary import maybe_report, print_run, write_readme
     from testbed.emu.plan import build_plan
     from testbed.errors import InputError
@@ -114,12 +120,11 @@ def run_cluster(args: argparse.Namespace, scenario: object) -> int:
         raise InputError("--hold", "not with --cluster (`lightpipe cluster up` holds a "
                          "network across machines)")
     build_plan(scenario)  # bad input first, exit 2
-    args.prefix = None
-    args.link_mode = args.link_mode or "auto"
     check_out(args.out, args.force)
-    summary = run_cluster_emulation(args, scenario)
     out = Path(args.out)
-    write_readme(out, f"LightPipe emu run of {getattr(scenario, 'name', '')} across machines")
+    summary = ClusterBackend().run(scenario, out, args.quiet, options=up_options(args),
+                                   echo=emit)
+    write_readme(out, f"LightPipe emu run of {scenario.name} across machines")
     print_run("emu", out, args.out.rstrip("/"), summary, scenario,
               maybe_report(out, args.report))
     return 0

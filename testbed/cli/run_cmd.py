@@ -20,8 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out_arg(parser)
     add_quiet_arg(parser)
     add_report_arg(parser)
-    parser.add_argument("--backend", default="auto", choices=["auto", "sim", "emu", "both"],
-                        help="auto: emu if this machine can emulate the scenario, else sim")
+    parser.add_argument("--backend", default="auto",
+                        choices=["auto", "sim", "emu", "both", "cluster"],
+                        help="auto: emu if this machine can emulate the scenario, else sim "
+                        "(cluster with --cluster); cluster: across machines")
+    cl = parser.add_argument_group("across machines (--backend cluster; docs/cluster.md)")
+    cl.add_argument("--cluster", metavar="FILE", default=None,
+                    help="the cluster file: run as `lightpipe emu SPEC --cluster FILE` does")
+    cl.add_argument("--place", action="append", default=[], metavar="DC=MACHINE",
+                    help="with --cluster: put a DC (with its ROADM) on a machine")
 
 
 def choose_backend(requested: str, scenario: Scenario) -> tuple[list[str], str]:
@@ -42,6 +49,26 @@ def choose_backend(requested: str, scenario: Scenario) -> tuple[list[str], str]:
     return ["sim"], f"running the simulation backend ({reason or 'emulation unavailable'})"
 
 
+def cluster_backend_args(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
+    """The backend asked for (auto with --cluster: cluster) and the cluster backend's
+    own arguments ({} for the others); InputError naming a cluster option out of place."""
+    from testbed.errors import InputError
+
+    requested = "cluster" if args.cluster and args.backend == "auto" else args.backend
+    if requested != "cluster":
+        for opt, given in (("--cluster", args.cluster), ("--place", args.place)):
+            if given:
+                raise InputError(opt, "only with --backend cluster")
+        return requested, {}
+    if not args.cluster:
+        raise InputError("--cluster", "--backend cluster needs a cluster file (--cluster "
+                         "FILE; docs/cluster.md)")
+    from testbed.cluster.bringup import UpOptions
+
+    return requested, {"options": UpOptions(cluster_file=args.cluster,
+                                            place=tuple(args.place)), "echo": emit}
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -51,9 +78,10 @@ def run(args: argparse.Namespace) -> int:
     from testbed.errors import RuntimeFailure
     from testbed.spec import load_scenario
 
+    requested, extra = cluster_backend_args(args)
     scenario = load_scenario(args.spec)
     check_out(args.out, args.force)
-    names, why = choose_backend(args.backend, scenario)
+    names, why = choose_backend(requested, scenario)
     emit(f"lightpipe: {why}")
     out = Path(args.out)
     shown = args.out.rstrip("/")
@@ -69,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             if not ok:
                 raise RuntimeFailure(f"backend {name} unavailable: {reason}")
             target = out / name if len(names) > 1 else out
-            summary = backend.run(scenario, target, quiet=args.quiet)
+            summary = backend.run(scenario, target, quiet=args.quiet, **extra)
             summaries[name] = summary
             write_readme(target, f"LightPipe {name} run of {scenario.name}")
             print_run(name, target, f"{shown}/{name}" if len(names) > 1 else shown, summary,

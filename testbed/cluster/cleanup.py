@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from testbed.cluster.remote import Ssh, check_ssh_inputs, ssh_error
-from testbed.cluster.spec import ClusterSpec, MachineSpec, _check_venv
+from testbed.cluster.spec import ClusterSpec, MachineSpec, check_venv
 from testbed.emu.state import PREFIX_RE
 from testbed.errors import InputError
 
@@ -113,7 +113,7 @@ def clean_args(cluster: ClusterSpec, machine: MachineSpec, prefixes: Sequence[st
             raise InputError("RUN", f"not a LightPipe run prefix: {p!r} (lp + 4 hex digits)")
     venv = cluster.venv_of(machine)
     try:
-        _check_venv(venv)
+        check_venv(venv)
         tunnel_ip = str(ipaddress.ip_address(machine.underlay_ip))
     except ValueError as exc:
         raise InputError(f"machines[{cluster.machines.index(machine)}]", str(exc)) from None

@@ -30,10 +30,17 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from testbed.errors import RuntimeFailure
 from testbed.orchestrate.controller import ControllerRestarter
+
+if TYPE_CHECKING:
+    from testbed.cluster.agentlink import ClusterWorkers
+    from testbed.cluster.bringup import UpRun
+    from testbed.cluster.caprelay import CapRelay
+    from testbed.emu.plan import EmuPlan
+    from testbed.orchestrate.ctl_process import ControllerProcess
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,7 @@ def merged_ports(replies: dict[str, dict[str, Any]]) -> dict[tuple[str, str], in
     return ports
 
 
-def start_cap_relay(up: Any, workers: Any, run_dir: Path) -> Any:
+def start_cap_relay(up: UpRun, workers: ClusterWorkers, run_dir: Path) -> CapRelay:
     """The caps relay (testbed.cluster.caprelay) for every fibre of the plan, each to the
     agent session of the machine whose share emulates it (RuntimeFailure naming a fibre
     no machine emulates)."""
@@ -82,7 +89,7 @@ def start_cap_relay(up: Any, workers: Any, run_dir: Path) -> Any:
     return relay
 
 
-def stop_cap_relay(relay: Any) -> None:
+def stop_cap_relay(relay: CapRelay) -> None:
     from testbed.cluster.caprelay import remove_relay_dir
 
     relay.close()
@@ -93,10 +100,10 @@ def stop_cap_relay(relay: Any) -> None:
 class ClusterController:
     """A cluster run's controller and what its restart needs."""
 
-    ctl: Any                # testbed.orchestrate.ctl_process.ControllerProcess
-    plan: Any               # the plan with the controller's lightpaths
+    ctl: ControllerProcess
+    plan: EmuPlan           # the plan with the controller's lightpaths
     record: dict[str, Any]  # summary.json controller_run
-    relay: Any              # the caps relay (stop_cap_relay after the controller)
+    relay: CapRelay         # the caps relay (stop_cap_relay after the controller)
     layout: Any             # the layout it was given (again after a restart)
     run_dir: Path
     timeout_s: float
@@ -138,8 +145,8 @@ class ClusterControllerRestarter(ControllerRestarter):
         return new.proc.pid
 
 
-def start_cluster_controller(up: Any, workers: Any, run_dir: Path, timeout_s: float
-                             ) -> ClusterController:
+def start_cluster_controller(up: UpRun, workers: ClusterWorkers, run_dir: Path,
+                             timeout_s: float) -> ClusterController:
     """Start the controller, relay every machine's switches to it, give it the layout and
     set up the plan's lightpaths (see the module docstring). Returns the controller, the
     plan with its lightpaths, the record for the summary and the caps relay (stop it with

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.cluster.remote import Ssh, check_ssh_inputs, ssh_error
-from testbed.cluster.spec import ClusterSpec, MachineSpec, _check_venv
+from testbed.cluster.spec import ClusterSpec, MachineSpec, check_venv
 from testbed.emu.state import PREFIX_RE
 from testbed.errors import InputError
 
@@ -114,7 +114,7 @@ def share_args(cluster: ClusterSpec, machine: MachineSpec, action: str,
                          "digits)")
     venv = cluster.venv_of(machine)
     try:
-        _check_venv(venv)
+        check_venv(venv)
     except ValueError as exc:
         raise InputError(f"machines[{cluster.machines.index(machine)}].venv",
                          str(exc)) from None

@@ -20,7 +20,7 @@ from typing import Any
 from testbed.cluster.share import MachineShare
 from testbed.cluster.tunnel import create_commands
 from testbed.emu.forwarding import Forwarding, PortMap
-from testbed.emu.network import CONTROLLER_LATER, HOST_SYSCTLS, EmuNetwork
+from testbed.emu.network import CONTROLLER_LATER, EmuNetwork, configure_hosts
 from testbed.emu.plan import EmuPlan
 from testbed.errors import RuntimeFailure
 
@@ -142,28 +142,8 @@ class ShareNetwork(EmuNetwork):
     def _configure_hosts(self) -> None:
         """This machine's hosts, with static neighbour entries for every host of the plan
         (the others are reached through the tunnels)."""
-        neigh = [(h.ip.split("/")[0], h.mac) for h in self.plan.hosts]
-        for h in self.share.hosts:
-            node = self.nodes[h.node]
-            intf = node.defaultIntf()
-            node.setMAC(h.mac, intf)
-            node.setIP(h.ip, intf=intf)
-        for h in self.share.hosts:
-            node = self.nodes[h.node]
-            intf = node.defaultIntf()
-            batch = "".join(f"neigh replace {ip} lladdr {mac} dev {intf} nud permanent\n"
-                            for ip, mac in neigh if ip != h.ip.split("/")[0])
-            path = self.state_dir / f"{h.node}.neigh"
-            path.write_text(batch)
-            sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
-            node.cmd(f"ip link set lo up; sysctl -q {sysctls} >/dev/null; ip -batch {path}; "
-                     f"rm -f {path}")
-        for f in self.share.fibres:
-            node = self.nodes[f.middle]
-            node.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 "
-                     "-w net.ipv6.conf.default.disable_ipv6=1 >/dev/null")
-            for intf in node.intfList():
-                node.cmd(f"ip link set {intf} up")
+        configure_hosts(self.nodes, self.share.hosts, self.share.fibres, self.plan.hosts,
+                        self.state_dir)
 
     def _start_link_emulation(self, wait: bool = True) -> None:
         """Fibre emulators for this machine's fibres; caps from every lightpath of the plan,

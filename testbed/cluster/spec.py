@@ -135,7 +135,7 @@ class MachineSpec(Frozen):
     @field_validator("venv")
     @classmethod
     def _venv(cls, value: str | None) -> str | None:
-        return None if value is None else _check_venv(value)
+        return None if value is None else check_venv(value)
 
     @property
     def underlay_ip(self) -> str:
@@ -143,7 +143,8 @@ class MachineSpec(Frozen):
         return self.tunnel_address or self.address
 
 
-def _check_venv(value: str) -> str:
+def check_venv(value: str) -> str:
+    """The venv path when it is safe and absolute (ValueError naming it otherwise)."""
     _check_path(value, "venv")
     if not value.startswith("/"):
         raise ValueError(f"venv must be an absolute path (got {value!r})")
@@ -171,7 +172,7 @@ class ClusterSpec(Frozen):
     @field_validator("venv")
     @classmethod
     def _venv(cls, value: str) -> str:
-        return _check_venv(value)
+        return check_venv(value)
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:

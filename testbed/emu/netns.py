@@ -18,7 +18,8 @@ CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def _setns(fd: int) -> None:
+def setns(fd: int) -> None:
+    """Move the calling thread into the network namespace open at `fd` (OSError)."""
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns: {os.strerror(err)}")
@@ -42,13 +43,13 @@ def in_netns(path: str) -> Iterator[None]:
     try:
         target = os.open(path, os.O_RDONLY)
         try:
-            _setns(target)
+            setns(target)
         finally:
             os.close(target)
         try:
             yield
         finally:
-            _setns(back)
+            setns(back)
     finally:
         os.close(back)
 
@@ -79,14 +80,14 @@ def enter_netns(path: str) -> int:
     back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     target = os.open(path, os.O_RDONLY)
     try:
-        _setns(target)
+        setns(target)
     finally:
         os.close(target)
     return back
 
 
 def leave_netns(back_fd: int) -> None:
-    _setns(back_fd)
+    setns(back_fd)
     os.close(back_fd)
 
 
@@ -108,7 +109,7 @@ def enter_new_named(name: str, hold: Callable[[str], object]) -> int:
         subprocess.run(["ip", "netns", "attach", name, str(threading.get_native_id())],
                        check=True, capture_output=True)
     except BaseException:
-        _setns(back)
+        setns(back)
         os.close(back)
         raise
     return back

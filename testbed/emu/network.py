@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,7 +33,7 @@ from testbed.emu.forwarding import Forwarding, PortMap, StaticForwarding
 from testbed.emu.live import RestClient
 from testbed.emu.netns import enter_new_named, leave_netns
 from testbed.emu.ovs import PrivateOVS
-from testbed.emu.plan import EmuPlan, LightpathPlan
+from testbed.emu.plan import EmuPlan, FibrePlan, HostPlan, LightpathPlan
 from testbed.emu.state import (
     RunState,
     alive,
@@ -126,6 +126,37 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def configure_hosts(nodes: Mapping[str, Any], hosts: Sequence[HostPlan],
+                    fibres: Sequence[FibrePlan], every_host: Sequence[HostPlan],
+                    state_dir: Path) -> None:
+    """The hosts built here (`nodes` by plan name): each its MAC and address, loopback up,
+    HOST_SYSCTLS, and a static neighbour entry for every other host of `every_host` (on
+    one machine the plan's hosts; across machines also those reached through the
+    tunnels); and the middle nodes of `fibres` with IPv6 off and every interface up."""
+    for h in hosts:
+        node = nodes[h.node]
+        intf = node.defaultIntf()
+        node.setMAC(h.mac, intf)
+        node.setIP(h.ip, intf=intf)
+    neigh = [(h.ip.split("/")[0], h.mac) for h in every_host]
+    sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
+    for h in hosts:
+        node = nodes[h.node]
+        intf = node.defaultIntf()
+        batch = "".join(f"neigh replace {ip} lladdr {mac} dev {intf} nud permanent\n"
+                        for ip, mac in neigh if ip != h.ip.split("/")[0])
+        path = state_dir / f"{h.node}.neigh"
+        path.write_text(batch)
+        node.cmd(f"ip link set lo up; sysctl -q {sysctls} >/dev/null; ip -batch {path}; "
+                 f"rm -f {path}")
+    for f in fibres:
+        node = nodes[f.middle]
+        node.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 "
+                 "-w net.ipv6.conf.default.disable_ipv6=1 >/dev/null")
+        for intf in node.intfList():
+            node.cmd(f"ip link set {intf} up")
 
 
 class EmuNetwork:
@@ -354,29 +385,7 @@ class EmuNetwork:
 
     def _configure_hosts(self) -> None:
         p = self.plan
-        neigh = []
-        for h in p.hosts:
-            node = self.nodes[h.node]
-            intf = node.defaultIntf()
-            node.setMAC(h.mac, intf)
-            node.setIP(h.ip, intf=intf)
-            neigh.append((h.ip.split("/")[0], h.mac))
-        for h in p.hosts:
-            node = self.nodes[h.node]
-            intf = node.defaultIntf()
-            batch = "".join(f"neigh replace {ip} lladdr {mac} dev {intf} nud permanent\n"
-                            for ip, mac in neigh if ip != h.ip.split("/")[0])
-            path = self.state_dir / f"{h.node}.neigh"
-            path.write_text(batch)
-            sysctls = " ".join(f"-w '{s}'" for s in HOST_SYSCTLS)
-            node.cmd(f"ip link set lo up; sysctl -q {sysctls} >/dev/null; ip -batch {path}; "
-                     f"rm -f {path}")
-        for f in p.fibres:
-            node = self.nodes[f.middle]
-            node.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 "
-                     "-w net.ipv6.conf.default.disable_ipv6=1 >/dev/null")
-            for intf in node.intfList():
-                node.cmd(f"ip link set {intf} up")
+        configure_hosts(self.nodes, p.hosts, p.fibres, p.hosts, self.state_dir)
 
     def _shape_links(self) -> None:
         """HTB at the plan's rate on both ends of every rate-limited DC fabric link."""

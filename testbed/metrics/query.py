@@ -12,7 +12,9 @@ from typing import Any
 from testbed.errors import RuntimeFailure
 
 
-def _get(url: str, path: str, params: dict[str, str], timeout_s: float) -> Any:
+def api_get(url: str, path: str, params: dict[str, str], timeout_s: float) -> Any:
+    """GET one Prometheus HTTP API path (e.g. /api/v1/label/NAME/values) with params; its
+    `data` (RuntimeFailure when unreachable or the query failed)."""
     full = f"{url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
     try:
         with urllib.request.urlopen(full, timeout=timeout_s) as r:
@@ -36,7 +38,7 @@ def query(url: str, promql: str, timeout_s: float = 10.0,
     nothing "now": an instant query looks back 5 minutes only); returns the result vector
     ([{'metric': {...}, 'value': [t, 'v']}])."""
     params = {"query": promql} if at_s is None else {"query": promql, "time": f"{at_s:.3f}"}
-    data = _get(url, "/api/v1/query", params, timeout_s)
+    data = api_get(url, "/api/v1/query", params, timeout_s)
     result = data.get("result", [])
     if data.get("resultType") == "scalar":
         return [{"metric": {}, "value": result}]
@@ -45,7 +47,7 @@ def query(url: str, promql: str, timeout_s: float = 10.0,
 
 def query_range(url: str, promql: str, start_s: float, end_s: float, step_s: float = 1.0,
                 timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    data = _get(url, "/api/v1/query_range", {"query": promql, "start": str(start_s),
+    data = api_get(url, "/api/v1/query_range", {"query": promql, "start": str(start_s),
                                              "end": str(end_s), "step": str(step_s)},
                 timeout_s)
     return list(data.get("result", []))
@@ -74,4 +76,4 @@ def wait_for(url: str, promql: str, timeout_s: float = 30.0,
 
 def targets(url: str) -> list[dict[str, Any]]:
     """Active scrape targets with their health."""
-    return list(_get(url, "/api/v1/targets", {"state": "active"}, 10.0)["activeTargets"])
+    return list(api_get(url, "/api/v1/targets", {"state": "active"}, 10.0)["activeTargets"])

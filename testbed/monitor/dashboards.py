@@ -121,14 +121,14 @@ LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$")
 
 def variable_values(url: str, query: str, values: dict[str, str]) -> list[str]:
     """What Grafana would list for a `label_values(selector, label)` variable."""
-    from testbed.metrics.query import _get
+    from testbed.metrics.query import api_get
 
     m = LABEL_VALUES.match(substitute(query, values).strip())
     if m is None:
         raise InputError("query", f"unsupported variable query {query!r}")
     selector, label = m.group(1), m.group(2)
     params = {"match[]": selector} if selector else {}
-    return list(_get(url, f"/api/v1/label/{label}/values", params, 10.0))
+    return list(api_get(url, f"/api/v1/label/{label}/values", params, 10.0))
 
 
 def run_query(url: str, q: DashQuery, values: dict[str, str], start_s: float, end_s: float,

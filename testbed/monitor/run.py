@@ -41,13 +41,13 @@ def in_netns(fd: int | None, fn: Callable[[], T]) -> T:
     """fn() in a thread that first joins the network namespace `fd` (setns is per thread)."""
     if fd is None:
         return fn()
-    from testbed.emu.netns import _setns
+    from testbed.emu.netns import setns
 
     box: dict[str, Any] = {}
 
     def body() -> None:
         try:
-            _setns(fd)
+            setns(fd)
             box["v"] = fn()
         except BaseException as exc:  # re-raised in the caller
             box["e"] = exc

@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.orchestrate.replay import Client, LinkSwitch, _event
+from testbed.orchestrate.replay import Client, LinkSwitch, apply_event
 from testbed.orchestrate.results import job_iterations, read_records
 from testbed.spec.faults import NETWORK_KINDS, TESTBED_KINDS, flap_steps, network_events
 from testbed.spec.models import EventSpec
@@ -382,7 +382,7 @@ class FaultInjector:
             rec["skipped"] = "static forwarding: no controller to restore lightpaths"
         else:
             try:
-                rec.update(_event(ev, self.client, {}, self.set_link, time.monotonic,
+                rec.update(apply_event(ev, self.client, {}, self.set_link, time.monotonic,
                                   time.sleep, self.settle_timeout_s))
             except Exception as exc:
                 rec["error"] = str(exc)

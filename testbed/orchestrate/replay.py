@@ -135,7 +135,7 @@ def replay(scenario: Scenario, sample: Sequence[Request], client: Client, *,
                     raise RuntimeFailure(f"controller: DELETE lightpath {lp_id}: {status} {body}")
             continue
         if kind == EVENT:
-            rec = _event(item, client, live, set_link, clock, sleep, settle_timeout_s)
+            rec = apply_event(item, client, live, set_link, clock, sleep, settle_timeout_s)
             rec["at_s"] = item.at_s
             ev_log.append(rec)
             stats["lost"] += len(rec.get("lost", []))
@@ -215,9 +215,9 @@ def _arrive(item: Request, client: Client, ends: dict[str, str], live: dict[int,
     return row
 
 
-def _event(ev: EventSpec, client: Client, live: dict[int, int], set_link: LinkSwitch | None,
-           clock: Callable[[], float], sleep: Callable[[float], None],
-           timeout_s: float) -> dict[str, Any]:
+def apply_event(ev: EventSpec, client: Client, live: dict[int, int],
+                set_link: LinkSwitch | None, clock: Callable[[], float],
+                sleep: Callable[[float], None], timeout_s: float) -> dict[str, Any]:
     """Apply one network event through the controller; its record (timings, lost and
     restored controller lightpath ids). A cut/repair with set_link is a data-plane
     port change the controller must notice; without it, and for slot blocks (which have

@@ -140,10 +140,10 @@ def series_charts_with_notes(url: str, start_s: float, end_s: float
                              ) -> tuple[list[Figure], str]:
     """One chart per metric name (at most MAX_CHARTS, PRIORITY first) with short legends;
     metrics that are zero throughout and those past the limit are named in the note."""
-    from testbed.metrics.query import _get
+    from testbed.metrics.query import api_get
     from testbed.report import figures as F
 
-    all_names = list(_get(url, "/api/v1/label/__name__/values", {}, 10.0))
+    all_names = list(api_get(url, "/api/v1/label/__name__/values", {}, 10.0))
     names = charted_names(all_names) or (["up"] if "up" in all_names else [])
     step = max(1.0, (end_s - start_s) / 300.0)
     figs: list[Figure] = []
@@ -155,7 +155,7 @@ def series_charts_with_notes(url: str, start_s: float, end_s: float
             continue
         is_counter = name.endswith(("_total", "_sum", "_count"))
         q = f"rate({name}[{max(2, int(3 * step))}s])" if is_counter else name
-        data = _get(url, "/api/v1/query_range", {"query": q, "start": f"{start_s:.3f}",
+        data = api_get(url, "/api/v1/query_range", {"query": q, "start": f"{start_s:.3f}",
                                                   "end": f"{end_s:.3f}", "step": f"{step:g}"},
                     20.0)
         series = [(dict(s["metric"]), [float(t) - start_s for t, _ in s["values"]],
