@@ -111,6 +111,11 @@ bash "$(dirname "$0")/link_cli.sh" "$VENV"
 # checkout): each `lightpipe` command, forwarder, controller and worker then reads it even
 # where PYTHONDONTWRITEBYTECODE is set, instead of compiling the package again.
 "$VENV/bin/python" -m compileall -q -j 0 testbed controllers workloads >/dev/null || true
+# The dynamic-RMSA loop compiled ahead of time (testbed/sim/rmsa_kernel.py, ~5 s of CPU once),
+# so that the first `lightpipe sim` does not pay for it; without a C compiler numba
+# compiles it on first use instead.
+"$VENV/bin/python" -m testbed.sim.rmsa_kernel --build >/dev/null 2>&1 ||
+  log "the compiled RMSA loop is not built ahead of time here (no C compiler?): numba compiles it on first use"
 log "done: $VENV/bin/lightpipe"
 # What this machine can run (`lightpipe doctor`: each missing piece with its fix); it fails
 # only when the simulator itself does not work.

@@ -175,7 +175,8 @@ def test_finished_run_keeps_the_layout_readers_expect(tmp_path: Path) -> None:
     m = manifest_of(out)
     assert m is not None and m["status"] == "finished" and m["ended_unix_s"] >= \
         m["started_unix_s"]
-    assert m["records"] == ["summary.json", "jobs.csv", "lightpaths.csv"]
+    # pp-jobs has network events: the jobs they hit, iteration by iteration (docs/faults.md)
+    assert m["records"] == ["summary.json", "jobs.csv", "lightpaths.csv", "fault_iterations.csv"]
     ids = [int(r["job_id"]) for r in read_records(out / "jobs.csv")]
     assert ids == sorted(ids) and len(ids) == 400  # rewritten whole, sorted, at the end
     lps = read_records(out / "lightpaths.csv")

@@ -169,3 +169,111 @@ def test_copy_graph_is_networkx_copy(name: str, g: nx.DiGraph) -> None:
     got.remove_edge(u, v)
     assert g.edges[u, v]["capacity_gbps"] != -1.0 and g.nodes[u]["role"] != "changed"
     assert g.has_edge(u, v)
+
+
+def _dual_homed() -> nx.DiGraph:
+    """A Clos whose host h0 has a second uplink (to leaf1): not one leaf's host."""
+    g = clos(4, 4, 2)
+    g.add_edge("h0", "leaf1", capacity_gbps=100.0)
+    g.add_edge("leaf1", "h0", capacity_gbps=100.0)
+    return g
+
+
+@pytest.mark.parametrize("name,g", [*_graphs(), ("dual-homed", _dual_homed())])
+def test_bulk_host_lookup_equals_one_by_one(name: str, g: nx.DiGraph) -> None:
+    """`_SpineCache.resolve` (hosts looked up together where the fabric allows) gives
+    what the one-host look-up gives, for every node as source and as destination."""
+    nodes = list(g.nodes)
+    fast = Fabric(g)._spines.resolve(nodes, nodes)
+    sc = Fabric(g)._spines
+    slow_up = [sc._one(h, True) for h in nodes]
+    slow_down = [sc._one(h, False) for h in nodes]
+    assert list(zip(fast[0], fast[1], strict=True)) == slow_up
+    assert list(zip(fast[2], fast[3], strict=True)) == slow_down
+    one = Fabric(g)._spines  # one host at a time, as `pair` asks
+    for h, (a, k), (b, m) in zip(nodes, slow_up, slow_down, strict=True):
+        assert one.host_up(h) == (None if a < 0 else (one.leaves[a], k))
+        assert one.host_down(h) == (None if b < 0 else (one.leaves[b], m))
+    if name == "dual-homed":
+        assert slow_up[nodes.index("h0")] == (-1, -1) and slow_up[nodes.index("h1")][0] >= 0
+
+
+def _random_instances() -> list[tuple[str, Instance]]:
+    """Fabrics where greedy's routing has every flow at its host links' rate and where it
+    cannot (oversubscribed, unequal capacities, shared hosts), several traffic patterns."""
+    out = []
+    fabrics = [("clos", clos(8, 16, 4)), ("few-spines", clos(2, 16, 4)),
+               ("oversub", clos(4, 8, 4, oversubscription=2.0)),
+               ("slow-hosts", clos(8, 8, 4, host_rate_gbps=25.0, spine_rate_gbps=100.0))]
+    for name, g in _graphs() + fabrics:
+        hosts = [n for n, r in g.nodes(data="role") if r == "host"]
+        for seed in range(6):
+            rng = random.Random(seed)
+            size = min(len(hosts), rng.randint(2, 8))
+            jobs = [Job(f"j{j}", tuple(rng.sample(hosts, size)),
+                        pattern=rng.choice(["ring", "ring", "pipeline", "all_to_all"]))
+                    for j in range(rng.randint(1, 3))]
+            out.append((f"{name}-{seed}", Instance(g, flows_of(jobs))))
+        for seed in range(2):  # distinct hosts, one ring each: where greedy can reach
+            n_jobs = max(1, min(4, len(hosts) // 4))  # the bound
+            out.append((f"{name}-rings-{seed}", Instance(g, flows_of(jobs_on_clos(
+                g, n_jobs, min(4, len(hosts)), seed=seed)))))
+    return out
+
+
+def test_unbeatable_routings_are_never_beaten() -> None:
+    """Where `Instance.unbeatable` says greedy's routing cannot be beaten, no routing
+    (ECMP, the shortest, random ones, every one on small instances) has a better metric
+    key, so the guard's answer is the same without comparing."""
+    from testbed.routing.policies import ecmp_index
+
+    said = 0
+    for name, inst in _random_instances():
+        choice = greedy(inst)
+        if not inst.unbeatable(choice):
+            continue
+        said += 1
+        key = inst.full_key(choice)
+        rng = random.Random(name)
+        others = [[ecmp_index(f, n, s) for f, n in zip(inst.flows, inst.n_cands, strict=True)]
+                  for s in range(4)] + [[0] * len(inst.flows)]
+        others += [[rng.randrange(n) for n in inst.n_cands] for _ in range(30)]
+        if np.prod([float(n) for n in inst.n_cands]) <= 4096:
+            others += [list(c) for c in itertools.product(*[range(n) for n in inst.n_cands])]
+        for other in others:
+            assert not inst.full_key(other) > key, (name, other)
+        assert key == inst.upper_key()  # every flow at its host links' rate
+    assert said >= 10  # the shortcut is exercised
+
+
+def test_guard_decides_as_the_full_comparison() -> None:
+    """`route("greedy")` with the shortcut chooses exactly what comparing greedy's key with
+    ECMP's (or the routing in force) chooses, on instances where it applies and not."""
+    from testbed.routing.policies import Context, _ecmp, _guard
+
+    for name, inst in _random_instances():
+        choice = greedy(inst)
+        for seed in (0, 3):
+            ctx = Context(tuple([None] * len(inst.flows)), seed, 1.0, None)
+            base = _ecmp(inst, ctx)[0]
+            want = base if inst.full_key(base) > inst.full_key(choice) else choice
+            info: dict = {}
+            assert _guard(inst, ctx, list(choice), info) == want, name
+            assert ("guard" in info) == (want is base and base != choice)
+
+
+def test_from_scratch_greedy_leaves_the_batch_lists_unmade() -> None:
+    """On the paper's fabric a from-scratch greedy reads the batch arrays: the per-flow
+    candidate lists are not made (made on first use, equal to the eager compile's)."""
+    from testbed.routing.policies import route
+
+    g = clos(32, 64, 8)
+    flows = flows_of(jobs_on_clos(g, 16, 16, seed=2))
+    inst = Instance(g, flows)
+    r = route("greedy", g, flows, instance=inst)
+    assert inst._comp.lazy and "cands" not in inst.__dict__
+    eager = Fabric(g).compile(flows)
+    assert [list(c) for c in inst.cands] == [list(c) for c in eager.paths]
+    assert all(np.array_equal(a, b) for a, b in zip(inst.cand_mat, eager.mat, strict=True))
+    assert r.paths == inst.paths_of(greedy(inst)) == Instance(g, flows).paths_of(
+        greedy_reference(Instance(g, flows)))

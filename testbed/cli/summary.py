@@ -27,6 +27,10 @@ FILES: dict[str, str] = {
     "jobs.csv": "one row per pipeline job: placement, lightpaths, iteration time, JCT, cost",
     "lightpaths.csv": "one row per lightpath a pipeline job held: route, slots, set-up and "
                       "tear-down time (s)",
+    "fault_iterations.csv": "each job a network event hit, iteration by iteration around the "
+                            "event: end time, iteration time, redone (docs/faults.md)",
+    "outage.png": "stall and failure boundary against the outage's length (reproduce outage)",
+    "outage_ablation.png": "what each protection scheme buys, and the detour's cost afterwards",
     "probes.csv": "iperf3 goodput per emulated lightpath against its configured rate",
     "network.json": "the emulated network: hosts, IPs, lightpaths (0600 when it holds the "
                     "controller's token)",

@@ -26,23 +26,36 @@ def greedy(inst: Instance, start: Sequence[int | None] | None = None,
 
     The same choices as `greedy_reference`, with the loads and the own-link tables as
     Python lists: the free candidate is usually among the first few, and a list scan that
-    stops there beats numpy's per-call cost on 32-candidate rows."""
+    stops there beats numpy's per-call cost on 32-candidate rows. A flow's chosen links
+    are its common links and its own links' column entries (no per-flow array is read)."""
     n = len(inst.flows)
     choice: list[int | None] = list(start) if start is not None else [None] * n
     routed = [i for i in range(n) if choice[i] is not None]
     load: list[int] = inst.loads(choice).tolist()
     todo = [i for i in (order if order is not None else range(n)) if choice[i] is None]
-    own_links, own_caps = inst.own_lists
-    cap = inst.cap
+    own_links, own_caps, common = inst.rest_tables
+    src_leaf, dst_leaf, host_up, host_down = inst.batch_of
+    if inst._batch is not None:  # the leaves' rows: links up/down per spine, capacities
+        up_rows, down_rows, cap_up_rows, cap_down_rows = inst.fabric._spines.lists
+    n_cands, cap = inst.n_cands, inst.cap
     for i in todo:
-        mat = inst.cand_mat[i]
         pick = 0
-        n_cand = len(mat)
+        n_cand = n_cands[i]
+        a = src_leaf[i]
         if n_cand > 1:
-            cols, caps, top = own_links[i], own_caps[i], inst.own_cap_max[i]
+            top = inst.own_cap_max[i]
             free: list[int] = []
-            if len(cols) == 2:  # a Clos path: its two spine links
-                (up, down), (cap_up, cap_down) = cols, caps
+            two = a >= 0
+            if two:  # a batch flow: its leaves' rows
+                b = dst_leaf[i]
+                up, down, cap_up, cap_down = up_rows[a], down_rows[b], cap_up_rows[a], \
+                    cap_down_rows[b]
+            else:
+                cols, caps = own_links[i], own_caps[i]
+                two = len(cols) == 2
+                if two:  # a Clos path: its two spine links
+                    (up, down), (cap_up, cap_down) = cols, caps
+            if two:
                 for k in range(n_cand):
                     if load[up[k]] == 0 and load[down[k]] == 0 and cap_up[k] >= top \
                             and cap_down[k] >= top:
@@ -73,8 +86,16 @@ def greedy(inst: Instance, start: Sequence[int | None] | None = None,
                         best_key, pick = key, k
         choice[i] = pick
         routed.append(i)
-        for x in mat[pick].tolist():
-            load[x] += 1
+        if a >= 0:  # the candidate's links: its host links, its two spine links
+            load[host_up[i]] += 1
+            load[host_down[i]] += 1
+            load[up_rows[a][pick]] += 1
+            load[down_rows[dst_leaf[i]][pick]] += 1
+        else:  # those on every candidate, then its own
+            for x in common[i]:
+                load[x] += 1
+            for c in own_links[i]:
+                load[c[pick]] += 1
     return [int(c) for c in choice]  # type: ignore[arg-type]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import count, islice, repeat
 from typing import NamedTuple, overload
@@ -126,9 +126,12 @@ class _SpineCache:
         # where no spine joins them
         self.leaf_pairs: dict[tuple[str, str], Pair | None] = {}
         self._masks: dict[int, np.ndarray] = {}  # read-only, shared by every pair
-        # host -> (its leaf, the host's link to or from it), None if not one leaf's host
-        self._host_up: dict[str, tuple[str, int] | None] = {}
-        self._host_down: dict[str, tuple[str, int] | None] = {}
+        # host -> its leaf's number (-1: not one leaf's host) and the host's link to (up)
+        # or from (down) it
+        self._up_no: dict[str, int] = {}
+        self._up_link: dict[str, int] = {}
+        self._down_no: dict[str, int] = {}
+        self._down_link: dict[str, int] = {}
         # leaf -> how many of its first successors are the spines in order (see _rows)
         self._lead: dict[str, int] = {}
         self._to_hosts: dict[str, dict[str, int]] = {}  # leaf -> {successor: link} after them
@@ -209,30 +212,67 @@ class _SpineCache:
     def host_up(self, h: str) -> tuple[str, int] | None:
         """A host's leaf and its link to it; None unless h is a host with one uplink to a
         leaf."""
-        if h in self._host_up:
-            return self._host_up[h]
-        got = None
-        nbrs = self.g._succ.get(h)
-        if self.role.get(h) == HOST and nbrs is not None and len(nbrs) == 1:
-            leaf = next(iter(nbrs))
-            if self.role.get(leaf) == LEAF:
-                got = (leaf, self.idx.offset[h])
-        self._host_up[h] = got
-        return got
+        no, link = self.resolve([h], [])[:2]
+        return None if no[0] < 0 else (self.leaves[no[0]], link[0])
 
     def host_down(self, h: str) -> tuple[str, int] | None:
         """A host's leaf and the leaf's link to it; None unless h is a host with one
         downlink from a leaf."""
-        if h in self._host_down:
-            return self._host_down[h]
-        got = None
-        nbrs = self.g._pred.get(h)
-        if self.role.get(h) == HOST and nbrs is not None and len(nbrs) == 1:
-            leaf = next(iter(nbrs))
-            if self.role.get(leaf) == LEAF:
-                got = (leaf, self._leaf_out(leaf)[h])
-        self._host_down[h] = got
-        return got
+        no, link = self.resolve([], [h])[2:]
+        return None if no[0] < 0 else (self.leaves[no[0]], link[0])
+
+    def resolve(self, srcs: Sequence[str], dsts: Sequence[str]
+                ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """`host_up` of every source and `host_down` of every destination as leaf numbers
+        (-1: none) and links. Looked up together when every host has one neighbour that
+        way, a leaf (a Clos as `clos()` builds it: C-level maps, nothing stored per
+        host), else one by one (remembered)."""
+        up = self._bulk(srcs, True)
+        down = self._bulk(dsts, False)
+        if up is None:
+            up_no, up_link = self._up_no, self._up_link
+            for h in srcs:
+                if h not in up_no:
+                    up_no[h], up_link[h] = self._one(h, True)
+            up = list(map(up_no.__getitem__, srcs)), list(map(up_link.__getitem__, srcs))
+        if down is None:
+            down_no, down_link = self._down_no, self._down_link
+            for h in dsts:
+                if h not in down_no:
+                    down_no[h], down_link[h] = self._one(h, False)
+            down = (list(map(down_no.__getitem__, dsts)),
+                    list(map(down_link.__getitem__, dsts)))
+        return up[0], up[1], down[0], down[1]
+
+    def _bulk(self, hosts: Sequence[str], up: bool) -> tuple[list[int], list[int]] | None:
+        """`_one` for many hosts at once, if every one is a host with one neighbour that
+        way, a leaf; None otherwise."""
+        if not hosts:
+            return [], []
+        role = self.role
+        nbrs = list(map((self.g._succ if up else self.g._pred).get, hosts))
+        if None in nbrs or set(map(len, nbrs)) != {1} or set(map(role.get, hosts)) != {HOST}:
+            return None
+        leaves = list(map(next, map(iter, nbrs)))
+        if set(map(role.get, leaves)) != {LEAF}:
+            return None
+        if up:  # the host's only out-link
+            links = list(map(self.idx.offset.__getitem__, hosts))
+        else:  # the leaf's link to the host
+            outs = {leaf: self._leaf_out(leaf) for leaf in dict.fromkeys(leaves)}
+            links = list(map(dict.__getitem__, map(outs.__getitem__, leaves), hosts))
+        return list(map(self.leaf_no.__getitem__, leaves)), links
+
+    def _one(self, h: str, up: bool) -> tuple[int, int]:
+        """(leaf number, link) of host h's one link up to (or down from) a leaf; (-1, -1)
+        unless h is a host with exactly one neighbour that way, a leaf."""
+        nbrs = (self.g._succ if up else self.g._pred).get(h)
+        if nbrs is not None and len(nbrs) == 1 and self.role.get(h) == HOST:
+            for leaf in nbrs:
+                if self.role.get(leaf) == LEAF:
+                    return self.leaf_no[leaf], (self.idx.offset[h] if up
+                                                else self._leaf_out(leaf)[h])
+        return -1, -1
 
     def _leaf_out(self, leaf: str) -> dict[str, int]:
         """Successor -> link index of a leaf's out-links, skipping the leading run of
@@ -276,7 +316,11 @@ class Compiled:
     every spine, compiled together; `part` = (flow positions, each one's first row in
     `rows`, rows: every candidate of those flows, one after the other) for the flows
     between leaves that miss some spine, compiled together too; `tables`: greedy's list
-    tables (see `Instance.own_lists`) of those flows."""
+    tables (see `Instance.own_lists`) of those flows. `n_cands`: candidates per flow.
+
+    Compiled with `lazy`, the batch flows' entries of `paths`, `mat`, `mask`, `cols` and
+    `ocap` stay None until `materialize()` (a from-scratch greedy reads the batch arrays
+    and never needs them); `ocap_max` and `n_cands` are always complete."""
 
     paths: list[Sequence[tuple[str, ...]]]
     mat: list[np.ndarray]
@@ -287,6 +331,32 @@ class Compiled:
     batch: tuple[list[int], list[int], list[int], np.ndarray] | None = None
     part: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     tables: dict[int, tuple[list[list[int]], list[list[float]]]] | None = None
+    n_cands: list[int] = field(default_factory=list)
+    # batch flows: their host links (up from the source, down to the destination) and
+    # candidates' least own-link capacities (flows x spines), the flows and the spines
+    batch_hosts: tuple[list[int], list[int]] | None = None
+    batch_ocap: np.ndarray | None = None
+    batch_mask: np.ndarray | None = None
+    flows: Sequence[Flow] = ()
+    spines: list[str] = field(default_factory=list)
+    leaves: list[str] = field(default_factory=list)
+    lazy: bool = False
+
+    def materialize(self) -> Compiled:
+        """Fill in the batch flows' per-flow entries (views of the batch arrays)."""
+        if self.lazy and self.batch is not None and self.batch_ocap is not None:
+            rows, src_leaf, dst_leaf, mat = self.batch
+            n_sp = mat.shape[1]
+            mask = self.batch_mask if self.batch_mask is not None else \
+                np.broadcast_to(_SPINE_OWN, (n_sp, 4))
+            cols, spines, leaves, flows = _SPINE_COLS, self.spines, self.leaves, self.flows
+            for i, a, b, m, oc in zip(rows, src_leaf, dst_leaf, mat, self.batch_ocap,
+                                      strict=True):
+                f = flows[i]
+                self.paths[i] = SpinePaths(f.src, leaves[a], spines, leaves[b], f.dst)
+                self.mat[i], self.mask[i], self.cols[i], self.ocap[i] = m, mask, cols, oc
+        self.lazy = False
+        return self
 
 
 class Fabric:
@@ -314,63 +384,83 @@ class Fabric:
             self._pairs[(src, dst)] = got
         return got
 
-    def compile(self, flows: Sequence[Flow]) -> Compiled:
+    def compile(self, flows: Sequence[Flow], lazy: bool = False) -> Compiled:
         """Every flow's candidates at once, as `pair` gives them one by one. On a 2-layer
         Clos, the flows between two leaves that reach every spine are compiled together
         (one gather from the leaves' spine-link arrays), and so are those between leaves
         that miss some spine (one mask of the spines joining each pair); the others
-        (hosts on one leaf, leaves no spine joins, other fabrics) go through `pair`."""
+        (hosts on one leaf, leaves no spine joins, other fabrics) go through `pair`.
+        `lazy`: the batch flows' per-flow entries are left to `Compiled.materialize`."""
         sc = self._spines
         n, n_sp = len(flows), len(sc.spines)
         out = Compiled([None] * n, [None] * n, [None] * n, [None] * n, [None] * n,  # type: ignore[list-item]
-                       [0.0] * n)
+                       [0.0] * n, n_cands=[0] * n, flows=flows, spines=sc.spines,
+                       leaves=sc.leaves, lazy=lazy)
         rows: list[int] = []
-        ab: list[tuple[int, int, int, int]] = []
+        src_leaf: list[int] = []
+        dst_leaf: list[int] = []
+        hu_l: list[int] = []
+        hd_l: list[int] = []
         part: list[int] = []
         pab: list[tuple[int, int, int, int]] = []
         pleaves: list[tuple[str, str]] = []
-        if n_sp > 1:
+        n_cands = out.n_cands
+        rest: Sequence[int] = range(n)
+        if n_sp > 1 and n:
             whole_up, whole_down = sc.whole
-            leaf_no, spines = sc.leaf_no, sc.spines
-            ups, downs, host_up, host_down = sc._host_up, sc._host_down, sc.host_up, sc.host_down
             up_rows, down_rows = sc.lists[0], sc.lists[1]
-        for i, f in enumerate(flows):
-            if n_sp > 1:
-                src, dst = f.src, f.dst
-                up = ups[src] if src in ups else host_up(src)
-                down = downs[dst] if dst in downs else host_down(dst)
-                if up is not None and down is not None and src != dst:
-                    a, b = leaf_no[up[0]], leaf_no[down[0]]
-                    if a != b and whole_up[a] and whole_down[b]:
-                        rows.append(i)
-                        ab.append((a, b, up[1], down[1]))
-                        out.paths[i] = SpinePaths(src, up[0], spines, down[0], dst)
-                        continue
-                    if a != b and any(x >= 0 and y >= 0 for x, y in zip(
-                            up_rows[a], down_rows[b], strict=True)):
-                        part.append(i)
-                        pab.append((a, b, up[1], down[1]))
-                        pleaves.append((up[0], down[0]))
-                        continue
+            up_no, up_link, down_no, down_link = sc.resolve([f.src for f in flows],
+                                                            [f.dst for f in flows])
+            leaves = sc.leaves
+            # the flows between two leaves that reach every spine, found at once
+            a_all, b_all = np.array(up_no), np.array(down_no)
+            ok = (a_all >= 0) & (b_all >= 0) & (a_all != b_all)  # (not on one leaf)
+            wu, wd = np.array([*whole_up, False]), np.array([*whole_down, False])
+            batch = ok & wu[a_all] & wd[b_all]  # (index -1: the False appended)
+            sel = np.flatnonzero(batch)
+            if sel.size:
+                rows = sel.tolist()
+                src_leaf, dst_leaf = a_all[sel].tolist(), b_all[sel].tolist()
+                hu_l = np.array(up_link)[sel].tolist()
+                hd_l = np.array(down_link)[sel].tolist()
+                for i in rows:
+                    n_cands[i] = n_sp
+            rest = np.flatnonzero(~batch).tolist()
+            for i in np.flatnonzero(ok & ~batch).tolist():
+                a, b = up_no[i], down_no[i]
+                if any(x >= 0 and y >= 0 for x, y in zip(up_rows[a], down_rows[b],
+                                                        strict=True)):
+                    part.append(i)
+                    pab.append((a, b, up_link[i], down_link[i]))
+                    pleaves.append((leaves[a], leaves[b]))
+            if part:
+                done = set(part)
+                rest = [i for i in rest if i not in done]
+        for i in rest:
+            f = flows[i]
             pr = self.pair(f.src, f.dst)
             out.paths[i], out.mat[i], out.mask[i] = pr.paths, pr.mat, pr.mask
             out.cols[i], out.ocap[i], out.ocap_max[i] = pr.cols, pr.ocap, pr.ocap_max
+            n_cands[i] = len(pr.mat)
         if rows:
-            arr = np.array(ab, dtype=np.int64)
-            up_l, down_l = sc.up[arr[:, 0]], sc.down[arr[:, 1]]
+            a_arr, b_arr = np.array(src_leaf, dtype=np.int64), np.array(dst_leaf, dtype=np.int64)
+            up_l, down_l = sc.up[a_arr], sc.down[b_arr]
             mat = np.empty((len(rows), n_sp, 4), dtype=np.int64)
-            mat[:, :, 0] = arr[:, 2:3]
+            mat[:, :, 0] = np.array(hu_l, dtype=np.int64)[:, None]
             mat[:, :, 1] = up_l
             mat[:, :, 2] = down_l
-            mat[:, :, 3] = arr[:, 3:4]
+            mat[:, :, 3] = np.array(hd_l, dtype=np.int64)[:, None]
             mat.flags.writeable = False
             ocap = np.minimum(self.cap[up_l], self.cap[down_l])
-            mask = sc.spine_mask(n_sp)
-            cols = np.flatnonzero(mask[0])
-            for i, m, oc, top in zip(rows, mat, ocap, ocap.max(axis=1).tolist(), strict=True):
-                out.mat[i], out.mask[i], out.cols[i], out.ocap[i], out.ocap_max[i] = \
-                    m, mask, cols, oc, top
-            out.batch = (rows, arr[:, 0].tolist(), arr[:, 1].tolist(), mat)
+            ocap_max = out.ocap_max
+            for i, top in zip(rows, ocap.max(axis=1).tolist(), strict=True):
+                ocap_max[i] = top
+            out.batch = (rows, src_leaf, dst_leaf, mat)
+            out.batch_hosts, out.batch_ocap = (hu_l, hd_l), ocap
+            out.batch_mask = sc.spine_mask(n_sp)
+            if not lazy:
+                out.lazy = True
+                out.materialize()
         if part:
             self._compile_part(flows, out, part, pab, pleaves)
         return out
@@ -415,6 +505,8 @@ class Fabric:
                     one_mask, _NO_COLS, np.full(1, np.inf), np.inf
         out.part = (np.array(part, dtype=np.int64), starts[:-1], mat)
         out.tables = tables
+        for j, i in enumerate(part):
+            out.n_cands[i] = bounds[j + 1] - bounds[j]
 
     def _generic(self, src: str, dst: str) -> Pair:
         paths = candidate_paths(self.graph, src, dst)
@@ -429,7 +521,14 @@ class Fabric:
 
 
 class Instance:
-    """Graph + flows with numbered links, candidate paths per flow and job indices."""
+    """Graph + flows with numbered links, candidate paths per flow and job indices.
+
+    cands[i]: flow i's candidate paths; cand_mat[i]: (candidates, hops) link indices, row
+    k candidate k (cand_links is the same list: cand_links[i][k] is one row; read-only);
+    own_mask[i]: links not on every candidate; own_cols[i]: their columns; own_cap[i]:
+    their least capacity per candidate, own_cap_max[i] its largest; n_cands[i]: how many
+    candidates. The per-flow arrays of flows compiled in a batch are made on first use of
+    these lists (a from-scratch greedy reads the batch arrays instead)."""
 
     def __init__(self, graph: nx.DiGraph, flows: Sequence[Flow],
                  fabric: Fabric | None = None) -> None:
@@ -443,49 +542,114 @@ class Instance:
         self.flows = list(flows)
         self.idx = fabric.idx
         self.cap = fabric.cap
-        # cands[i]: flow i's candidate paths; cand_mat[i]: (candidates, hops) link indices,
-        # row k candidate k (cand_links is the same list: cand_links[i][k] is one row;
-        # read-only); own_mask[i]: links not on every candidate; own_cols[i]: their
-        # columns; own_cap[i]: their least capacity per candidate, own_cap_max[i] its largest
-        comp = fabric.compile(self.flows)
-        self.cands, self.cand_mat, self.own_mask = comp.paths, comp.mat, comp.mask
-        self.own_cols, self.own_cap, self.own_cap_max = comp.cols, comp.ocap, comp.ocap_max
+        comp = self._comp = fabric.compile(self.flows, lazy=True)
+        self.own_cap_max, self.n_cands = comp.ocap_max, comp.n_cands
         self._batch, self._part, self._tables = comp.batch, comp.part, comp.tables or {}
-        self.cand_links = self.cand_mat
         self._own: dict[tuple[int, int], np.ndarray] = {}
-        jobs = list(dict.fromkeys(f.job for f in self.flows))
-        self.job_names = jobs
-        jpos = {j: i for i, j in enumerate(jobs)}
-        self.job_of = np.array([jpos[f.job] for f in self.flows], dtype=np.int64)
-        self.pos = {f.id: i for i, f in enumerate(self.flows)}
+        self.pos = dict(zip(ids, range(len(ids)), strict=True))
+
+    @cached_property
+    def job_names(self) -> list[str]:
+        return list(dict.fromkeys(f.job for f in self.flows))
+
+    @cached_property
+    def job_of(self) -> np.ndarray:
+        """Per flow, its job's position in `job_names`."""
+        jpos = {j: i for i, j in enumerate(self.job_names)}
+        return np.array([jpos[f.job] for f in self.flows], dtype=np.int64)
+
+    @cached_property
+    def cands(self) -> list[Sequence[tuple[str, ...]]]:
+        return self._comp.materialize().paths
+
+    @cached_property
+    def cand_mat(self) -> list[np.ndarray]:
+        return self._comp.materialize().mat
+
+    @property
+    def cand_links(self) -> list[np.ndarray]:
+        return self.cand_mat
+
+    @cached_property
+    def own_mask(self) -> list[np.ndarray]:
+        return self._comp.materialize().mask
+
+    @cached_property
+    def own_cols(self) -> list[np.ndarray]:
+        return self._comp.materialize().cols
+
+    @cached_property
+    def own_cap(self) -> list[np.ndarray]:
+        return self._comp.materialize().ocap
 
     @cached_property
     def own_lists(self) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
         """Greedy's tables as Python lists: per flow, its own links by column
         (`[i][c][k]`: own column c's link on candidate k) and their capacities (same
         shape). Flows compiled in a batch share their leaves' rows."""
-        n = len(self.flows)
-        links: list[list[list[int]]] = [[]] * n
-        caps: list[list[list[float]]] = [[]] * n
-        done = [False] * n
+        links, caps, _ = self.rest_tables
+        links, caps = list(links), list(caps)
         if self._batch is not None:
             rows, src_leaf, dst_leaf, _ = self._batch
             up, down, cap_up, cap_down = self.fabric._spines.lists
             for i, a, b in zip(rows, src_leaf, dst_leaf, strict=True):
-                links[i], caps[i], done[i] = [up[a], down[b]], [cap_up[a], cap_down[b]], True
-        for i, (lk, cp) in self._tables.items():
-            links[i], caps[i], done[i] = lk, cp, True
-        for i in range(n):
-            if not done[i] and len(self.cand_mat[i]) > 1:  # one candidate: nothing to choose
-                own = self.cand_mat[i][:, self.own_cols[i]].T
-                links[i], caps[i] = own.tolist(), self.cap[own].tolist()
+                links[i], caps[i] = [up[a], down[b]], [cap_up[a], cap_down[b]]
         return links, caps
+
+    @cached_property
+    def common_lists(self) -> list[list[int]]:
+        """Per flow, the links every candidate uses, as a list (a candidate's links are
+        these and its own links: greedy's load update)."""
+        out = list(self.rest_tables[2])
+        if self._batch is not None and self._comp.batch_hosts is not None:
+            for i, hu, hd in zip(self._batch[0], *self._comp.batch_hosts, strict=True):
+                out[i] = [hu, hd]
+        return out
+
+    @cached_property
+    def rest_tables(self) -> tuple[list[list[list[int]]], list[list[list[float]]],
+                                   list[list[int]]]:
+        """`own_lists` and `common_lists` of the flows not compiled in a batch (empty
+        lists for those: greedy reads their leaves' rows, `batch_of`)."""
+        n = len(self.flows)
+        links: list[list[list[int]]] = [[]] * n
+        caps: list[list[list[float]]] = [[]] * n
+        common: list[list[int]] = [[]] * n
+        skip = [False] * n
+        if self._batch is not None:
+            for i in self._batch[0]:
+                skip[i] = True
+        for i, (lk, cp) in self._tables.items():
+            links[i], caps[i] = lk, cp
+        comp, n_cands, tables = self._comp, self.n_cands, self._tables
+        for i in range(n):
+            if skip[i]:
+                continue
+            mat, mask = comp.mat[i], comp.mask[i]  # (not a batch flow: compiled)
+            common[i] = mat[0][~mask[0]].tolist()
+            if n_cands[i] > 1 and i not in tables:  # one candidate: nothing to choose
+                own = mat[:, comp.cols[i]].T
+                links[i], caps[i] = own.tolist(), self.cap[own].tolist()
+        return links, caps, common
+
+    @cached_property
+    def batch_of(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Per flow compiled in a batch: its source leaf's and destination leaf's numbers
+        (rows of the leaves' tables `Fabric._spines.lists`) and its host links up and
+        down; -1 for the other flows."""
+        n = len(self.flows)
+        sa, sb, hu, hd = [-1] * n, [-1] * n, [-1] * n, [-1] * n
+        if self._batch is not None and self._comp.batch_hosts is not None:
+            rows, src_leaf, dst_leaf, _ = self._batch
+            ups, downs = self._comp.batch_hosts
+            for i, a, b, u, d in zip(rows, src_leaf, dst_leaf, ups, downs, strict=True):
+                sa[i], sb[i], hu[i], hd[i] = a, b, u, d
+        return sa, sb, hu, hd
 
     @cached_property
     def common(self) -> list[set[int]]:
         """Per flow, the links every candidate uses (its host links on a Clos)."""
-        return [set(m[0][~mask[0]].tolist()) for m, mask in zip(self.cand_mat, self.own_mask,
-                                                                strict=True)]
+        return [set(c) for c in self.common_lists]
 
     def own(self, i: int, k: int) -> np.ndarray:
         """Links of flow i's candidate k that not every candidate of the flow uses."""
@@ -510,8 +674,20 @@ class Instance:
         return out
 
     def paths_of(self, choice: Sequence[int]) -> dict[str, tuple[str, ...]]:
-        return {f.id: self.cands[i][c] for i, (f, c) in enumerate(zip(self.flows, choice,
-                                                                       strict=True))}
+        comp = self._comp
+        if not comp.lazy or comp.batch is None:
+            return {f.id: self.cands[i][c] for i, (f, c) in enumerate(zip(
+                self.flows, choice, strict=True))}
+        # batch flows' paths straight from their leaves (their lists are not made)
+        got: list[tuple[str, ...] | None] = [None] * len(self.flows)
+        rows, src_leaf, dst_leaf, _ = comp.batch
+        spines, leaves, flows = comp.spines, comp.leaves, self.flows
+        for i, a, b in zip(rows, src_leaf, dst_leaf, strict=True):
+            f = flows[i]
+            got[i] = (f.src, leaves[a], spines[choice[i]], leaves[b], f.dst)
+        paths = comp.paths  # (the other flows' entries are compiled)
+        return {f.id: (p if p is not None else paths[i][choice[i]])
+                for i, (f, p) in enumerate(zip(flows, got, strict=True))}
 
     def rates(self, flows: Sequence[int], choice: Sequence[int | None]) -> np.ndarray:
         """Max-min rates of `flows` (indices) on their chosen candidates."""
@@ -533,6 +709,12 @@ class Instance:
         n = len(self.flows)
         if self._batch is None and self._part is None:
             return self.rates(list(range(n)), choice)
+        owner, links = self._gather(choice)
+        return fill_pairs(self.cap, owner, links, n)
+
+    def _gather(self, choice: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(flow, link) pairs of every flow's chosen candidate, in no particular order."""
+        n = len(self.flows)
         ch = np.array(choice, dtype=np.int64)
         links: list[np.ndarray] = []
         owner: list[np.ndarray] = []
@@ -549,11 +731,72 @@ class Instance:
             owner.append(np.repeat(pos, pmat.shape[1]))
             rest[pos] = False
         if rest.any():
+            mats = self._comp.mat  # (the rest are not batch flows: compiled)
             for i in np.flatnonzero(rest).tolist():
-                row = self.cand_links[i][choice[i]]
+                row = mats[i][choice[i]]
                 links.append(row)
                 owner.append(np.full(len(row), i, dtype=np.int64))
-        return fill_pairs(self.cap, np.concatenate(owner), np.concatenate(links), n)
+        if not links:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(owner), np.concatenate(links)
+
+    def unbeatable(self, choice: Sequence[int]) -> bool:
+        """True when no routing of these flows has a better metric key than `choice`, by a
+        test cheaper than one filling. It holds when the links every candidate of a flow
+        uses (its host links) have the same least capacity U for every flow, and on
+        `choice` every link l with load_l flows has capacity_l / load_l >= U. Then
+        progressive filling ends in its first step, every flow at exactly U, while in any
+        routing a flow's rate is at most U (its own host link caps it): every rate, every
+        job's bottleneck, and so both sorted and rounded vectors of the key are at most
+        those of `choice`. U must also lie far from a rounding boundary of the key's
+        RATE_DECIMALS (float noise in another routing's filling, at most a few ulps per
+        round, cannot then round above U)."""
+        n = len(self.flows)
+        if n == 0:
+            return False
+        links = self._gather(choice)[1]
+        if not len(links):
+            return False
+        cap = self.cap
+        load = np.bincount(links, minlength=len(cap))
+        with np.errstate(divide="ignore", invalid="ignore"):  # (unused links: inf, or nan
+            u = float((cap / load).min())  # for no capacity: then no shortcut) the
+        if not (0.0 < u < 1e4):  # filling's first step, to the bit
+            return False
+        # another routing's filling runs at most n rounds, each off by a few ulps of U
+        scaled = u * 10.0 ** RATE_DECIMALS
+        margin = max(1e-3, 8.0 * n * float(np.finfo(float).eps) * scaled)
+        if abs(scaled - np.floor(scaled) - 0.5) <= margin:
+            return False
+        c_owner, c_link = self._common_pairs
+        c_cap = cap[c_link]
+        if not len(c_cap) or float(c_cap.min()) < u:
+            return False
+        return bool(np.bincount(c_owner[c_cap == u], minlength=n).all())
+
+    @cached_property
+    def _common_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(flow, link) pairs of every flow's links common to all its candidates."""
+        owner: list[int] = []
+        links: list[int] = []
+        skip = np.zeros(len(self.flows), dtype=bool)
+        parts_o: list[np.ndarray] = []
+        parts_l: list[np.ndarray] = []
+        if self._batch is not None and self._comp.batch_hosts is not None:
+            rows = np.array(self._batch[0], dtype=np.int64)  # their host links, at once
+            parts_o += [rows, rows]
+            parts_l += [np.array(h, dtype=np.int64) for h in self._comp.batch_hosts]
+            skip[rows] = True
+        common = None
+        for i in np.flatnonzero(~skip).tolist():
+            if common is None:
+                common = self.common_lists
+            c = common[i]
+            owner.extend([i] * len(c))
+            links.extend(c)
+        parts_o.append(np.array(owner, dtype=np.int64))
+        parts_l.append(np.array(links, dtype=np.int64))
+        return np.concatenate(parts_o), np.concatenate(parts_l)
 
     def full_key(self, choice: Sequence[int]) -> tuple:
         return self.key(list(range(len(self.flows))), self.rates_all(choice))

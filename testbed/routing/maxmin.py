@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from itertools import count
+from itertools import accumulate, chain, count, repeat
 
 import networkx as nx
 import numpy as np
@@ -23,13 +23,17 @@ class LinkIndex:
         self.graph = graph
         # read from networkx's adjacency dict (its views are ~4x slower)
         adj = graph._adj
-        self.offset: dict[str, int] = {}
-        n = 0
-        for u, nbrs in adj.items():
-            self.offset[u] = n
-            n += len(nbrs)
-        self.capacity_gbps = np.array([d.get("capacity_gbps") for nbrs in adj.values()
-                                       for d in nbrs.values()], dtype=float)
+        # (node u's links start after all links of the nodes before it; the running
+        # sum has one value more than there are nodes: the total, left out)
+        self.offset: dict[str, int] = dict(zip(adj, accumulate(map(len, adj.values()),
+                                                               initial=0), strict=False))
+        try:  # every link has a capacity (the fast path)
+            caps = [d["capacity_gbps"] for nbrs in adj.values() for d in nbrs.values()]
+            self.capacity_gbps = np.fromiter(caps, dtype=float, count=len(caps))
+        except (KeyError, TypeError, ValueError):  # a missing one (or None) becomes nan
+            attrs = chain.from_iterable(map(dict.values, adj.values()))
+            self.capacity_gbps = np.array(list(map(dict.get, attrs, repeat(
+                "capacity_gbps"))), dtype=float)
         self._out: dict[str, dict[str, int]] = {}
 
     @cached_property

@@ -63,8 +63,8 @@ def _keep_current(inst: Instance, ctx: Context) -> list[int | None]:
 
 
 def _ecmp(inst: Instance, ctx: Context) -> tuple[list[int], dict]:
-    return [ecmp_index(f, len(c), ctx.seed) for f, c in zip(inst.flows, inst.cands,
-                                                            strict=True)], {}
+    return [ecmp_index(f, n, ctx.seed) for f, n in zip(inst.flows, inst.n_cands,
+                                                       strict=True)], {}
 
 
 def _shortest(inst: Instance, ctx: Context) -> tuple[list[int], dict]:
@@ -79,8 +79,11 @@ def _coloring(inst: Instance, ctx: Context) -> tuple[list[int], dict]:
 def _guard(inst: Instance, ctx: Context, choice: list[int], info: dict) -> list[int]:
     """Never return worse than the status quo: the routing in force where it covers every
     flow, else what ECMP would do. The paper's greedy falls below ECMP in a few instances
-    (about 0.2 % of random small Clos instances, docs/routing.md); the guard costs one
-    max-min filling."""
+    (about 0.2 % of random small Clos instances, docs/routing.md); the guard costs two
+    max-min fillings, none where `Instance.unbeatable` shows that greedy's routing has the
+    best metric any routing can have (every flow at its host links' rate)."""
+    if inst.unbeatable(choice):  # no routing's metric is better: nothing to compare
+        return choice
     if all(c is not None for c in ctx.current) and ctx.current:
         base, name = [int(c) for c in ctx.current], "current"  # type: ignore[arg-type]
     else:
@@ -118,7 +121,7 @@ def _greedy_ls(inst: Instance, ctx: Context) -> tuple[list[int], dict]:
 
 def _sa(inst: Instance, ctx: Context) -> tuple[list[int], dict]:
     from testbed.routing.sa import anneal
-    start = [c if c is not None else ecmp_index(f, len(inst.cands[i]), ctx.seed)
+    start = [c if c is not None else ecmp_index(f, inst.n_cands[i], ctx.seed)
              for i, (f, c) in enumerate(zip(inst.flows, ctx.current, strict=True))]
     return anneal(inst, start, seed=ctx.seed, time_budget_s=ctx.time_budget_s,
                   max_moves=ctx.max_moves or 20000)
