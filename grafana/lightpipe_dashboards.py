@@ -293,6 +293,20 @@ DASHBOARDS = {"overview": overview, "optical": optical, "workers": workers,
 CUT_ANNOTATION = {"expr": f"lightpipe_fibre_up{{{R}}} == 0", "name": "Fibre cuts",
                   "titleFormat": "fibre {{fibre}} cut", "textFormat": "run {{run}}",
                   "step": "1s", "iconColor": "red"}
+# On the Workers dashboard: every network event the fault injector applied (a cut, a
+# repair, each step of a flap, a slot block lost or repaired; the run exporter's
+# lightpipe_network_event_timestamp_seconds, static forwarding included), placed at the
+# time it was applied: the series' value, in ms (useValueForTime), not the scrape's.
+NETWORK_EVENT_ANNOTATION = {
+    "expr": "max by (run, event, kind, action, target, step) "
+            f"(lightpipe_network_event_timestamp_seconds{{{R}}}) * 1000",
+    "name": "Network events", "titleFormat": "{{action}} {{target}}",
+    "textFormat": "{{kind}}: faults row {{event}}, step {{step}}; run {{run}}",
+    "tagKeys": "kind,action", "useValueForTime": True, "step": "10s", "iconColor": "orange"}
+ANNOTATIONS = {"workers": (CUT_ANNOTATION, NETWORK_EVENT_ANNOTATION)}
+"""Each dashboard's annotations (CUT_ANNOTATION where not named)."""
+PROM_ANNOTATION_FIELDS = ("titleFormat", "textFormat", "step", "tagKeys", "useValueForTime")
+"""Prometheus annotation fields the SDK's builder lacks, set on the JSON."""
 
 
 def _layout(panels: Sequence[P]) -> list[GridPos]:
@@ -316,13 +330,16 @@ def build(name: str) -> dict[str, Any]:
     for v in var_names:
         label, query = VARIABLES[v]
         d = d.with_variable(_variable(v, label, query))
-    d = d.annotation(db.AnnotationQuery().name(CUT_ANNOTATION["name"]).datasource(DS)
-                     .expr(CUT_ANNOTATION["expr"]).icon_color("red").enable(True))
+    annotations = ANNOTATIONS.get(name, (CUT_ANNOTATION,))
+    for a in annotations:
+        d = d.annotation(db.AnnotationQuery().name(str(a["name"])).datasource(DS)
+                         .expr(str(a["expr"])).icon_color(str(a["iconColor"])).enable(True))
     for pid, (p, pos) in enumerate(zip(panels, _layout(panels), strict=True), start=1):
         d = d.with_panel(_panel(p, pid, pos))
     out = json.loads(json.dumps(d.build(), cls=JSONEncoder))
     for a in out["annotations"]["list"]:  # Prometheus annotation fields the SDK lacks
-        a.update({k: CUT_ANNOTATION[k] for k in ("titleFormat", "textFormat", "step")})
+        spec = next(x for x in annotations if x["name"] == a["name"])
+        a.update({k: spec[k] for k in PROM_ANNOTATION_FIELDS if k in spec})
     for v in out["templating"]["list"]:
         v["definition"] = v["query"]
     return out

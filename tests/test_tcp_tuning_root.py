@@ -1,6 +1,7 @@
 """The lightpath routes' TCP settings reach real connections (root): a connection to a
 peer behind `window_route` runs the route's congestion control (Reno, whatever the
-namespace's default) on both ends and starts with the route's initial window."""
+namespace's default) on both ends, starts with the route's initial window and, with
+the route's dilated rto_min, retransmits no sooner than it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.emu.tcp_tuning import LIGHTPATH_CONGESTION_CONTROL, window_route
+from testbed.emu.tcp_tuning import (
+    LIGHTPATH_CONGESTION_CONTROL,
+    dilated_rto_min_ms,
+    window_route,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 
@@ -26,14 +31,15 @@ s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); print("ready", flush=True)
 c, _ = s.accept()
 print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\\0")[0].decode())
 """
-# Connect, print the congestion control and the initial snd_cwnd (struct tcp_info: 8
-# one-byte fields, then tcpi_snd_cwnd is the 19th 32-bit field).
+# Connect, print the congestion control, the initial snd_cwnd and the retransmission
+# time-out in us (struct tcp_info: 8 one-byte fields, then tcpi_rto is the first 32-bit
+# field and tcpi_snd_cwnd the 19th).
 CLIENT = """
 import socket, struct, sys
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
 cc = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\\0")[0].decode()
 info = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-print(cc, struct.unpack_from("I", info, 8 + 18 * 4)[0])
+print(cc, struct.unpack_from("I", info, 8 + 18 * 4)[0], struct.unpack_from("I", info, 8)[0])
 """
 
 
@@ -72,7 +78,8 @@ def test_window_route_sets_reno_and_the_initial_window_on_both_ends() -> None:
                             f"net.ipv4.tcp_congestion_control={other}"], timeout=10)
         ha = NsHost("a", "10.77.0.1", va, ("ip", "netns", "exec", a))
         hb = NsHost("b", "10.77.0.2", vb, ("ip", "netns", "exec", b))
-        window_route(ha, "10.77.0.2/32", 100)
+        # the client's route dilates the retransmission time-out (time_factor 10)
+        window_route(ha, "10.77.0.2/32", 100, dilated_rto_min_ms(10.0))
         window_route(hb, "10.77.0.1/32", 100)
         server = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", SERVER,
                                    "10.77.0.2", "5201"], stdout=subprocess.PIPE, text=True)
@@ -86,10 +93,12 @@ def test_window_route_sets_reno_and_the_initial_window_on_both_ends() -> None:
         finally:
             server.kill()
             server.wait(timeout=10)
-        cc, cwnd = client.stdout.split()
+        cc, cwnd, rto_us = client.stdout.split()
         assert cc == LIGHTPATH_CONGESTION_CONTROL, client.stdout
         assert accepted == LIGHTPATH_CONGESTION_CONTROL
         assert int(cwnd) == 100
+        # RTO = srtt + max(4 mdev, rto_min): at least the route's 2 s (Linux's own: 200 ms)
+        assert 2_000_000 <= int(rto_us) < 3_000_000, rto_us
     finally:
         for ns in (a, b):
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)

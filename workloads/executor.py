@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 import torch
@@ -77,7 +78,10 @@ class Executor:
     """Runs device `rank`'s list of `schedule` for successive iterations."""
 
     def __init__(self, schedule: Schedule, rank: int, microbatches: int,
-                 program: StageProgram, metrics: WorkerMetrics | None = None) -> None:
+                 program: StageProgram, metrics: WorkerMetrics | None = None,
+                 timeout_s: float | None = None) -> None:
+        """timeout_s: how long one send or receive may wait (the collective time-out;
+        None: the process group's own, the one it was created with)."""
         self.schedule = schedule
         self.rank = rank
         self.p = schedule.stages
@@ -88,6 +92,13 @@ class Executor:
         self.metrics = metrics
         self.actions = schedule.actions[rank]
         self._pending: dict[int, dict[tuple[str, int, int], tuple[Any, torch.Tensor]]] = {}
+        self._wait_args: tuple[timedelta, ...] = (
+            () if timeout_s is None else (timedelta(seconds=timeout_s),))
+
+    def reset(self) -> None:
+        """Forget the receives posted ahead: they belonged to a process group that is gone
+        (a restart after a fault, workloads.faulttol)."""
+        self._pending = {}
 
     # -- tags and peers ----------------------------------------------------------------
     def vstage(self, a: Action) -> int:
@@ -136,7 +147,7 @@ class Executor:
                 direction, _ = need
                 work, buf = pending.pop((direction, k, a.microbatch))
                 t0 = time.monotonic()
-                work.wait()
+                work.wait(*self._wait_args)
                 t1 = time.monotonic()
                 if t1 - t0 > 1e-4:
                     rec.waits.append((str(a), t0, t1))
@@ -161,7 +172,7 @@ class Executor:
                                         tag=self.tag(it, direction, dst_vs, a.microbatch)))
                 rec.sent_bytes += out.numel() * out.element_size()
         for w in sends:
-            w.wait()
+            w.wait(*self._wait_args)
         rec.extra = self.program.end_iteration(it)
         rec.end_s = time.monotonic()
         if self.metrics is not None:

@@ -34,6 +34,7 @@ METRIC_NAMES = (
     "lightpipe_worker_wait_seconds_total",
     "lightpipe_worker_iterations_total",
     "lightpipe_worker_loss",
+    "lightpipe_worker_restarts_total",
 )
 
 
@@ -68,6 +69,10 @@ class WorkerMetrics:
         self.iterations = Counter("lightpipe_worker_iterations",
                                   "Pipeline iterations this stage completed",
                                   names, registry=r).labels(**labels)
+        self.restarts = Counter("lightpipe_worker_restarts",
+                                "Process-group restarts of this stage after a collective's "
+                                "error (policy.workers.on_fault: retry)",
+                                names, registry=r).labels(**labels)
         # No series until a loss is reported: shadow-mode stages and non-last stages
         # train nothing, so they export no (misleading zero) loss.
         self.loss = _OnFirstSet(Gauge("lightpipe_worker_loss",

@@ -21,6 +21,8 @@ from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
 
+from workloads.faulttol import ON_FAULT  # noqa: E402  (torch-free names)
+
 log = logging.getLogger("workloads.worker")
 # --go-on-until: at most this many iterations beyond the plan's (the spec's own maximum).
 MAX_EXTRA_ITERATIONS = 10_000
@@ -48,7 +50,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "/metrics (a monitor is scraping), so the final values are collected; "
                     "0: exit at once")
     ap.add_argument("--timeout-s", type=float, default=120.0,
-                    help="collective/p2p timeout (a dead peer is reported sooner)")
+                    help="start-up time-out: the rendezvous and the process group's creation "
+                    "(every stage must have imported torch by then); also the collective/p2p "
+                    "time-out unless --collective-timeout-s is given (a dead peer is "
+                    "reported sooner)")
+    ap.add_argument("--collective-timeout-s", type=_positive, default=None,
+                    help="training's collective/p2p time-out, wall seconds: a send, receive "
+                    "or collective waiting longer raises gloo's 'Timed out waiting Nms' "
+                    "(policy.workers.collective_timeout_s x time_factor)")
+    ap.add_argument("--on-fault", choices=ON_FAULT, default="fail",
+                    help="after a collective's error: fail (the worker ends with it) or retry "
+                    "(restart the process group, redo the interrupted iteration)")
+    ap.add_argument("--max-restarts", type=int, default=3,
+                    help="retry: restarts of the group at most, then the error ends the worker")
+    ap.add_argument("--restart-s", type=_non_negative, default=0.0,
+                    help="retry: wall seconds a restarted stage waits after meeting the "
+                    "others again before it goes on (a stand-in for reloading a checkpoint)")
     ap.add_argument("--duty", type=float, default=1.0,
                     help="share of an op's time spent in tensor work (rest: short pauses; "
                     "the plan's compute cpu only)")
@@ -61,6 +78,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "exists (the run's events have all run); every stage of a job must be "
                     "given it: the stages agree on each further iteration")
     return ap.parse_args(argv)
+
+
+def _positive(text: str) -> float:
+    v = float(text)
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (got {text})")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    v = float(text)
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (got {text})")
+    return v
 
 
 def rendezvous_store(master: str, rank: int, world_size: int, port_file: Path,
@@ -176,6 +207,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     from testbed.emu.procstat import own_usage_since
     from workloads.compute import make_compute
     from workloads.executor import Executor
+    from workloads.faulttol import StageGroup
     from workloads.metrics import Scrapes, WorkerMetrics, serve
     from workloads.plan import JobPlan
 
@@ -205,41 +237,32 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         own_ip = args.master.rsplit(":", 1)[0]
     if own_ip is not None:
         check_self_reach(own_ip)
-    timeout = timedelta(seconds=args.timeout_s)
     if args.rendezvous_file is None:
-        dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
-                                world_size=plan.stages, timeout=timeout)
+        host, _, port = args.master.rpartition(":")
+        store = dist.TCPStore(host, int(port), plan.stages, is_master=args.rank == 0,
+                              timeout=timedelta(seconds=args.timeout_s))
     else:
         store = rendezvous_store(args.master, args.rank, plan.stages, args.rendezvous_file,
                                  args.timeout_s)
-        dist.init_process_group("gloo", store=store, rank=args.rank, world_size=plan.stages,
-                                timeout=timeout)
+    group = StageGroup(store, args.rank, plan.stages, startup_timeout_s=args.timeout_s,
+                       collective_timeout_s=args.collective_timeout_s)
+    group.join()
+    group.train()
     t_ready = time.monotonic()
     at_ready, _ = own_usage_since(None)  # its iterations' CPU, read by itself (fidelity)
     _emit(fh, {"type": "start", "job": plan.job, "stage": args.rank, "pid": os.getpid(),
                "import_start_s": T_IMPORT0, "imported_s": t_imported, "ready_s": t_ready,
                "calibration": {**calibration, **stage_priority},
+               "collective": {**group.describe(), "on_fault": args.on_fault,
+                              "max_restarts": args.max_restarts,
+                              "restart_s": args.restart_s},
                "metrics_port": metrics_port})
-    ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics)
-    total = plan.warmup_iterations + plan.iterations
-    cap = total + MAX_EXTRA_ITERATIONS
-    it = 0
-    while it < total:
-        if args.go_on_until is not None and it + 1 == total < cap:
-            # The last iteration so far: the stages agree whether another follows (before
-            # it runs, as its receives for the next one are posted during it).
-            if go_on(args.go_on_until):
-                total += 1
-        else:
-            dist.barrier()
-        rec = ex.run_iteration(it, total)
-        _emit(fh, {"type": "iteration", "warmup": it < plan.warmup_iterations,
-                   **rec.as_dict()})
-        it += 1
-    final = scrapes.started  # every metric holds its final value from here on
-    dist.barrier()
+    ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics,
+                  timeout_s=args.collective_timeout_s)
+    final = train(args, fh, plan, ex, group, metrics, scrapes)
     _, used = own_usage_since(at_ready)
-    _emit(fh, {"type": "done", "end_s": time.monotonic(), "usage": used})
+    _emit(fh, {"type": "done", "end_s": time.monotonic(), "usage": used,
+               "restarts": group.attempt})
     dist.destroy_process_group()
     if metrics_port is not None and args.metrics_linger_s > 0:
         t0 = time.monotonic()
@@ -247,6 +270,68 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
         log.info("stage %d: final metrics %s after %.1f s", args.rank,
                  "scraped" if got else f"not scraped within {args.metrics_linger_s:.0f} s",
                  time.monotonic() - t0)
+
+
+def train(args: argparse.Namespace, fh: TextIO, plan: Any, ex: Any, group: Any,
+          metrics: Any, scrapes: Any) -> float:
+    """The plan's iterations (and, with --go-on-until, more until the file exists), then
+    the final barrier; with --on-fault retry a collective's error restarts the group
+    (workloads.faulttol) and the interrupted iteration is run again. Returns the scrape
+    count at the end (every metric holds its final value from then on)."""
+    import torch.distributed as dist
+
+    from workloads.faulttol import is_comm_error, wait_until
+
+    total = plan.warmup_iterations + plan.iterations
+    cap = total + MAX_EXTRA_ITERATIONS
+    it = 0
+    started = False  # iteration it's ops have begun on this stage
+    redo: int | None = None  # the iteration being run again after a restart
+    while True:
+        try:
+            if it >= total:
+                final = scrapes.started  # every metric holds its final value from here on
+                dist.barrier()
+                return int(final)
+            if args.go_on_until is not None and it + 1 == total < cap:
+                # The last iteration so far: the stages agree whether another follows
+                # (before it runs, as its receives for the next one are posted during it).
+                if go_on(args.go_on_until):
+                    total += 1
+            else:
+                dist.barrier()
+            started = True
+            rec = ex.run_iteration(it, total)
+            _emit(fh, {"type": "iteration", "warmup": it < plan.warmup_iterations,
+                       "attempt": group.attempt, "redone": it == redo, **rec.as_dict()})
+            it += 1
+            started = False
+        except Exception as exc:
+            t_fault = time.monotonic()
+            error = f"{type(exc).__name__}: {exc}"
+            if (args.on_fault != "retry" or not is_comm_error(exc)
+                    or group.attempt >= args.max_restarts):
+                raise
+            _emit(fh, {"type": "fault", "iteration": it, "started": started,
+                       "t_s": t_fault, "attempt": group.attempt, "error": error})
+            log.warning("stage %d: iteration %d: %s; restarting the group (attempt %d)",
+                        args.rank, it, error, group.attempt + 1)
+            try:
+                resume, begun, total = group.rejoin(it, started, total)
+            except Exception as again:
+                raise RuntimeError(f"the process group did not meet again after a fault "
+                                   f"({type(again).__name__}: {again}); the fault: "
+                                   f"{error}") from again
+            t_met = time.monotonic()
+            ex.reset()
+            if metrics is not None:
+                metrics.restarts.inc()
+            wait_until(t_met + args.restart_s)  # the stand-in reload
+            _emit(fh, {"type": "restart", "iteration": resume, "redo": begun,
+                       "attempt": group.attempt, "fault_s": t_fault, "met_s": t_met,
+                       "t_s": time.monotonic(), "error": error})
+            it, started = resume, False
+            redo = resume if begun else None
 
 
 def go_on(stop_file: Path) -> bool:
@@ -268,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run(args, fh)
         except Exception as exc:  # record why, for the launcher's failure report
-            _emit(fh, {"type": "error", "error": f"{type(exc).__name__}: {exc}"})
+            _emit(fh, {"type": "error", "error": f"{type(exc).__name__}: {exc}",
+                       "t_s": time.monotonic()})
             log.error("stage %s failed: %s: %s", args.rank, type(exc).__name__, exc)
             return 1
     return 0

@@ -62,6 +62,17 @@ class ExecHost(Protocol):
 # the pipe stays full and a window sent as one burst after an idle gap fits in the
 # queue: 0.3-1.2 % over the simulator (3 runs). Cubic's growth is a function of wall
 # time, so time dilation would distort it as it does BBR.
+#
+# The retransmission time-out is dilated too (the route's rto_min, which iproute2 locks):
+# a lost segment is sent again no sooner than RTO = srtt + max(4 x mdev, rto_min) after
+# it left, and each time-out doubles the next. Linux's rto_min is 200 ms of the kernel's
+# clock, which at time_factor 10 would be 20 ms of scenario time: a fibre outage then
+# cost the workers a tenth of the real back-off. Measured 2026-12-07 (a 2-DC job, one
+# fibre cut for 300 ms of scenario time, time_factor 10, undilated): the stall was
+# 402 ms, the retransmissions at 0.12 (loss probe), 0.38, 0.90, 1.94 and 4.02 s wall after
+# the loss. With rto_min = 200 ms x time_factor the back-off is a real WAN's in scenario
+# time (docs/workers.md, "Training through faults").
+LINUX_RTO_MIN_MS = 200
 MSS_BYTES = 1448              # 1500 MTU - 20 IP - 32 TCP (with timestamps)
 WIRE_BYTES_PER_SEGMENT = 1518  # + 14 Ethernet + 4 802.1Q tag, as the pacer counts them
 TCP_GOODPUT = MSS_BYTES / WIRE_BYTES_PER_SEGMENT  # 0.954 of a lightpath's rate
@@ -127,8 +138,16 @@ def host_routes(emu_plan: EmuPlan, dc: str) -> list[tuple[str, int]]:
     return out
 
 
+def dilated_rto_min_ms(time_factor: float) -> int:
+    """The lightpath routes' minimum retransmission time-out, wall-clock ms: Linux's
+    200 ms x time_factor, so that it is 200 ms in scenario time (see below)."""
+    return max(LINUX_RTO_MIN_MS, round(LINUX_RTO_MIN_MS * time_factor))
+
+
 def tune_host_tcp(emu_plan: EmuPlan, hosts_by_dc: Mapping[str, Sequence[ExecHost]]) -> None:
-    """Apply HOST_TCP_SYSCTLS and per-destination-DC window routes in every host."""
+    """Apply HOST_TCP_SYSCTLS and per-destination-DC window routes in every host (with
+    the retransmission time-out dilated by the plan's time factor)."""
+    rto_min_ms = dilated_rto_min_ms(emu_plan.scale.time_factor)
     for dc, hosts in hosts_by_dc.items():
         routes = host_routes(emu_plan, dc)
         for h in hosts:
@@ -136,16 +155,18 @@ def tune_host_tcp(emu_plan: EmuPlan, hosts_by_dc: Mapping[str, Sequence[ExecHost
             subprocess.run([*h.prefix, "sysctl", "-q", *sysctls], check=True,
                            stdout=subprocess.DEVNULL, timeout=10)
             for subnet, win in routes:
-                window_route(h, subnet, win)
+                window_route(h, subnet, win, rto_min_ms)
 
 
-def window_route(h: ExecHost, dest: str, window: int) -> None:
+def window_route(h: ExecHost, dest: str, window: int, rto_min_ms: int | None = None) -> None:
     """In host h: a route to dest whose initial (and nominally clamped) window is
-    `window` segments and whose connections use LIGHTPATH_CONGESTION_CONTROL."""
+    `window` segments, whose connections use LIGHTPATH_CONGESTION_CONTROL and, given
+    rto_min_ms, retransmit no sooner than that after a loss (dilated_rto_min_ms)."""
     assert h.iface is not None
     win = str(window)
+    rto = [] if rto_min_ms is None else ["rto_min", f"{int(rto_min_ms)}ms"]
     subprocess.run([*h.prefix, "ip", "route", "replace", dest, "dev", h.iface, "src", h.ip,
-                    "initcwnd", win, "initrwnd", win, "cwnd", "lock", win,
+                    "initcwnd", win, "initrwnd", win, "cwnd", "lock", win, *rto,
                     "congctl", LIGHTPATH_CONGESTION_CONTROL],
                    check=True, timeout=10)
 

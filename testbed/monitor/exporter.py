@@ -80,6 +80,13 @@ class RunExporter:
         self.inv_threshold = Gauge("lightpipe_fidelity_invariant_threshold", "Bound of a "
                                    "fidelity invariant (bound=max: value <= it; min: >=)",
                                    [*inv, "bound"], registry=r)
+        self.net_event = Gauge(
+            "lightpipe_network_event_timestamp_seconds", "Unix time a network event was "
+            "applied to the emulated network (the fault injector: a fibre cut or repair, "
+            "each step of a flap, a slot block lost or repaired); event: its row in "
+            "summary.json faults, kind: the spec's kind, action: what this step did, step: "
+            "its number within the event (a flap's cuts and repairs)",
+            ["event", "kind", "action", "target", "step"], registry=r)
         self.server: Any = None
         self.port: int | None = None
         self.ended = False
@@ -120,6 +127,12 @@ class RunExporter:
         for row in result.get("agreement", []):
             if row.get("relative_error") is not None:
                 self.agreement.labels(str(row["job"])).set(row["relative_error"])
+
+    def record_network_event(self, event: int, kind: str, action: str, target: str,
+                             step: int, unix_s: float) -> None:
+        """One applied network event (step): its time, for the dashboards' annotations
+        (Grafana places each at the value: useValueForTime)."""
+        self.net_event.labels(str(event), kind, action, target, str(step)).set(unix_s)
 
     def record_fidelity(self, verdict: Mapping[str, Any]) -> None:
         """The fidelity verdict's gauges: faithful, and each measured invariant (an

@@ -71,9 +71,28 @@ def _cut(f: RunFacts) -> str | None:
     return None
 
 
+NETWORK_KINDS = frozenset({"fiber_cut", "fiber_repair", "link_flap", "wavelength_loss",
+                           "wavelength_repair"})
+
+
+def _network_event(f: RunFacts) -> str | None:
+    """The fault injector's network events (pp_jobs runs; a request replay applies its
+    events itself and exports none)."""
+    if "events" in f:
+        kinds = {k for k in f["events"].split(",") if k} - {"none"}
+        if not kinds & NETWORK_KINDS:
+            return "no network event (fibre, flap or slot block) in the scenario's events"
+    kind = f.get("workload")
+    if kind and kind != "pp_jobs":
+        return (f"a {kind} run replays its events without the fault injector, which "
+                "exports them")
+    return None
+
+
 # metric name prefix -> what the run needs, checked in order (the first prefix that
 # matches a metric decides; longer prefixes first)
 NEEDS: tuple[tuple[str, tuple[Check, ...]], ...] = (
+    ("lightpipe_network_event_", (_network_event,)),
     ("lightpipe_worker_loss", (_pipeline, _model)),
     ("lightpipe_worker_", (_pipeline,)),
     ("lightpipe_job_requests", (_pipeline, _controller)),

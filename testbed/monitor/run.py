@@ -240,6 +240,13 @@ class RunMonitor:
         if self.exporter is not None:
             self.exporter.record_jobs(result, self.scenario)
 
+    def record_network_event(self, event: int, kind: str, action: str, target: str,
+                             step: int, unix_s: float) -> None:
+        """A network event the fault injector applied (the run exporter's
+        lightpipe_network_event_timestamp_seconds)."""
+        if self.exporter is not None:
+            self.exporter.record_network_event(event, kind, action, target, step, unix_s)
+
     def record_fidelity(self, verdict: Mapping[str, Any], timeout_s: float = 20.0) -> bool:
         """Export the run's fidelity verdict and wait until every Prometheus scraped it
         (the workload may have flushed already); False if one did not."""

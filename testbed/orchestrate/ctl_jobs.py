@@ -27,6 +27,7 @@ from testbed.emu.live import LiveNetwork
 from testbed.emu.plan import EmuPlan
 from testbed.emu.tcp_tuning import (
     TCP_GOODPUT,
+    dilated_rto_min_ms,
     lightpath_queue_bytes,
     window_route,
     window_segments,
@@ -183,6 +184,7 @@ def wan_assignment(client: Any) -> dict[tuple[int, str, str], tuple[dict[str, An
 def tune_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host]) -> dict[int, int]:
     """Per boundary lightpath: host routes with its window, its pacers' queue deepened."""
     fibre_of = {frozenset((f.u, f.v)): f for f in net.plan.fibres}
+    rto_min_ms = dilated_rto_min_ms(net.plan.scale.time_factor)
     out: dict[int, int] = {}
     for j in jobs:
         for lp in j.lightpaths:
@@ -192,7 +194,7 @@ def tune_job_paths(net: LiveNetwork, jobs: list[EmuJob], hosts: dict[str, Host])
             win = window_segments(rate, delay)
             a, b = hosts[lp["src_host"]], hosts[lp["dst_host"]]
             for h, peer in ((a, b), (b, a)):
-                window_route(h, f"{peer.ip}/32", win)
+                window_route(h, f"{peer.ip}/32", win, rto_min_ms)
             limit = lightpath_queue_bytes(rate, delay)
             for u, v in lp["fibres"]:
                 emu = net.emulators.get(fibre_of[frozenset((str(u), str(v)))].middle)

@@ -59,6 +59,8 @@ SCRAPE_WAIT_S = 30.0  # longest wait for the first scrape after a Prometheus res
 # monitor's 1 s scrapes see the state the events left).
 EVENTS_SETTLE_S = 2.0
 GATE_LOG_S = 30.0  # while the clock waits for training: how often the log says for whom
+# Fibre steps applied in the data plane without a controller (static forwarding).
+STATIC_KINDS = ("fiber_cut", "fiber_repair")
 
 
 def _utc(t: float | None = None) -> str:
@@ -79,8 +81,8 @@ def fibre_row(ev: EventSpec, rec: dict[str, Any]) -> dict[str, Any]:
                            "applied": "skipped" not in rec and "error" not in rec}
     if ev.first_slot is not None:
         row["first_slot"], row["slots"] = ev.first_slot, ev.slots
-    for key in ("wall_time", "run_s", "via", "skipped", "error", "loss_to_restored_s",
-                "controller_restoration_s", "moved", "lost_slots"):
+    for key in ("wall_time", "run_s", "monotonic_s", "via", "skipped", "error", "note",
+                "loss_to_restored_s", "controller_restoration_s", "moved", "lost_slots"):
         if key in rec:
             row[key] = rec[key]
     if ev.kind == "wavelength_loss":  # no port change to notice: the REST call is the event
@@ -368,22 +370,31 @@ class FaultInjector:
                                       if "cut_to_restored_s" in s],
                 "events_time_scale": self.scale,
                 "events_clock": "training" if self._on_training else "start",
-                "events_clock_offset_s": self.clock_offset_s, "faults": self.rows}
+                "events_clock_offset_s": self.clock_offset_s,
+                # the clock's zero on time.monotonic() (the workers' clock); null while
+                # it never started
+                "events_clock_zero_monotonic_s": None if self._gated or self.clock_offset_s
+                is None else round(self._t0, 6),
+                "faults": self.rows}
 
     # ---- fibres --------------------------------------------------------------------------
     def _stamp(self, row: dict[str, Any]) -> None:
         row["wall_time"] = _utc()
         row["run_s"] = round(self.now_s(), 3)
+        # the same instant on the clock the workers stamp their iterations with
+        row["monotonic_s"] = round(time.monotonic(), 6)
 
     def _fibre_step(self, ev: EventSpec) -> dict[str, Any]:
         rec: dict[str, Any] = {"kind": ev.kind, "link": list(ev.link or []), "at_s": ev.at_s}
         self._stamp(rec)
-        if self.client is None:
+        if self.client is None and self.set_link is not None and ev.kind in STATIC_KINDS:
+            self._static_step(ev, rec)
+        elif self.client is None:
             rec["skipped"] = "static forwarding: no controller to restore lightpaths"
         else:
             try:
                 rec.update(apply_event(ev, self.client, {}, self.set_link, time.monotonic,
-                                  time.sleep, self.settle_timeout_s))
+                                       time.sleep, self.settle_timeout_s))
             except Exception as exc:
                 rec["error"] = str(exc)
                 self.errors.append(f"{ev.kind} {ev.target}: {exc}")
@@ -394,6 +405,27 @@ class FaultInjector:
             if self.after_reroute is not None and rec.get("restored"):
                 self._check_reroute(rec)
         return rec
+
+    def _static_step(self, ev: EventSpec, rec: dict[str, Any]) -> None:
+        """A fibre cut or repair without a controller (static forwarding): the fibre's
+        link down or up in the data plane, its rules left as they are. Nothing restores
+        the lightpaths it carries: they are down from the cut to the repair, as an
+        unprotected static circuit is (the outage a job sees is the repair's time)."""
+        assert ev.link is not None and self.set_link is not None
+        u, v = ev.link
+        cut = ev.kind == "fiber_cut"
+        try:
+            self.set_link(u, v, not cut)
+        except Exception as exc:
+            rec["error"] = str(exc)
+            self.errors.append(f"{ev.kind} {ev.target}: {exc}")
+            log.warning("event %s %s failed: %s", ev.kind, ev.target, exc)
+            return
+        rec["via"] = "data_plane"
+        if cut:
+            rec["lost"], rec["restored"] = [], []
+            rec["note"] = ("static forwarding: the fibre's lightpaths stay down until it "
+                           "is repaired (no controller restores them)")
 
     def _check_reroute(self, rec: dict[str, Any]) -> None:
         """rec["rtt_after_reroute"]: each restored lightpath's RTT on its new route."""
@@ -410,14 +442,33 @@ class FaultInjector:
         t.start()
         self._checks.append(t)
 
+    def _exported(self, row: dict[str, Any], action: str, rec: dict[str, Any],
+                  step: int = 0) -> None:
+        """Tell the run's monitor (its exporter: the dashboards' network-event
+        annotation) that a network step was applied."""
+        record = getattr(self.monitor, "record_network_event", None)
+        if record is None or "skipped" in rec or "error" in rec:
+            return
+        mono = rec.get("monotonic_s")  # when it was applied, as Unix time
+        unix_s = time.time() - (time.monotonic() - mono if mono is not None else 0.0)
+        try:
+            record(self.rows.index(row), row["kind"], action, row["target"], step, unix_s)
+        except Exception as exc:  # a metric, never the fault's outcome
+            log.debug("network event metric: %s", exc)
+
     def _fibre(self, ev: EventSpec, row: dict[str, Any]) -> None:
         rec = self._fibre_step(ev)
         row.update(fibre_row(ev, rec))
+        self._exported(row, ev.kind, rec)
 
     def _flap_step(self, step: EventSpec, row: dict[str, Any]) -> None:
         rec = self._fibre_step(step)
+        # steps 0, 2, 4, ...: the cuts; 1, 3, ...: their repairs (row["cuts"]: those before)
+        self._exported(row, step.kind, rec,
+                       2 * len(row["cuts"]) - (0 if step.kind == "fiber_cut" else 1))
         if "wall_time" not in row or not row["cuts"]:
             row["wall_time"], row["run_s"] = rec["wall_time"], rec["run_s"]
+            row["monotonic_s"] = rec["monotonic_s"]
         row["applied"] = row["applied"] or ("skipped" not in rec and "error" not in rec)
         if step.kind == "fiber_cut":
             row["cuts"].append({k: rec[k] for k in ("at_s", "run_s", "cut_to_restored_s",

@@ -31,7 +31,7 @@ from testbed.errors import InputError
 from testbed.io.atomic import atomic_write_json, atomic_write_text
 from testbed.metrics.agreement import agreement_rows, agreement_verdict
 from testbed.metrics.transfers import transfer_excess
-from testbed.orchestrate.launch import Host, Launcher
+from testbed.orchestrate.launch import FaultPolicy, Host, Launcher
 from testbed.orchestrate.results import chrome_trace, job_iterations, summarize_job
 from testbed.schedule import Hop, PipelineProblem, Schedule, build_schedule, time_schedule
 from testbed.spec.models import PPJobsWorkload, Scenario
@@ -211,7 +211,8 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
                       on_started: Callable[[Launcher], None] | None = None,
                       remote: Any = None,
                       go_on_until: Path | None = None,
-                      cpus: Sequence[int] | None = None) -> dict[str, Any]:
+                      cpus: Sequence[int] | None = None,
+                      fault_policy: FaultPolicy | None = None) -> dict[str, Any]:
     """Run every job's workers concurrently; write records; return the summary part.
 
     `placement`: the host of every stage of every job (e.g. the controller's); default
@@ -220,6 +221,7 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     worker agents of a run across machines (testbed.cluster.agentlink.ClusterWorkers), for
     hosts with a `machine`. `go_on_until`: the jobs iterate beyond their plans until this
     file exists (Launcher). `cpus`: the cores of this machine's CPU workers (Launcher).
+    `fault_policy`: the collectives' time-out and fail/retry (Launcher; wall seconds).
     `timeout_s` / `deadline_s`: default worker_time_limits_s() (scaled with the machine)."""
     out_dir = Path(out_dir)
     scaled_timeout_s, scaled_deadline_s = worker_time_limits_s()
@@ -236,7 +238,8 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
         if prometheus is not None else 0.0
     with Launcher(out_dir, timeout_s=timeout_s, duty=duty,
                   metrics_netns_fd=metrics_netns_fd, metrics_linger_s=linger_s,
-                  remote=remote, go_on_until=go_on_until, cpus=cpus) as launcher:
+                  remote=remote, go_on_until=go_on_until, cpus=cpus,
+                  fault_policy=fault_policy) as launcher:
         launcher.start([(j.plan, hosts) for j, hosts in zip(jobs, placement, strict=True)])
         if prometheus is not None:
             prometheus.set_targets("workers", launcher.metrics_targets())
@@ -270,7 +273,9 @@ def run_jobs_on_hosts(jobs: Sequence[EmuJob], hosts_by_dc: Mapping[str, Sequence
     result: dict[str, Any] = {"worker_jobs": per_job,
                               "failed_jobs": [s["job"] for s in per_job if not s["ok"]],
                               "worker_time_limits_s": {"timeout": round(timeout_s, 1),
-                                                       "deadline": round(deadline_s, 1)}}
+                                                       "deadline": round(deadline_s, 1)},
+                              "worker_fault_policy": (fault_policy or FaultPolicy()
+                                                      ).as_record()}
     sims = {j.job: j.simulated_iteration_time_s for j in jobs if j.plan.mode == "shadow"}
     details = {s["job"]: s for s in per_job}
     result["agreement"] = agreement_rows(sims, emulated, details)

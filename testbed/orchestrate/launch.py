@@ -52,6 +52,41 @@ class Host:
     machine: str | None = None  # another machine's host: started by its worker agent
 
 
+@dataclass(frozen=True)
+class FaultPolicy:
+    """How the workers live through a network fault (spec policy.workers), in wall-clock
+    seconds (the scenario's x time_factor): the training collectives' time-out (None:
+    the launcher's time-out, also the start-up's), fail or retry, restarts allowed and
+    the stand-in reload time after each (workloads.faulttol)."""
+
+    collective_timeout_s: float | None = None
+    on_fault: str = "fail"
+    max_restarts: int = 3
+    restart_s: float = 0.0
+
+    @classmethod
+    def of(cls, spec: Any, time_factor: float) -> FaultPolicy:
+        """From a scenario's policy.workers (a WorkersFaultSpec, or None: the defaults)."""
+        if spec is None:
+            return cls()
+        timeout = spec.collective_timeout_s
+        return cls(None if timeout is None else timeout * time_factor, spec.on_fault,
+                   spec.max_restarts, spec.restart_s * time_factor)
+
+    def argv(self) -> list[str]:
+        """The worker's options for it (workloads.worker)."""
+        out = ["--on-fault", self.on_fault, "--max-restarts", str(self.max_restarts),
+               "--restart-s", f"{self.restart_s:.6g}"]
+        if self.collective_timeout_s is not None:
+            out += ["--collective-timeout-s", f"{self.collective_timeout_s:.6g}"]
+        return out
+
+    def as_record(self) -> dict[str, Any]:
+        return {"collective_timeout_s": self.collective_timeout_s,
+                "on_fault": self.on_fault, "max_restarts": self.max_restarts,
+                "restart_s": self.restart_s}
+
+
 @dataclass
 class Worker:
     job: str
@@ -149,7 +184,8 @@ class Launcher:
                  nice: int = 0, python: str = sys.executable,
                  metrics_netns_fd: int | None = None, metrics_linger_s: float = 0.0,
                  remote: Any = None, go_on_until: Path | None = None,
-                 cpus: Sequence[int] | None = None) -> None:
+                 cpus: Sequence[int] | None = None,
+                 fault_policy: FaultPolicy | None = None) -> None:
         """metrics_linger_s: how long each worker waits, after its last iteration, for a
         scrape of its final metrics (set it when a monitor scrapes the workers).
         remote: what starts stages on hosts of other machines (`Host.machine`): a
@@ -157,8 +193,11 @@ class Launcher:
         ends the jobs' iterations beyond their plans' (the run's events all ran; the
         worker's --go-on-until); a job with a stage on another machine, which cannot see
         the file, runs its plan's iterations only. cpus: the cores this machine's CPU
-        workers run on (the worker's --cpus; testbed.emu.cpuset's split), default any."""
+        workers run on (the worker's --cpus; testbed.emu.cpuset's split), default any.
+        fault_policy: the training collectives' time-out and fail/retry (FaultPolicy; a
+        stage on another machine keeps the defaults: its agent does not pass them)."""
         self.out_dir = Path(out_dir)
+        self.fault_policy = fault_policy or FaultPolicy()
         self.go_on_until = go_on_until
         self.cpus = tuple(int(c) for c in cpus) if cpus else ()  # CPU workers' cores here
         self.timeout_s = timeout_s
@@ -241,7 +280,7 @@ class Launcher:
                     "--out", str(rec), "--metrics-fd", str(lsock.fileno()),
                     "--timeout-s", str(self.timeout_s), "--duty", f"{duty:.4f}",
                     "--metrics-linger-s", f"{self.metrics_linger_s:.1f}",
-                    "--nice", str(self.nice), *go_on]
+                    "--nice", str(self.nice), *go_on, *self.fault_policy.argv()]
             if self.cpus and plan.compute == "cpu":
                 argv += ["--cpus", ",".join(map(str, self.cpus))]
             if host.iface:

@@ -34,7 +34,7 @@ from testbed.orchestrate.ctl_jobs import (
     tune_job_paths,
 )
 from testbed.orchestrate.jobs import EmuJob, emulated_hops, plan_emulated_jobs, run_jobs_on_hosts
-from testbed.orchestrate.launch import Host
+from testbed.orchestrate.launch import FaultPolicy, Host
 from testbed.schedule import Hop, build_schedule, time_schedule
 from testbed.spec.models import Scenario
 from workloads.metrics import METRIC_NAMES
@@ -143,7 +143,9 @@ def run_pp_jobs(scenario: Scenario, net: LiveNetwork, out_dir: Path, quiet: bool
         result.update(run_jobs_on_hosts(
             jobs, by_dc, Path(out_dir), prometheus=mon, metrics_netns_fd=home_fd,
             placement=placement, on_started=None if faults is None else faults.attach_launcher,
-            go_on_until=go_on_until, cpus=None if split is None else split.workers))
+            go_on_until=go_on_until, cpus=None if split is None else split.workers,
+            fault_policy=FaultPolicy.of(getattr(scenario.policy, "workers", None),
+                                        net.plan.scale.time_factor)))
         if faults is not None:
             faults.drain()  # a Prometheus still down comes back for the last scrape
         mon.record_jobs(result)  # per-job gauges of the run exporter

@@ -318,6 +318,11 @@ def run_workload(rp: RunPlan, net: EmuNetwork, ctl: ControllerProcess | None, st
                                  faults=faults)
         finally:
             summary = faults.stop() if faults is not None else {}
+        if summary:  # the jobs' side of the network events (docs/faults.md)
+            from testbed.orchestrate.impact import record_fault_impact
+
+            routes = {frozenset((lp.dc_a, lp.dc_b)): lp.path for lp in net.plan.lightpaths}
+            summary.update(record_fault_impact(rp.scenario, stage, result, summary, routes))
         return WorkloadResult(summary={**result, **summary})
     if rp.scenario.workload.kind == "allreduce_jobs":  # routing policies on the DC fabric
         from testbed.orchestrate.allreduce import run_allreduce_jobs
@@ -434,7 +439,7 @@ def fault_injector(ctl: ControllerProcess | None, net: EmuNetwork, mon: RunMonit
             return check_lightpaths(net, client, ids)
 
     return FaultInjector(events, scale=net.plan.scale.time_factor, client=client,
-                         set_link=link_switch(net) if ctl is not None else None,
+                         set_link=link_switch(net),
                          monitor=mon, controller=restarter,
                          after_reroute=after_reroute).start(on_training)
 
