@@ -34,7 +34,6 @@ from testbed.sim.requests import (
     BATCH_REQUESTS,
     Request,
     count_trace_rows,
-    poisson_columns,
     poisson_requests,
     read_request_trace,
 )
@@ -175,14 +174,14 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
     events = network_events(scenario.events)
     kernel = None
     if not events and policy in ("first_fit", "last_fit"):
-        import testbed.sim.rmsa_kernel as rk  # (imports numba, if installed: not before)
+        import testbed.sim.rmsa_kernel as rk  # (numba only if its module must be built)
 
         kernel = rk.load()
     try:
         with progress(total, "simulating requests", quiet) as bar:
             if kernel is not None:
-                tables, chunks = _chunks(scenario, net, stream, rk.neg_log1m)
-                stats = _loop_compiled(net, tables, chunks, total, policy == "last_fit",
+                tables, source = _sources(scenario, net, stream)
+                stats = _loop_compiled(net, tables, source, total, policy == "last_fit",
                                        out, bar, batches)
             else:
                 stats = _loop(net, router, stream, total, events, out, bar, batches)
@@ -547,55 +546,37 @@ class _PairTables:
         return self._arrays
 
 
-# A chunk of requests: (ids, arrival_s, holding_s, src names, dst names, bitrates) as
-# lists, called only when rows are written, and the kernel's columns (arrival_s,
+# A trace's chunk of requests: (ids, arrival_s, holding_s, src names, dst names, bitrates)
+# as lists, called only when rows are written, and the kernel's columns (arrival_s,
 # holding_s, pair id, bitrate index, bitrate_gbps)
 _Chunk = tuple[Callable[[], tuple[list[Any], ...]], np.ndarray, np.ndarray, np.ndarray,
                np.ndarray, np.ndarray]
 
+GEN_CHUNK = 1 << 16  # Poisson requests drawn and run per kernel call
 
-def _chunks(scenario: Scenario, net: OpticalNetwork, stream: Iterator[Request],
-            neg_log1m: Callable[[np.ndarray], np.ndarray]
-            ) -> tuple[_PairTables, Iterator[_Chunk]]:
-    """The pair tables and the scenario's requests in chunks for the compiled loop: the
-    seeded Poisson stream straight from its numpy columns (the same draws as `stream`,
-    which is left unread), a trace from its rows."""
+
+class _PoissonSource:
+    """The scenario's seeded Poisson stream, drawn inside the compiled loop: the
+    generator state of random.Random(seed), the endpoints and the bitrates."""
+
+    def __init__(self, wl: LightpathRequestsWorkload, ends: list[str]) -> None:
+        self.wl = wl
+        self.ends = ends
+        self.total = wl.requests
+
+
+def _sources(scenario: Scenario, net: OpticalNetwork, stream: Iterator[Request]
+             ) -> tuple[_PairTables, _PoissonSource | Iterator[_Chunk]]:
+    """The pair tables and the scenario's requests for the compiled loop: the seeded
+    Poisson stream as its generator state (`stream`, the same draws, is left unread), a
+    trace in chunks of its rows."""
     wl = scenario.workload
     assert isinstance(wl, LightpathRequestsWorkload)
     if wl.trace is not None:
         tables = _PairTables(net, [])
         return tables, _trace_chunks(stream, tables)
-    tables = _PairTables(net, list(wl.bitrate_gbps))
-    return tables, _poisson_chunks(wl, _endpoints(scenario, net), tables, neg_log1m)
-
-
-def _poisson_chunks(wl: LightpathRequestsWorkload, ends: list[str], tables: _PairTables,
-                    neg_log1m: Callable[[np.ndarray], np.ndarray]) -> Iterator[_Chunk]:
-    n_end, bitrates = len(ends), list(wl.bitrate_gbps)
-    br_arr = np.array(bitrates, dtype=np.float64)
-    ends_arr = np.empty(n_end, dtype=object)
-    ends_arr[:] = ends
-    brs_obj = np.empty(len(bitrates), dtype=object)
-    brs_obj[:] = bitrates
-    lut = np.full(n_end * n_end, -1, np.int32)  # src x n + dst -> pair id
-    for first, arrivals, holds, src, dst, pick in poisson_columns(
-            wl, n_end, random.Random(wl.seed), neg_log1m):
-        keys = src * n_end + dst
-        pids = lut[keys]
-        if (pids < 0).any():  # pairs added in the order first needed
-            new, at = np.unique(keys[pids < 0], return_index=True)
-            for key in new[np.argsort(at)].tolist():
-                lut[key] = tables.pid(ends[key // n_end], ends[key % n_end])
-            pids = lut[keys]
-
-        def rows(first: int = first, arrivals: np.ndarray = arrivals,
-                 holds: np.ndarray = holds, src: np.ndarray = src, dst: np.ndarray = dst,
-                 pick: np.ndarray = pick) -> tuple[list[Any], ...]:
-            return (list(range(first, first + len(arrivals))), arrivals.tolist(),
-                    holds.tolist(), ends_arr[src].tolist(), ends_arr[dst].tolist(),
-                    brs_obj[pick].tolist())
-
-        yield rows, arrivals, holds, pids, pick.astype(np.int32), br_arr[pick]
+    return _PairTables(net, list(wl.bitrate_gbps)), _PoissonSource(wl, _endpoints(scenario,
+                                                                                   net))
 
 
 def _trace_chunks(stream: Iterator[Request], tables: _PairTables) -> Iterator[_Chunk]:
@@ -612,62 +593,117 @@ def _trace_chunks(stream: Iterator[Request], tables: _PairTables) -> Iterator[_C
                np.array(bris, np.int32), np.array(cols[5], np.float64))
 
 
-def _loop_compiled(net: OpticalNetwork, tables: _PairTables, chunks: Iterator[_Chunk],
-                   total: int, last_fit: bool, out: RecordStream | None, bar: Any,
-                   n_batches: int) -> dict[str, Any]:
+def _loop_compiled(net: OpticalNetwork, tables: _PairTables,
+                   source: _PoissonSource | Iterator[_Chunk], total: int, last_fit: bool,
+                   out: RecordStream | None, bar: Any, n_batches: int) -> dict[str, Any]:
     """_loop_plain for first_fit / last_fit with the request loop compiled
-    (testbed.sim.rmsa_kernel): the same records and summary; requests.csv rows are
-    written here, from the choices the kernel hands back for each chunk."""
+    (testbed.sim.rmsa_kernel): the same records and summary. A Poisson stream is drawn in
+    the kernel (its pair tables built first, in the order the stream first needs them);
+    requests.csv rows are written here, from the columns and choices the kernel hands
+    back for each chunk."""
     import testbed.sim.rmsa_kernel as rk
 
     kernel = rk.load()
     assert kernel is not None
+    run = kernel.run
     occ, busy_bits, _ = net.slot_masks()
     slots, n_spectra = net.slots, net.n_spectra
-    busy = np.zeros((n_spectra, max(1, slots)), np.uint8)
-    for s, m in enumerate(busy_bits):  # (a fresh network: all zero)
-        for j in range(slots):
-            busy[s, j] = m >> j & 1
+    n_words = max(1, -(-slots // rk.WORD_BITS))
+    word = (1 << rk.WORD_BITS) - 1
+    busy = np.array([[m >> (rk.WORD_BITS * w) & word for w in range(n_words)]
+                     for m in busy_bits], np.uint64).reshape(n_spectra, n_words)
+    uni = np.zeros(n_words, np.uint64)
     cap = slots * n_spectra + 1  # a live lightpath holds >= 1 slot of >= 1 spectrum
     heap_t = np.empty(cap, np.float64)
-    heap_r, heap_f, heap_n = (np.empty(cap, np.int32) for _ in range(3))
+    heap_v = np.empty(cap, np.int64)
     st_i, st_f = rk.new_state()
     sizes = np.array(batch_sizes(total, n_batches) if total else [], np.int64)
     batch_blocked = np.zeros(max(1, len(sizes)), np.int64)
     st_i[rk.BLEFT] = sizes[0] if len(sizes) else -1
     write = out.fh.write if out is not None else None
-    out_route, out_first, out_n = (np.empty(BATCH_REQUESTS, np.int32) for _ in range(3))
+    keep = write is not None
+    f8, i4, i8 = np.float64, np.int32, np.int64
+    none_f, none_i, none_i8 = np.empty(0, f8), np.empty(0, i4), np.empty(0, i8)
     brs: dict[float, str] = {}
-    for rows, arrivals, holds, pids, bris, brv in chunks:
-        m = len(arrivals)
-        if m > len(out_route):
-            out_route, out_first, out_n = (np.empty(m, np.int32) for _ in range(3))
-        status = kernel(arrivals, holds, pids, bris, brv, *tables.arrays(), busy, slots,
-                        last_fit, heap_t, heap_r, heap_f, heap_n, st_i, st_f, sizes,
-                        batch_blocked, out_route, out_first, out_n)
-        if status != 0:
-            raise RuntimeError("rmsa kernel: live lightpath heap overflow")
-        if write is not None:
-            routes, reasons = tables.routes, tables.reasons
-            rids, ts, hs, srcs, dsts, bitrates = rows()
-            for rid, t, hold, src, dst, br, q, first, n, p in zip(
-                    rids, ts, hs, srcs, dsts, bitrates, out_route[:m].tolist(),
-                    out_first[:m].tolist(), out_n[:m].tolist(), pids.tolist(), strict=False):
-                brs_s = brs.get(br)
-                if brs_s is None:
-                    brs_s = brs[br] = f"{br:g}"
-                if q >= 0:
-                    label, mod = routes[q]
-                    write(f"{rid},{src},{dst},{brs_s},{label},{mod},{first},{n},1,,"
-                          f"{t:.6f},{hold:.6f}\n")
-                else:
-                    write(f"{rid},{src},{dst},{brs_s},,,,,0,{reasons[p]},{t:.6f},"
-                          f"{hold:.6f}\n")
-            out.tick()  # type: ignore[union-attr]
-        bar.advance(m)
+    routes, reasons = tables.routes, tables.reasons
+
+    def write_rows(rows: tuple[list[Any], ...], pids: list[int], m: int) -> None:
+        assert write is not None and out is not None
+        rids, ts, hs, srcs, dsts, bitrates = rows
+        for rid, t, hold, src, dst, br, q, first, n, p in zip(
+                rids, ts, hs, srcs, dsts, bitrates, out_route[:m].tolist(),
+                out_first[:m].tolist(), out_n[:m].tolist(), pids, strict=False):
+            brs_s = brs.get(br)
+            if brs_s is None:
+                brs_s = brs[br] = f"{br:g}"
+            if q >= 0:
+                label, mod = routes[q]
+                write(f"{rid},{src},{dst},{brs_s},{label},{mod},{first},{n},1,,"
+                      f"{t:.6f},{hold:.6f}\n")
+            else:
+                write(f"{rid},{src},{dst},{brs_s},,,,,0,{reasons[p]},{t:.6f},{hold:.6f}\n")
+        out.tick()
+
+    if isinstance(source, _PoissonSource):
+        wl, ends = source.wl, source.ends
+        n_end = len(ends)
+        mt, dbuf, pos = rk.mt_state(random.Random(wl.seed).getstate()[1])
+        order = np.empty(n_end * n_end, np.int64)
+        n_new = kernel.pair_order(mt.copy(), dbuf.copy(), pos, source.total, n_end,
+                                  np.zeros(n_end * n_end, np.bool_), order)
+        lut = np.full(n_end * n_end, -1, np.int32)  # src x n + dst -> pair id
+        for key in order[:n_new].tolist():  # pairs added in the order first needed
+            lut[key] = tables.pid(ends[key // n_end], ends[key % n_end])
+        bitrates = list(wl.bitrate_gbps)
+        pick_bri = np.array([tables.bri(b) for b in bitrates], np.int32)
+        br_vals = np.array(bitrates, np.float64)
+        st_i[rk.MT_POS] = pos
+        st_f[rk.GEN_RATE] = wl.load_erlang / wl.mean_holding_s
+        st_f[rk.GEN_LAM_HOLD] = 1.0 / wl.mean_holding_s  # expovariate(1 / hold) divides by it
+        arrays = tables.arrays()
+        ends_arr = np.empty(n_end, dtype=object)
+        ends_arr[:] = ends
+        brs_obj = np.empty(len(bitrates), dtype=object)
+        brs_obj[:] = bitrates
+        m_max = min(GEN_CHUNK, max(1, source.total))
+        out_route, out_first, out_n, out_src, out_dst, out_pick = (
+            np.empty(m_max, i4) for _ in range(6))
+        out_t, out_hold = np.empty(m_max, f8), np.empty(m_max, f8)
+        for first_id in range(0, source.total, m_max):
+            m = min(m_max, source.total - first_id)
+            status = run(True, m, none_f, none_f, none_i, none_i, none_f, mt, dbuf, n_end, lut,
+                         pick_bri, br_vals, *arrays, busy, slots, last_fit, uni, heap_t,
+                         heap_v, st_i, st_f, sizes, batch_blocked, keep, out_route,
+                         out_first, out_n, out_t, out_hold, out_src, out_dst, out_pick)
+            if status != 0:
+                raise RuntimeError("rmsa kernel: live lightpath heap overflow")
+            if keep:
+                src_i, dst_i = out_src[:m], out_dst[:m]
+                write_rows((list(range(first_id, first_id + m)), out_t[:m].tolist(),
+                            out_hold[:m].tolist(), ends_arr[src_i].tolist(),
+                            ends_arr[dst_i].tolist(), brs_obj[out_pick[:m]].tolist()),
+                           lut[src_i * n_end + dst_i].tolist(), m)
+            bar.advance(m)
+    else:
+        out_route, out_first, out_n = (np.empty(BATCH_REQUESTS, i4) for _ in range(3))
+        for rows, arrivals, holds, pids, bris, brv in source:
+            m = len(arrivals)
+            if m > len(out_route):
+                out_route, out_first, out_n = (np.empty(m, i4) for _ in range(3))
+            status = run(False, m, arrivals, holds, pids, bris, brv, none_i8, none_f, 0, none_i,
+                         none_i, none_f, *tables.arrays(), busy, slots, last_fit, uni,
+                         heap_t, heap_v, st_i, st_f, sizes, batch_blocked, False, out_route,
+                         out_first, out_n, none_f, none_f, none_i, none_i, none_i)
+            if status != 0:
+                raise RuntimeError("rmsa kernel: live lightpath heap overflow")
+            if keep:
+                write_rows(rows(), pids.tolist(), m)
+            bar.advance(m)
     for s in range(n_spectra):  # back to the network's int bitmaps
-        busy_bits[s] = int.from_bytes(np.packbits(busy[s, :slots], bitorder="little")
-                                      .tobytes(), "little")
+        v = 0
+        for w in range(n_words - 1, -1, -1):
+            v = v << rk.WORD_BITS | int(busy[s, w])
+        busy_bits[s] = v
     occ[:] = busy_bits  # nothing out of service: occupied == busy
     n_req = int(st_i[rk.NREQ])
     b_idx, b_left = int(st_i[rk.BIDX]), int(st_i[rk.BLEFT])
