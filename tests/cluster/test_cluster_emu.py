@@ -233,6 +233,47 @@ def test_emu_cluster_replays_requests_and_a_cut_through_one_controller(
     assert a.left() == [] and b.left() == []
 
 
+def _records(out: Path) -> tuple[list[str], list[str], dict[str, object]]:
+    """A run directory's files (top level), its summary's keys and its manifest."""
+    files = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    summary = json.loads((out / "summary.json").read_text())
+    return files, sorted(summary), json.loads((out / "manifest.json").read_text())
+
+
+@need
+def test_run_backend_cluster_writes_what_emu_cluster_writes(
+        machines: tuple[list[StandIn], Path], tmp_path: Path) -> None:
+    """`lightpipe run SPEC --backend cluster --cluster FILE` on the stand-ins: the run
+    `emu --cluster` makes (the quickstart's workload through one controller), the same
+    records (files, summary keys, the manifest's backend and status)."""
+    (a, b), f = machines
+    two = _cluster_subset(f, ["m-a", "m-b"])
+    spec = _requests_ring(tmp_path / "req-ring.yaml")
+    place = [w for p in PLACE for w in ("--place", p)]
+    t0 = time.monotonic()
+    ran = subprocess.run([f"{VENV}/bin/lightpipe", "run", str(spec), "--backend", "cluster",
+                          "--cluster", str(two), "--out", str(tmp_path / "run"), *place,
+                          "-q"], capture_output=True, text=True, timeout=900, check=False)
+    print(f"\n{ran.stdout}{ran.stderr}run --backend cluster: {time.monotonic() - t0:.1f} s "
+          f"(load {os.getloadavg()[0]:.1f})")
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)
+    assert "lightpipe: running the cluster backend (asked for)" in ran.stdout
+    assert "cluster: scenario" in ran.stdout and "on the cluster backend" in ran.stdout
+    assert a.left() == [] and b.left() == []
+    _run_on_both(f, spec, tmp_path / "emu")
+    files, keys, manifest = _records(tmp_path / "run")
+    emu_files, emu_keys, emu_manifest = _records(tmp_path / "emu")
+    assert files == emu_files and keys == emu_keys, (files, emu_files, keys, emu_keys)
+    for m in (manifest, emu_manifest):
+        assert m["backend"] == "emu" and m["status"] == "finished", m
+    assert manifest.get("records") == emu_manifest.get("records")
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["backend"] == "emu" and s["workload"] == "lightpath_requests"
+    assert s["cluster"]["machines"] == ["m-a", "m-b"]
+    assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
+    assert a.left() == [] and b.left() == []
+
+
 @need
 def test_emu_cluster_kill_9_of_the_driver_leaves_nothing(
         machines: tuple[list[StandIn], Path], tmp_path: Path) -> None:
