@@ -21,6 +21,7 @@ import testbed.gym  # noqa: E402
 from testbed.errors import InputError  # noqa: E402
 from testbed.gym.placement import PlacementEnv  # noqa: E402
 from testbed.gym.rmsa import RMSAEnv, first_fit_action  # noqa: E402
+from testbed.gym.rmsa_reference import ReferenceRMSAEnv  # noqa: E402
 from testbed.jobs.sim import simulate  # noqa: E402
 from testbed.sim import simulate_lightpaths  # noqa: E402
 from testbed.spec import load_scenario, parse_scenario  # noqa: E402
@@ -137,7 +138,7 @@ def expected_blocks(free_slots: list[bool], n: int, j: int) -> list[int]:
     return starts
 
 
-def busy_map(env: RMSAEnv) -> dict[tuple[str, str], list[int]]:
+def busy_map(env: ReferenceRMSAEnv) -> dict[tuple[str, str], list[int]]:
     net = env.net
     return {(f.u, f.v): net.unavailable(f.u, f.v) for f in net.topology.fibres}
 
@@ -145,8 +146,10 @@ def busy_map(env: RMSAEnv) -> dict[tuple[str, str], list[int]]:
 def test_rmsa_mask_is_exactly_the_feasible_actions() -> None:
     """The mask equals a plain recomputation from the spectrum; every allowed action is
     accepted and holds exactly its block, every forbidden one is blocked and takes
-    nothing (checked against the fibres' slot lists before and after)."""
-    env = RMSAEnv(parse_scenario(rmsa_spec()), blocks=3, episode_requests=1500)
+    nothing (checked against the fibres' slot lists before and after). On the reference
+    implementation, whose OpticalNetwork state the check reads; the compiled env gives
+    the same masks and observations (tests/test_gym_fast.py)."""
+    env = ReferenceRMSAEnv(parse_scenario(rmsa_spec()), blocks=3, episode_requests=1500)
     rng = np.random.default_rng(0)
     obs, info = env.reset(seed=9)
     seen = {"allowed": 0, "forbidden": 0, "reject": 0}
@@ -366,8 +369,8 @@ def test_default_workloads_follow_the_rule() -> None:
     assert tmpl.stages * tmpl.gpus_per_stage <= 4
 
 
+@pytest.mark.parametrize("cls", [RMSAEnv, ReferenceRMSAEnv])
 @pytest.mark.parametrize(("kwargs", "field"), [
-    ({}, "scenario"),
     ({"scenario": "/nonexistent/x.yaml"}, ""),
     ({"scenario": rmsa_spec(), "blocks": 0}, "blocks"),
     ({"scenario": rmsa_spec(), "k_paths": 0}, "k_paths"),
@@ -376,9 +379,9 @@ def test_default_workloads_follow_the_rule() -> None:
     ({"scenario": rmsa_spec(), "blocks": True}, "blocks"),
     ({"scenario": 3}, "scenario"),
 ])
-def test_bad_input_names_the_field(kwargs: dict[str, Any], field: str) -> None:
+def test_bad_input_names_the_field(kwargs: dict[str, Any], field: str, cls: type) -> None:
     with pytest.raises(InputError) as exc:
-        RMSAEnv(**kwargs)
+        cls(**kwargs)
     assert exc.value.path == field
     assert "\n" not in str(exc.value)
 
@@ -405,12 +408,15 @@ def test_train_example_writes_the_table(tmp_path: Path) -> None:
                  "--episode-steps", "64", "--eval-steps", "60", "--seeds", "1", "2",
                  "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| eval seed | PPO | first fit | random valid |" in text
+    assert "| eval seed | MaskablePPO | first fit | random valid |" in text
     rows = [line for line in text.splitlines() if line.startswith(("| 1 ", "| 2 ", "| mean"))]
     assert len(rows) == 3
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert all(0.0 <= float(c) <= 1.0 for c in cells[1:])
+    assert main(["--algo", "ppo", "--steps", "64", "--episode-steps", "32", "--eval-steps",
+                 "20", "--seeds", "1", "--out", str(out)]) == 0  # the bundled scenario
+    assert "| eval seed | PPO | first fit | random valid |" in out.read_text()
     assert main(["--scenario", str(SCENARIOS / "quickstart.yaml"), "--steps", "0"]) == 2
 
 

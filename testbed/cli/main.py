@@ -20,6 +20,7 @@ from testbed.cli import (
     exec_cmd,
     fault_cmd,
     grafana_cmd,
+    gym_cmd,
     monitor_cmd,
     plan_cmd,
     report_cmd,
@@ -65,6 +66,7 @@ COMMANDS: dict[str, ModuleType] = {
     "monitor": monitor_cmd,
     "grafana": grafana_cmd,
     "cluster": cluster_cmd,
+    "gym": gym_cmd,
 }
 
 

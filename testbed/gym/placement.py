@@ -21,12 +21,12 @@ import math
 import random
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from testbed.errors import InputError
-from testbed.gym.scenario import ScenarioLike, check_count, load, with_pp_jobs, workload_seed
+from testbed.gym.base import LightPipeEnv
+from testbed.gym.scenario import ScenarioLike, check_count, load, with_pp_jobs
 from testbed.jobs.cluster import Allocation, Cluster
 from testbed.jobs.engine import JobSimulator, JobState
 from testbed.jobs.model import model_catalog
@@ -70,17 +70,14 @@ class _SteppedJobs(JobSimulator):
         return self.admit_or_block(st)
 
 
-class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
+class PlacementEnv(LightPipeEnv):
     """CBA-style job placement on LightPipe's job simulator (module docstring)."""
-
-    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's API)
 
     def __init__(self, scenario: ScenarioLike | None = None, *,
                  episode_jobs: int | None = None, allow_reject: bool = False,
                  block_penalty: float = DEFAULT_BLOCK_PENALTY,
                  render_mode: str | None = None) -> None:
-        if render_mode is not None:
-            raise InputError("render_mode", f"Placement-v0 renders nothing, got {render_mode!r}")
+        self.check_render_mode("Placement-v0", render_mode)
         if episode_jobs is not None:
             check_count("episode_jobs", episode_jobs, 1, 10_000_000)
         if not isinstance(block_penalty, int | float) or not 0 <= block_penalty < math.inf:
@@ -111,8 +108,8 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
             "job": spaces.Box(0.0, _F32_MAX, (4,), np.float32),
             "model": spaces.Discrete(len(self._models)),
         })
-        self._episode_seed: int | None = None
         self._ref_ms: dict[tuple[Any, ...], float] = {}
+        self.jobs = self.blocked = 0
         self._ended = True
 
     # ---- episode ---------------------------------------------------------------------
@@ -120,11 +117,7 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
               ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode: an idle cluster and the job stream of the episode seed (the
         scenario's seed on the first reset without one; as RMSA-v0)."""
-        if seed is None and self._episode_seed is None:
-            seed = workload_seed(self.scenario)
-        super().reset(seed=seed)
-        ep = seed if seed is not None else int(self.np_random.integers(2**31 - 1))
-        self._episode_seed = ep
+        ep = self.start_episode(seed)
         sc, wl = self.scenario, self.workload
         if wl.trace is not None:  # a trace: its jobs, cut at episode_jobs
             reqs = generate_jobs(wl)[:self.episode_jobs]
@@ -208,22 +201,13 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         whys = set(self._why)
         return next((w for w in (NO_SPECTRUM, "no_path") if w in whys), NO_GPUS)
 
-    def action_masks(self) -> np.ndarray:
-        """The current action mask (as `info["action_mask"]`)."""
-        return self._mask.copy()
-
-    @property
-    def episode_seed(self) -> int | None:
-        return self._episode_seed
+    def decided(self) -> int:
+        return self.jobs
 
     @property
     def job(self) -> Job:
         """The job the current observation asks to place."""
         return self._st.job
-
-    @property
-    def blocking_ratio(self) -> float:
-        return self.blocked / self.jobs if self.jobs else 0.0
 
     def block_penalty_s(self, job: Job) -> float:
         """What blocking the job costs: block_penalty x its reference iteration time (all

@@ -1,4 +1,4 @@
-"""LightPipe/RMSA-v0: DeepRMSA-style dynamic RMSA as a Gymnasium environment.
+"""LightPipe/RMSA-v0: DeepRMSA-style dynamic RMSA as a Gymnasium environment (compiled).
 
 One step = one lightpath request. The agent picks one of the k candidate paths
 (`OpticalNetwork.candidate_paths`, k shortest by length, modulation by reach) and one of
@@ -11,42 +11,52 @@ which are restored with the scenario's spectrum policy or lost (as the simulator
 Reward +1 when the request is accepted, -1 when it is blocked (a forbidden action or a
 reject). `info["action_mask"]` (np.int8) marks the actions that set a lightpath up; the
 reject action is allowed only when nothing else is (unless allow_reject=True).
+
+The step, the mask and the observation run in a compiled kernel over arrays
+(testbed.gym.kernel, testbed.gym.layout); network events drop into Python between kernel
+calls (testbed.gym.events). Observations, rewards, infos and masks equal those of the
+first implementation, kept as `testbed.gym.rmsa_reference.ReferenceRMSAEnv`, on the same
+seed and actions (tests/test_gym_fast.py). Every array handed out is a fresh copy.
 docs/gym.md describes the spaces, the seeding and the assumptions.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
-from collections.abc import Iterator
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from testbed.errors import InputError
-from testbed.gym.scenario import (
-    ScenarioLike,
-    check_count,
-    load,
-    with_lightpath_requests,
-    workload_seed,
+from testbed.gym import kernel
+from testbed.gym.base import LightPipeEnv
+from testbed.gym.events import apply_event
+from testbed.gym.kernel import packed_step as _step
+from testbed.gym.layout import (
+    F_BRBLK,
+    F_BRREQ,
+    I_ARG,
+    I_CAND,
+    I_EVI,
+    I_LOST,
+    I_NBLK,
+    I_NREQ,
+    I_RESTORED,
+    I_VER,
+    INITIAL_CAP,
+    ST_EVENT,
+    ST_FULL,
+    ST_KSP,
 )
-from testbed.optical.network import Lightpath, OpticalNetwork, PathInfo
-from testbed.optical.spectrum import shift_plan
-from testbed.sim.requests import Request, count_trace_rows, poisson_requests, read_request_trace
-from testbed.spec.faults import network_events
-from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
+from testbed.gym.mt19937 import seed_key
+from testbed.gym.packed import Packed
+from testbed.gym.rmsa_setup import DEFAULT_BLOCKS, RMSASetup
+from testbed.gym.scenario import ScenarioLike
 
-DEFAULT_BLOCKS = 5  # J: candidate blocks per path (DeepRMSA's J)
-_F32_MAX = float(np.finfo(np.float32).max)
-_I32_MAX = int(np.iinfo(np.int32).max)
+__all__ = ["DEFAULT_BLOCKS", "RMSAEnv", "first_fit_action"]
 
-# A usable candidate: (path, spectra, slots needed, shift plan); None: no route there
-# (fewer than k paths, beyond every format's reach, or more slots than the grid has).
-_Cand = tuple[PathInfo, tuple[int, ...], int, tuple[int, ...]] | None
+Record = tuple[int, int, int, int, int, int, int, int, int, int, float, int]
 
 
 def first_fit_action(mask: np.ndarray) -> int:
@@ -57,65 +67,47 @@ def first_fit_action(mask: np.ndarray) -> int:
     makes under policy first_fit; the reject action when nothing fits.
     """
     n = mask.shape[0] - 1
-    i = int(np.argmax(mask[:n])) if n else 0
-    return i if n and mask[i] else n
+    allowed = mask[:n].nonzero()[0]
+    return int(allowed[0]) if len(allowed) else n
 
 
-class RMSAEnv(gym.Env[dict[str, Any], np.int64]):
-    """Dynamic RMSA on LightPipe's optical model (module docstring, docs/gym.md)."""
-
-    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's API)
+class RMSAEnv(LightPipeEnv):
+    """Dynamic RMSA on LightPipe's optical model, compiled (module docstring, docs/gym.md)."""
 
     def __init__(self, scenario: ScenarioLike | None = None, *, blocks: int = DEFAULT_BLOCKS,
                  k_paths: int | None = None, episode_requests: int | None = None,
                  allow_reject: bool = False, render_mode: str | None = None) -> None:
-        if render_mode is not None:
-            raise InputError("render_mode", f"RMSA-v0 renders nothing, got {render_mode!r}")
-        check_count("blocks", blocks, 1, 64)
-        if episode_requests is not None:
-            check_count("episode_requests", episode_requests, 1, 100_000_000)
-        sc = with_lightpath_requests(load(scenario))
-        if k_paths is not None:
-            check_count("k_paths", k_paths, 1, 32)  # the spec's own bounds
-            sc = sc.model_copy(update={"optical": sc.optical.model_copy(
-                update={"k_paths": k_paths})})
-        wl = sc.workload
-        assert isinstance(wl, LightpathRequestsWorkload)
-        self.scenario: Scenario = sc
-        self.workload = wl
+        self.check_render_mode("RMSA-v0", render_mode)
+        su = RMSASetup(scenario, blocks=blocks, k_paths=k_paths,
+                       episode_requests=episode_requests, allow_reject=allow_reject)
+        self.setup = su
+        self.scenario = su.scenario
+        self.workload = su.workload
         self.allow_reject = allow_reject
         self.episode_requests = episode_requests
-        self._base = OpticalNetwork.from_scenario(sc)
-        net = self._base
-        self.k = net.k_paths
-        self.j = blocks
-        self.n_slots = net.slots
-        self.nodes: tuple[str, ...] = tuple(net.topology.nodes)
-        self._node_index = {n: i for i, n in enumerate(self.nodes)}
-        self.endpoints = ([dc.node for dc in sc.dcs] if wl.endpoints == "dcs"
-                          else list(self.nodes))
-        self.events: list[EventSpec] = network_events(sc.events)
-        self.reject_action = self.k * self.j
-        self.action_space = spaces.Discrete(self.reject_action + 1)
-        n_nodes = len(self.nodes)
-        k, j, s = self.k, self.j, self.n_slots
-        self.observation_space = spaces.Dict({
-            "spectrum": spaces.Box(0, 1, (k, s), np.uint8),
-            "slots_needed": spaces.Box(0, _I32_MAX, (k,), np.int32),
-            "block_start": spaces.Box(0, max(0, s - 1), (k, j), np.int32),
-            "block_free": spaces.Box(0, s, (k, j), np.int32),
-            "source": spaces.Discrete(n_nodes),
-            "destination": spaces.Discrete(n_nodes),
-            "bitrate_gbps": spaces.Box(0.0, _F32_MAX, (1,), np.float32),
-            "holding_s": spaces.Box(0.0, _F32_MAX, (1,), np.float32),
-        })
-        self._nbytes = (s + 7) // 8
-        self._tables: dict[tuple[int, str, str, float], list[_Cand]] = {}
-        self._routes: dict[tuple[int, str, str], list[PathInfo | None]] = {}
-        self._slots: dict[tuple[float, float], int] = {}  # (Gb/s, Gb/s per slot) -> slots
-        self._episode_seed: int | None = None
-        self.net: OpticalNetwork = net
+        self.k, self.j, self.n_slots = su.k, su.j, su.n_slots
+        self.nodes = su.nodes
+        self.endpoints = su.endpoints
+        self.events = su.events
+        self.reject_action = su.reject_action
+        self.action_space = su.action_space
+        self.observation_space = su.observation_space
+        self._pk: Packed | None = None
         self._ended = True
+        self._restore: random.Random | None = None
+
+    # ---- state ------------------------------------------------------------------------
+    def _bind(self, pk: Packed) -> None:
+        """The packed buffers' arrays as this env's."""
+        self._pk = pk
+        self._ist, self._fst, self._sb, self._flags = pk.ist, pk.fst, pk.sb, pk.flags
+        self._need, self._bs, self._bf = pk.need, pk.bs, pk.bf
+        self._brv, self._hov, self._mask = pk.brv, pk.hov, pk.mask
+        # the observation's slots (the buffer rounds them up to whole words of 8)
+        self._spec_obs = pk.spec[:, :self.n_slots]
+        self._args = pk.args
+        self._mem = pk.mem
+        self._names = self.setup.book.names  # route names by id (the list grows in place)
 
     # ---- episode ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -126,40 +118,17 @@ class RMSAEnv(gym.Env[dict[str, Any], np.int64]):
         reset without one (so that episode is the one `lightpipe sim` simulates); later
         resets without a seed draw it from the env's seeded generator.
         """
-        if seed is None and self._episode_seed is None:
-            seed = workload_seed(self.scenario)
-        super().reset(seed=seed)
-        ep = seed if seed is not None else int(self.np_random.integers(2**31 - 1))
-        self._episode_seed = ep
-        if self.net is not self._base:
-            self._base.keep_paths(self.net)  # keep the routes found (same cuts: same routes)
-        self.net = self._base.copy()
-        self._restore_rng = random.Random(f"{ep}:spectrum")  # as the simulator's router
-        self._stream, self._total = self._requests(ep)
-        self._heap: list[tuple[float, int]] = []  # (departure_s, request id)
-        self._live: dict[int, Lightpath] = {}  # request id -> its lightpath
-        self._rid_of: dict[int, int] = {}  # lightpath id -> request id
-        self._ev_i = 0
-        self._next_ev = self.events[0].at_s if self.events else math.inf
-        self.requests = self.blocked = self.lost = self.restored = 0
-        self.bitrate_requested_gbps = self.bitrate_blocked_gbps = 0.0
-        self._ended = False
-        req = next(self._stream, None)
-        if req is None:
+        ep = self.start_episode(seed)
+        st = self.setup.static()
+        if self._pk is None:
+            self._bind(Packed(st, self.setup.book, INITIAL_CAP))
+        if self.setup.total() < 1:
             raise InputError("workload", "the workload has no requests")
-        self._begin(req)
-        return self._obs(), self._info()
-
-    def _requests(self, ep_seed: int) -> tuple[Iterator[Request], int]:
-        wl = self.workload
-        n = self.episode_requests
-        if wl.trace is not None:  # a trace: its rows, cut at episode_requests
-            total = count_trace_rows(wl.trace)
-            stream: Iterator[Request] = read_request_trace(wl.trace, set(self.nodes))
-            return stream, total if n is None else min(total, n)
-        if n is not None:  # generated: episode_requests of the same Poisson process
-            wl = wl.model_copy(update={"requests": n})
-        return poisson_requests(wl, self.endpoints, random.Random(ep_seed)), wl.requests
+        self._restore = None
+        key = np.array(seed_key(ep) if self.workload.trace is None else [0], np.int64)
+        rec = self._settle(kernel.packed_reset(*self._args, key, len(key)))
+        self._ended = False
+        return self._obs(rec), self._info(rec)
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._ended:
@@ -167,196 +136,119 @@ class RMSAEnv(gym.Env[dict[str, Any], np.int64]):
         a = int(action)
         if not 0 <= a <= self.reject_action:
             raise ValueError(f"action {a} outside 0..{self.reject_action}")
-        rid, t, hold, _, _, br = self._req
-        accepted = False
-        path_index = first_slot = -1
-        route = ""
-        if a != self.reject_action and self._mask[a]:
-            path_index, block = divmod(a, self.j)
-            cand = self._cands[path_index]
-            assert cand is not None
-            first_slot = self._starts[path_index][block]
-            lp = self.net.assign(cand[0], first_slot, cand[2], bitrate_gbps=br)
-            self._live[rid] = lp
-            self._rid_of[lp.id] = rid
-            heapq.heappush(self._heap, (t + hold, rid))
-            accepted = True
-            route = "-".join(cand[0].nodes)
-        else:
-            self.blocked += 1
-            self.bitrate_blocked_gbps += br
-        self.requests += 1
-        self.bitrate_requested_gbps += br
-        truncated = False
-        if self.requests >= self._total:
-            truncated = True
-        else:
-            req = next(self._stream, None)
-            if req is None:
-                truncated = True
-            else:
-                self._begin(req)
-        if truncated:  # the last observation: the same request on the network it left
+        rec = _step(self._mem, a)
+        if rec[0]:  # not ST_OK: events, routes or a full heap to see to
+            rec = self._settle(rec)
+        accepted = rec[1] != 0
+        truncated = rec[11] != 0
+        if truncated:
             self._ended = True
-            self._begin(self._req)
-        info = self._info()
-        info["accepted"] = accepted
-        info["path_index"] = path_index
-        info["first_slot"] = first_slot
-        info["route"] = route
-        return self._obs(), 1.0 if accepted else -1.0, False, truncated, info
-
-    def action_masks(self) -> np.ndarray:
-        """The current action mask (as `info["action_mask"]`; the name sb3-contrib uses)."""
-        return self._mask.copy()
-
-    @property
-    def episode_seed(self) -> int | None:
-        return self._episode_seed
-
-    @property
-    def blocking_ratio(self) -> float:
-        return self.blocked / self.requests if self.requests else 0.0
-
-    # ---- time: departures and network events up to the next arrival ------------------
-    def _begin(self, req: Request) -> None:
-        """Advance to the request's arrival and compute its candidates and mask."""
-        t = req[1]
-        heap, live, net = self._heap, self._live, self.net
-        while True:
-            nd = heap[0][0] if heap else math.inf
-            if nd <= t and nd <= self._next_ev:  # departures first on ties, as the sim
-                rid = heapq.heappop(heap)[1]
-                lp = live.pop(rid, None)
-                if lp is not None:  # None: lost to a failure earlier
-                    net.release(lp)
-                    del self._rid_of[lp.id]
-            elif self._next_ev <= t:
-                self._apply_event(self.events[self._ev_i])
-                self._ev_i += 1
-                self._next_ev = (self.events[self._ev_i].at_s if self._ev_i < len(self.events)
-                                 else math.inf)
-            else:
-                break
-        self._req = req
-        self._candidates(req[3], req[4], req[5])
-
-    def _apply_event(self, ev: EventSpec) -> None:
-        """A cut or slot loss releases the lightpaths it hits, then each (in request order)
-        is re-routed with the scenario's spectrum policy or lost, as `lightpipe sim`."""
-        net = self.net
-        hit = net.apply_event(ev)
-        rids = sorted(self._rid_of.pop(lp.id) for lp in hit)
-        policy = self.scenario.policy.spectrum
-        for rid in rids:
-            old = self._live[rid]
-            assert old.bitrate_gbps is not None
-            got = net.allocate_or_reason(old.src, old.dst, bitrate_gbps=old.bitrate_gbps,
-                                         policy=policy, rng=self._restore_rng)
-            if isinstance(got, Lightpath):
-                self._live[rid] = got
-                self._rid_of[got.id] = rid
-                self.restored += 1
-            else:
-                del self._live[rid]
-                self.lost += 1
-
-    # ---- candidates, mask, observation ----------------------------------------------
-    def _table(self, src: str, dst: str, bitrate: float) -> list[_Cand]:
-        """The k candidates of a (src, dst, bitrate), cached per route version (the same
-        cut fibres give the same routes, in every episode)."""
-        net = self.net
-        version = net.paths_version
-        key = (version, src, dst, bitrate)
-        got = self._tables.get(key)
-        if got is not None:
-            return got
-        routes = self._routes.get((version, src, dst))
-        if routes is None:  # usable routes: up and within some format's reach
-            routes = self._routes[(version, src, dst)] = [
-                p if net.path_up(p) and p.modulation is not None else None
-                for p in net.candidate_paths(src, dst)[:self.k]]
-        got = []
-        for p in routes:
-            if p is None:
-                got.append(None)
-                continue
-            n = self._slots.get((bitrate, p.gbps_per_slot))
-            if n is None:
-                n = self._slots[(bitrate, p.gbps_per_slot)] = net.slots_needed(bitrate, p) or 0
-            got.append(None if n > net.slots else (p, p.spectra, n, shift_plan(n)))
-        got += [None] * (self.k - len(got))
-        if len(self._tables) > 200_000:
-            self._tables.clear()
-        self._tables[key] = got
-        return got
-
-    def _candidates(self, src: str, dst: str, bitrate: float) -> None:
-        cands = self._table(src, dst, bitrate)
-        busy_all = self.net.slot_masks()[1]
-        full = self.net.full
-        j = self.j
-        zeros = [0] * j
-        mask: list[int] = []
-        starts_all: list[list[int]] = []
-        frees: list[list[int]] = []
-        busys: list[int] = []
-        for cand in cands:
-            starts: list[int] = []
-            runs: list[int] = []
-            if cand is None:
-                busys.append(full)
-            else:
-                b = 0
-                for s in cand[1]:
-                    b |= busy_all[s]
-                busys.append(b)
-                free = full & ~b
-                x = free
-                for sh in cand[3]:
-                    x &= x >> sh
-                x &= ~(free << 1)  # fitting starts that begin a free run (DeepRMSA blocks)
-                while x and len(starts) < j:
-                    low = x & -x
-                    first = low.bit_length() - 1
-                    y = free >> first
-                    runs.append((~y & (y + 1)).bit_length() - 1)
-                    starts.append(first)
-                    x ^= low
-            n = len(starts)
-            mask += [1] * n
-            if n < j:
-                mask += zeros[n:]
-                starts += zeros[n:]
-                runs += zeros[n:]
-            starts_all.append(starts)
-            frees.append(runs)
-        mask.append(1 if self.allow_reject or 1 not in mask else 0)
-        self._cands = cands
-        self._starts = starts_all
-        self._frees = frees
-        self._busys = busys
-        self._mask = np.array(mask, np.int8)  # a fresh array every step: safe to hand out
-
-    def _obs(self) -> dict[str, Any]:
-        nb = self._nbytes
-        raw = b"".join(b.to_bytes(nb, "little") for b in self._busys)
-        spectrum = np.unpackbits(np.frombuffer(raw, np.uint8), bitorder="little")
-        spectrum = spectrum.reshape(self.k, nb * 8)[:, :self.n_slots]
-        if nb * 8 != self.n_slots:
-            spectrum = np.ascontiguousarray(spectrum)
-        _, _, hold, src, dst, br = self._req
+        # (written out, not through _obs/_info: this is the hot path)
         return {
-            "spectrum": spectrum,
-            "slots_needed": np.array([0 if c is None else c[2] for c in self._cands], np.int32),
-            "block_start": np.array(self._starts, np.int32),
-            "block_free": np.array(self._frees, np.int32),
-            "source": self._node_index[src],
-            "destination": self._node_index[dst],
-            "bitrate_gbps": np.array([min(br, _F32_MAX)], np.float32),
-            "holding_s": np.array([min(hold, _F32_MAX)], np.float32),
+            "spectrum": self._spec_obs.copy(),
+            "slots_needed": self._need.copy(),
+            "block_start": self._bs.copy(),
+            "block_free": self._bf.copy(),
+            "source": rec[6],
+            "destination": rec[7],
+            "bitrate_gbps": self._brv.copy(),
+            "holding_s": self._hov.copy(),
+        }, 1.0 if accepted else -1.0, False, truncated, {
+            "action_mask": self._mask.copy(), "request_id": rec[5], "time_s": rec[10],
+            "requests": rec[8], "blocked": rec[9], "accepted": accepted,
+            "path_index": rec[2], "first_slot": rec[3],
+            "route": self._names[rec[4]] if accepted else ""}
+
+    def _settle(self, rec: Record) -> Record:
+        """Apply due network events and compute missing routes until the kernel is ready;
+        grow the arenas when the departure heap is full."""
+        while rec[0] == ST_EVENT or rec[0] == ST_KSP:
+            if rec[0] == ST_EVENT:
+                self._event()
+            else:
+                self._ksp()
+            pk = self._pk
+            assert pk is not None
+            pk.sync_book()  # the routes found, into the buffers
+            self._bind(pk)
+            rec = kernel.packed_advance(*self._args)
+        if rec[0] == ST_FULL:
+            assert self._pk is not None
+            self._pk.grow()
+            self._bind(self._pk)
+        return rec
+
+    def _event(self) -> None:
+        su = self.setup
+        apply_event(self.events[int(self._ist[I_EVI])], self._ist, self._fst, self._sb,
+                    self._flags, su.static(), su.book, per_direction=su.net.per_direction,
+                    guard=su.net.guard_slots, policy=su.policy, rng=self._restore_rng)
+
+    def _ksp(self) -> None:
+        su = self.setup
+        su.book.fill(su.version_fs[int(self._ist[I_VER])], int(self._ist[I_ARG]))
+
+    def _restore_rng(self) -> random.Random:
+        if self._restore is None:
+            assert self._episode_seed is not None
+            self._restore = self.setup.restore_rng(self._episode_seed)
+        return self._restore
+
+    # ---- what the agent sees -----------------------------------------------------------
+    def _obs(self, rec: Record) -> dict[str, Any]:
+        return {
+            "spectrum": self._spec_obs.copy(),
+            "slots_needed": self._need.copy(),
+            "block_start": self._bs.copy(),
+            "block_free": self._bf.copy(),
+            "source": rec[6],
+            "destination": rec[7],
+            "bitrate_gbps": self._brv.copy(),
+            "holding_s": self._hov.copy(),
         }
 
-    def _info(self) -> dict[str, Any]:
-        return {"action_mask": self._mask, "request_id": self._req[0],
-                "time_s": self._req[1], "requests": self.requests, "blocked": self.blocked}
+    def _info(self, rec: Record) -> dict[str, Any]:
+        return {"action_mask": self._mask.copy(), "request_id": rec[5], "time_s": rec[10],
+                "requests": rec[8], "blocked": rec[9]}
+
+    # ---- counters and state ----------------------------------------------------------
+    def decided(self) -> int:
+        return self.requests
+
+    @property
+    def requests(self) -> int:
+        return int(self._ist[I_NREQ]) if self._pk is not None else 0
+
+    @property
+    def blocked(self) -> int:  # type: ignore[override]
+        return int(self._ist[I_NBLK]) if self._pk is not None else 0
+
+    @property
+    def lost(self) -> int:
+        """Live lightpaths lost to network events in the episode (not restored)."""
+        return int(self._ist[I_LOST]) if self._pk is not None else 0
+
+    @property
+    def restored(self) -> int:
+        """Live lightpaths hit by network events and set up again."""
+        return int(self._ist[I_RESTORED]) if self._pk is not None else 0
+
+    @property
+    def bitrate_requested_gbps(self) -> float:
+        return float(self._fst[F_BRREQ]) if self._pk is not None else 0.0
+
+    @property
+    def bitrate_blocked_gbps(self) -> float:
+        return float(self._fst[F_BRBLK]) if self._pk is not None else 0.0
+
+    def candidate_lengths_km(self) -> list[float]:
+        """Length of each candidate path of the current request (inf: none there)."""
+        paths = self.setup.book.paths
+        return [paths[q].length_km if q >= 0 else math.inf
+                for q in self._ist[I_CAND:I_CAND + self.k].tolist()]
+
+    def occupied(self) -> np.ndarray:
+        """Slots held by lightpaths, uint8 [spectrum, slot] (1: held): a fresh array."""
+        s = self.setup.net.n_spectra
+        held = self._sb[:s] & ~self._sb[s:2 * s]
+        return np.unpackbits(held.view(np.uint8), axis=1, bitorder="little")[:, :self.n_slots]

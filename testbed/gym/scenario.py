@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +35,25 @@ DEFAULT_JOB_INTERARRIVAL_S = 600.0
 DEFAULT_MAX_GPUS_PER_STAGE = 8
 
 
+DEFAULT_SCENARIO = "quickstart.yaml"  # bundled in the package (testbed/gym/data)
+
+
+def default_scenario() -> Scenario:
+    """The bundled quickstart scenario (a copy of scenarios/quickstart.yaml shipped as
+    package data, so a wheel install has it too)."""
+    with resources.as_file(resources.files("testbed.gym") / "data" / DEFAULT_SCENARIO) as p:
+        return load_scenario(p)
+
+
 def load(scenario: ScenarioLike | None) -> Scenario:
-    """A validated Scenario from a file path, a decoded spec (dict) or a Scenario.
+    """A validated Scenario from a file path, a decoded spec (dict) or a Scenario; None:
+    the bundled quickstart scenario.
 
     Files are read by the project's bounded reader (`load_scenario`); relative paths
     inside a dict spec are taken from the current directory.
     """
     if scenario is None:
-        raise InputError("scenario", "give a scenario file (e.g. scenarios/quickstart.yaml) "
-                         "or a parsed spec: gym.make(id, scenario=...)")
+        return default_scenario()
     if isinstance(scenario, Scenario):
         return scenario
     if isinstance(scenario, Mapping):

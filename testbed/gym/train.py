@@ -1,13 +1,16 @@
-"""Example: train stable-baselines3 PPO on RMSA-v0 (or Placement-v0) and compare it with
-first fit (or cba) in a Markdown table of blocking ratios, one row per evaluation seed.
+"""Example: train sb3-contrib's MaskablePPO (or plain PPO) on RMSA-v0 (or Placement-v0)
+and compare it with first fit (or cba) in a Markdown table of blocking ratios, one row
+per evaluation seed.
 
     python -m testbed.gym.train --scenario scenarios/quickstart.yaml --steps 20000 \\
         --out results.md
 
-PPO here is plain stable-baselines3 PPO (sb3-contrib's MaskablePPO is not a dependency):
-it sees the action mask as part of its input, and an action the mask forbids is
-blocked by the environment (reward -1 in RMSA-v0, minus the block penalty in
-Placement-v0), so it learns to avoid them. docs/gym.md shows a table this wrote.
+MaskablePPO (the default, `--algo maskable-ppo`) takes the env's `action_masks()` at
+every step, so it only ever picks allowed actions, in training and in evaluation. Plain
+stable-baselines3 PPO (`--algo ppo`) sees the mask as part of its input, and an action
+the mask forbids is blocked by the environment (reward -1 in RMSA-v0, minus the block
+penalty in Placement-v0), so it learns to avoid them. docs/gym.md shows a table this
+wrote.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ class FlatPlacement(gym.ObservationWrapper[np.ndarray, np.int64, dict[str, Any]]
                                u.action_masks().astype(np.float32)]).astype(np.float32)
 
 
-def make_env(kind: str, scenario: str, episode_steps: int) -> gym.Env[Any, Any]:
+def make_env(kind: str, scenario: str | None, episode_steps: int) -> gym.Env[Any, Any]:
     if kind == "rmsa":
         return gym.make(RMSA_ID, scenario=scenario, episode_requests=episode_steps)
     return gym.make(PLACEMENT_ID, scenario=scenario, episode_jobs=episode_steps)
@@ -104,7 +107,7 @@ def flat(kind: str, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
     return FlatRMSA(env) if kind == "rmsa" else FlatPlacement(env)
 
 
-def evaluate(kind: str, scenario: str, steps: int, seed: int, policy: Policy
+def evaluate(kind: str, scenario: str | None, steps: int, seed: int, policy: Policy
              ) -> dict[str, float]:
     """One evaluation episode of `steps` requests/jobs from reset(seed=seed)."""
     env = flat(kind, make_env(kind, scenario, steps))
@@ -140,33 +143,44 @@ def heuristic(env: gym.Env[Any, Any], obs: np.ndarray, mask: np.ndarray,
     return first_fit_action(mask)
 
 
-def train(kind: str, scenario: str, steps: int, episode_steps: int, seed: int) -> Any:
+ALGOS = {"maskable-ppo": "MaskablePPO", "ppo": "PPO"}
+
+
+def train(kind: str, scenario: str | None, steps: int, episode_steps: int, seed: int,
+          algo: str = "maskable-ppo") -> Any:
     import torch
-    from stable_baselines3 import PPO  # the example's own dependency (extra "gym")
+
+    if algo == "maskable-ppo":
+        from sb3_contrib import MaskablePPO as Algo  # the example's dependency (extra "gym")
+    else:
+        from stable_baselines3 import PPO as Algo
 
     torch.set_num_threads(1)  # a small MLP: threads only contend
     env = flat(kind, make_env(kind, scenario, episode_steps))
     env.reset(seed=seed)
-    model = PPO("MlpPolicy", env, seed=seed, n_steps=min(512, steps), batch_size=64,
-                n_epochs=5, learning_rate=3e-4, gamma=0.95, verbose=0, device="cpu")
+    model = Algo("MlpPolicy", env, seed=seed, n_steps=min(512, steps), batch_size=64,
+                 n_epochs=5, learning_rate=3e-4, gamma=0.95, verbose=0, device="cpu")
     model.learn(total_timesteps=steps)
     return model
 
 
-def table(kind: str, scenario: str, args: argparse.Namespace, rows: list[dict[str, Any]],
+def table(kind: str, scenario: str | None, args: argparse.Namespace, rows: list[dict[str, Any]],
           train_s: float) -> str:
     base = "first fit" if kind == "rmsa" else "cba"
     unit = "requests" if kind == "rmsa" else "jobs"
-    lines = [f"# PPO vs {base} on {scenario} ({'RMSA-v0' if kind == 'rmsa' else 'Placement-v0'})",
+    name = ALGOS[args.algo]
+    lib = "sb3-contrib, masked" if args.algo == "maskable-ppo" else "stable-baselines3"
+    lines = [f"# {name} vs {base} on {scenario or 'the bundled quickstart scenario'} "
+             f"({'RMSA-v0' if kind == 'rmsa' else 'Placement-v0'})",
              "",
-             f"PPO (stable-baselines3, MlpPolicy, seed {args.train_seed}) trained for "
+             f"{name} ({lib}, MlpPolicy, seed {args.train_seed}) trained for "
              f"{args.steps} steps ({train_s:.0f} s) on episodes of {args.episode_steps} {unit}; "
              f"each row is one evaluation episode of {args.eval_steps} {unit} from "
              f"reset(seed=...), the same for every policy. Blocking ratio (lower is better).",
              ""]
-    head = ["eval seed", "PPO", base, "random valid"]
+    head = ["eval seed", name, base, "random valid"]
     if kind == "placement":
-        head += ["PPO iteration s", f"{base} iteration s"]
+        head += [f"{name} iteration s", f"{base} iteration s"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for r in rows:
@@ -187,8 +201,11 @@ def table(kind: str, scenario: str, args: argparse.Namespace, rows: list[dict[st
 def run(argv: Sequence[str] | None = None) -> str:
     ap = argparse.ArgumentParser(prog="python -m testbed.gym.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", required=True, help="scenario file")
+    ap.add_argument("--scenario", default=None,
+                    help="scenario file (default: the bundled quickstart scenario)")
     ap.add_argument("--env", choices=("rmsa", "placement"), default="rmsa")
+    ap.add_argument("--algo", choices=tuple(ALGOS), default="maskable-ppo",
+                    help="MaskablePPO (sb3-contrib, masked; default) or plain PPO")
     ap.add_argument("--steps", type=int, default=20_000, help="PPO training steps")
     ap.add_argument("--episode-steps", type=int, default=1000,
                     help="requests (jobs) per training episode")
@@ -203,12 +220,16 @@ def run(argv: Sequence[str] | None = None) -> str:
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}", "must be >= 1")
     t0 = time.perf_counter()
-    model = train(args.env, args.scenario, args.steps, args.episode_steps, args.train_seed)
+    model = train(args.env, args.scenario, args.steps, args.episode_steps, args.train_seed,
+                  args.algo)
     train_s = time.perf_counter() - t0
     log.info("trained %d steps in %.1f s", args.steps, train_s)
+    masked = args.algo == "maskable-ppo"
 
     def ppo(env: gym.Env[Any, Any], obs: np.ndarray, mask: np.ndarray,
             rng: np.random.Generator) -> int:
+        if masked:
+            return int(model.predict(obs, action_masks=mask, deterministic=True)[0])
         return int(model.predict(obs, deterministic=True)[0])
 
     rows = []
