@@ -104,6 +104,7 @@ COVERED: dict[str, str] = {
     # reports
     "lightpipe report runs/sim": FAST,
     "lightpipe reproduce cba --quick --out runs/cba-quick --report": FAST,
+    "lightpipe reproduce outage --quick --out runs/outage": FAST,
     "lightpipe report runs/cba-quick --open": FAST,
 }
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from testbed.emu.scale import Scale
 from testbed.errors import InputError, RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def run_record(run_dir: Path) -> dict[str, Any] | None:
     agree = next((a for a in (summary.get("fault_agreement") or {}).get("rows", [])
                   if a["job"] == row["job"] and a["event"] == row["event"]), {})
     policy = summary.get("worker_fault_policy") or {}
-    tf = float(summary.get("time_factor") or 1.0)
+    tf = Scale.of_record(summary, f"{run_dir}/summary.json").time_factor
     timeout = policy.get("collective_timeout_s")
     return {"scenario": summary.get("scenario"), "run_dir": str(run_dir),
             "job": row["job"], "event": row["event"], "kind": row["kind"],
@@ -169,8 +170,8 @@ def _fault_s(summary: Mapping[str, Any], row: Mapping[str, Any]) -> float | None
     rep = next((f for f in faults if f.get("kind") == "fiber_repair"
                 and f.get("target") == row.get("target")), None)
     if cut and rep and cut.get("run_s") is not None and rep.get("run_s") is not None:
-        return round((rep["run_s"] - cut["run_s"]) / float(summary.get("time_factor") or 1),
-                     6)
+        tf = Scale.of_record(summary, "summary.json").time_factor
+        return round((rep["run_s"] - cut["run_s"]) / tf, 6)
     if cut and rep:  # the repair not reached (the job failed first): the spec's
         return round(float(rep["at_s"]) - float(cut["at_s"]), 6)
     return row.get("outage_s")

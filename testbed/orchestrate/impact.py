@@ -27,6 +27,7 @@ from testbed.analysis.faultimpact import (
     iteration_rows,
     window_marks,
 )
+from testbed.emu.scale import Scale
 from testbed.spec.models import EventSpec, Scenario
 
 log = logging.getLogger(__name__)
@@ -347,8 +348,8 @@ def record_fault_impact(scenario: Scenario, run_dir: Path, result: Mapping[str, 
             planned[job] = 0
         fibres[job] = job_fibres(s.get("lightpaths") or [], emulated_routes,
                                  s.get("stage_dcs") or [])
-    tf = float(result.get("worker_jobs", [{}])[0].get("time_factor") or 1.0) if per_job \
-        else 1.0
+    tf = (Scale.of_record(result.get("worker_jobs", [{}])[0], "summary.json worker_jobs")
+          .time_factor if per_job else 1.0)
     out = emu_fault_impact(scenario, records, faults, per_job, tf, fibres, planned)
     if not out:
         return {}
