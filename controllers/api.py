@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException
 
 from controllers.apiguard import HEADER_TIMEOUT_S, LOCAL_NAMES, Guard, HeaderTimeoutH11
-from controllers.core import ControllerCore, RequestError
+from controllers.core import ControllerCore
+from controllers.errors import RequestError
 from controllers.jobs import JobService
 from controllers.layout import Layout
 from testbed.spec.models import SPECTRUM_POLICIES

@@ -29,11 +29,11 @@ from controllers.metrics import ControllerMetrics
 from controllers.rules import FlowRule, LayoutIndex
 from controllers.wanroute import WanFlow
 from testbed.errors import InputError
+from testbed.routing.paths import FlowKey, ring_flow_bytes, ring_keys, route_paths
 
 log = logging.getLogger("lightpipe.controller.routing")
 
 ECMP = "ecmp"
-FlowKey = tuple[int, str, str]  # (job id, src host, dst host)
 
 
 class RoutingError(ValueError):
@@ -47,13 +47,11 @@ class AllreduceJob:
     buffer_bytes: int
 
     def flows(self) -> list[FlowKey]:
-        n = len(self.members)
-        return [(self.id, self.members[i], self.members[(i + 1) % n]) for i in range(n)]
+        return ring_keys(self.members, self.id)
 
     def flow_bytes(self) -> float:
         """Bytes each ring flow carries per all-reduce: 2 (n-1)/n of the buffer."""
-        n = len(self.members)
-        return 2.0 * (n - 1) / n * self.buffer_bytes
+        return ring_flow_bytes(self.members, self.buffer_bytes)
 
 
 def known_policies() -> list[str]:
@@ -164,7 +162,6 @@ class FlowRouting:
     def _route(self, ix: LayoutIndex,
                keys: list[FlowKey]) -> tuple[dict[FlowKey, tuple[str, ...]], dict[FlowKey, float]]:
         from testbed.emu.priority import compute_thread
-        from testbed.sim.allreduce import route_paths
 
         graph = routing_graph(ix, self.failed)
         demand = {j: job.flow_bytes() for j, job in self.jobs.items()}

@@ -26,7 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from controllers.core import ControllerCore, RequestError
+from controllers.core import ControllerCore
+from controllers.errors import RequestError
 from controllers.placing import PlaceLimits, PlaceRunner, Ticket
 from controllers.wanroute import WanFlow
 from testbed.catalog import ModelArch
@@ -81,7 +82,7 @@ class JobService:
             for st in body["stages_placement"]:
                 self.cluster.free[self.dc_index[st["dc"]]] -= body["gpus_per_stage"]
         core.metrics.jobs_active.set(len(self.jobs))
-        core.wan_sources.append(self.wan_flows)
+        core.traffic.wan_sources.append(self.wan_flows)
 
     def wan_flows(self) -> list[WanFlow]:
         """The running jobs' cross-DC stage-to-stage transfers (host pairs), for the
@@ -332,7 +333,7 @@ class JobService:
                 if row is None or row.job_id != body["id"]:
                     e["lightpath"], e["lost"] = None, True
                 else:
-                    e["lightpath"] = core._view(row)
+                    e["lightpath"] = core.view(row)
             else:
                 e["lightpath"] = None
             bounds.append(e)

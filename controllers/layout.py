@@ -14,7 +14,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from testbed.emu.scale import Scale
 from testbed.names import DC_NAME_RE, NODE_NAME_RE
 from testbed.spec.models import Scenario
 
@@ -165,5 +164,9 @@ def default_layout(scenario: Scenario, hosts_per_dc: int | None = None,
                               kind="fibre", control=ctl))
         next_port[a] += 1
         next_port[b] += 1
+    # the emulation's unit conversion, loaded here only: importing the layout model (as
+    # the controller core does) loads nothing of testbed.emu
+    from testbed.emu.scale import Scale
+
     return Layout(switches=switches, links=links, hosts=hosts,
                   mbps_per_gbps=Scale.of(scenario.emulation).mbps_per_gbps)

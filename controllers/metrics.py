@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,6 +101,12 @@ class ControllerMetrics:
             "(SQLite), caps (fibre emulators), rules (desired + diff), send (flow-mods "
             "encoded and sent), barrier (waiting for the switches' replies)", ["phase"],
             registry=r)
+
+    def phase(self, name: str, since: float) -> float:
+        """Count the time since `since` (time.perf_counter) to phase `name`; now."""
+        now = time.perf_counter()
+        self.phase_seconds.labels(phase=name).inc(now - since)
+        return now
 
     def watch_network(self, net: Any) -> None:
         """Export `net`'s (an OpticalNetwork) spectrum and fibre state at scrape time."""

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.core import RequestError
+from controllers.errors import RequestError
 from controllers.metrics import ControllerMetrics
 
 log = logging.getLogger("lightpipe.controller.jobs")

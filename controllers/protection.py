@@ -54,12 +54,16 @@ def backup_route(graph: nx.Graph, nodes: tuple[str, ...],
         return None
     used = {frozenset(e) for e in pairwise(nodes)}
 
-    def keep(u: str, v: str) -> bool:
-        return frozenset((u, v)) not in used and usable(u, v)
+    def length(u: str, v: str, data: dict[str, float]) -> float | None:
+        """The fibre's length, None (hidden) if on the route or not usable: the same
+        search as over a subgraph view without those fibres (networkx skips a hidden
+        edge before it counts or pushes anything), without the view's per-edge cost."""
+        if frozenset((u, v)) in used or not usable(u, v):
+            return None
+        return data.get("length_km", 1)
 
-    view = nx.subgraph_view(graph, filter_edge=keep)
     try:
-        got = nx.dijkstra_path(view, nodes[0], nodes[-1], weight="length_km")
+        got = nx.dijkstra_path(graph, nodes[0], nodes[-1], weight=length)
     except (nx.NetworkXNoPath, nx.NodeNotFound):
         return None
     return tuple(got)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,18 @@ class LightpathRow:
     restored: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields by name, in order (as dataclasses.asdict, without its deep copy of
+        every value: only the route's list is mutable)."""
+        d = {name: getattr(self, name) for name in _ROW_FIELDS}
+        d["nodes"] = list(self.nodes)
+        return d
+
+    def copy(self) -> LightpathRow:
+        """An independent copy (the route's list too)."""
+        return replace(self, nodes=list(self.nodes))
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(LightpathRow))
 
 
 def wal_works(directory: Path) -> bool:

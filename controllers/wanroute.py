@@ -30,6 +30,7 @@ from controllers.rules import (
     FlowRule,
     LayoutIndex,
 )
+from testbed.routing.paths import route_paths
 from testbed.routing.topology import HOST, LEAF, SPINE
 
 log = logging.getLogger("lightpipe.controller.wan")
@@ -101,8 +102,6 @@ def assign(policy: str, flows: Iterable[WanFlow], lightpaths: Iterable[WanLightp
     `policy`: any of testbed.routing's (ecmp = its seeded 5-tuple hash over the
     lightpaths); `current`: the assignment in force (policies that limit churn keep it).
     Flows whose DCs have no live lightpath are left out."""
-    from testbed.sim.allreduce import route_paths
-
     lps = sorted(lightpaths, key=lambda lp: lp.id)
     pairs = {frozenset((lp.src_dc, lp.dst_dc)) for lp in lps}
     todo = sorted({f for f in flows if host_dc[f.src] != host_dc[f.dst]

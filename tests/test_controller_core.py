@@ -58,13 +58,19 @@ class Caps:
         self.calls.append((control, vid, rate_mbps))
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> ControllerCore:
+def make_core(tmp_path: Path) -> ControllerCore:
+    """The small scenario's core with a layout (emulator controls on A-B and B-C), a
+    recording southbound and recording caps."""
     sc = small_scenario()
     controls = {("A", "B"): "/tmp/ab.sock", ("B", "C"): "/tmp/bc.sock"}
     return ControllerCore(sc, Store(tmp_path / "state.db"),
                           layout=default_layout(sc, controls=controls),
                           southbound=Recorder(), capacity=Caps())
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> ControllerCore:
+    return make_core(tmp_path)
 
 
 def test_same_decision_as_optical_layer(core: ControllerCore) -> None:
@@ -106,42 +112,6 @@ def test_rules_push_hop_pop(core: ControllerCore) -> None:
     # a ROADM off the route has no rule for it
     off = ix.dpid[ix.roadm["D"]]
     assert not any(("vlan_vid", tag) in r.match for r in rules[off].values())
-
-
-def test_capacity_told_to_fibre_emulators(core: ControllerCore) -> None:
-    lp = core.request("dc-a", "dc-c", bitrate_gbps=100)
-    caps = core.capacity.calls  # type: ignore[union-attr]
-    assert ("/tmp/ab.sock", lp["vid"], lp["capacity_gbps"]) in caps
-    core.delete(lp["id"])
-    assert ("/tmp/ab.sock", lp["vid"], None) in caps
-
-
-def test_fibre_cut_reroutes_with_new_spectrum(core: ControllerCore) -> None:
-    lp = core.request("dc-a", "dc-c", slots=4)
-    assert lp["nodes"] == ["A", "B", "C"]
-    res = core.fail_fibre("A", "B")
-    assert res.restored == [lp["id"]] and not res.lost
-    after = core.lightpath(lp["id"])
-    assert after["nodes"] == ["A", "D", "C"] and after["vid"] == lp["vid"]
-    assert after["restored"] == 1
-    # the emulators' caps: removed where it left (A-B; B-C has no emulator here)
-    caps = core.capacity.calls  # type: ignore[union-attr]
-    assert ("/tmp/ab.sock", lp["vid"], None) in caps
-    # the new route's rules are installed, the old fibre carries nothing
-    ix = core.layout
-    assert ix is not None
-    b = ix.dpid[ix.roadm["B"]]
-    tag = OFPVID_PRESENT | lp["vid"]
-    assert not any(("vlan_vid", tag) in r.match for r in core.desired()[b].values())
-
-
-def test_cut_without_alternative_loses(core: ControllerCore) -> None:
-    lp = core.request("dc-a", "dc-b", slots=2)
-    core.fail_fibre("A", "B")
-    # A-D-C-B is the only other route; k=2 finds it (A-B direct is cut)
-    assert [v["nodes"] for v in core.lightpaths()] == [["A", "D", "C", "B"]]
-    res = core.fail_fibre("A", "D")
-    assert res.lost == [lp["id"]] and core.lightpaths() == []
 
 
 def test_restart_rereads_state(tmp_path: Path) -> None:
@@ -223,97 +193,6 @@ def test_quickstart_layout_builds() -> None:
     sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
     ix = LayoutIndex.build(default_layout(sc))
     assert len(ix.roadm) == 14 and len(ix.edge) == 4
-
-
-# ---- wavelength loss / repair (slot blocks) ------------------------------------------------
-def test_slot_loss_moves_the_hit_lightpath_to_other_slots(core: ControllerCore) -> None:
-    a = core.request("dc-a", "dc-c", slots=4)  # A-B-C, slots 0..3
-    b = core.request("dc-a", "dc-b", slots=2)  # A-B, slots 4..5
-    caps = core.capacity.calls  # type: ignore[union-attr]
-    n_caps = len(caps)
-    res = core.fail_slots("A", "B", 2, 1)  # hits a only
-    # the emulators' caps: same route, so set again in place, never removed (a removal
-    # would drop the lightpath's class and its delay correction in the emulator)
-    rate = a["capacity_gbps"]
-    assert caps[n_caps:] == [("/tmp/ab.sock", a["vid"], rate), ("/tmp/bc.sock", a["vid"], rate)]
-    assert res.restored == [a["id"]] and res.lost == [] and res.block == (2, 1)
-    moved, kept = core.lightpath(a["id"]), core.lightpath(b["id"])
-    assert moved["nodes"] == ["A", "B", "C"] and moved["vid"] == a["vid"]
-    assert moved["slots"] == [6, 7, 8, 9] and moved["restored"] == 1  # first fit past b
-    assert kept == {k: v for k, v in b.items() if k != "setup_s"}  # untouched
-    ab = next(f for f in core.spectrum() if {f["u"], f["v"]} == {"A", "B"})
-    assert ab["lost_slots"] == [2] and ab["used"] == [4, 5, 6, 7, 8, 9]
-    # slot 2 is out of service: a new 3-slot request cannot use 0..2 any more
-    c = core.request("dc-a", "dc-b", slots=2)
-    assert c["slots"] == [0, 1]
-    assert core.request("dc-a", "dc-b", slots=3)["slots"] == [10, 11, 12]
-    text = core.metrics.exposition().decode()
-    assert "lightpipe_lightpaths_restored_total 1.0" in text
-    assert "lightpipe_restoration_seconds_count 1.0" in text
-
-
-def test_slot_loss_over_the_whole_grid_reroutes_then_loses(core: ControllerCore) -> None:
-    lp = core.request("dc-a", "dc-b", slots=2)
-    assert lp["nodes"] == ["A", "B"]
-    res = core.fail_slots("B", "A", 0, 16)  # every slot of A-B: the other route
-    assert res.restored == [lp["id"]]
-    assert core.lightpath(lp["id"])["nodes"] == ["A", "D", "C", "B"]
-    core.fail_fibre("A", "D")  # the lightpath is cut off its detour: nowhere to go
-    assert core.lightpaths() == []
-    lp2_err = None
-    try:
-        core.request("dc-a", "dc-b", slots=1)
-    except RequestError as exc:
-        lp2_err = exc
-    assert lp2_err is not None and lp2_err.reason == "no_spectrum"  # A-B up, no slot free
-    core.repair_fibre("A", "D")
-    lp3 = core.request("dc-a", "dc-b", slots=16)
-    assert lp3["nodes"] == ["A", "D", "C", "B"]
-    res = core.fail_slots("A", "D", 8, 1)  # the only route with spectrum left: lost
-    assert res.lost == [lp3["id"]] and res.restored == [] and core.lightpaths() == []
-    assert core.store.lightpaths() == []
-
-
-def test_slot_repair_returns_slots_to_service(core: ControllerCore) -> None:
-    core.fail_slots("A", "B", 0, 4)
-    assert core.request("dc-a", "dc-b", slots=2)["slots"] == [4, 5]
-    assert core.repair_slots("A", "B", 1, 2) == [0, 3]  # part of the block back
-    assert core.request("dc-a", "dc-b", slots=2)["slots"] == [1, 2]
-    assert core.repair_slots("A", "B", 0, 16) == []
-    assert core.request("dc-a", "dc-b", slots=1)["slots"] == [0]
-    assert core.store.lost_slots() == []
-
-
-def test_restart_keeps_lost_slots(tmp_path: Path) -> None:
-    sc = small_scenario(spectrum_sharing="per_direction")
-    layout = default_layout(sc)
-    c1 = ControllerCore(sc, Store(tmp_path / "s.db"), layout=layout)
-    a = c1.request("dc-a", "dc-c", slots=3)
-    c1.fail_slots("B", "A", 1, 2)
-    c1.fail_slots("B", "C", 5, 3)
-    c1.repair_slots("B", "C", 6, 1)
-    assert c1.lightpath(a["id"])["slots"] == [8, 9, 10]  # 0..2 hit, then 3..5 hit
-    c2 = ControllerCore(sc, Store(tmp_path / "s.db"), layout=layout)
-    assert c2.spectrum() == c1.spectrum() and c2.lightpaths() == c1.lightpaths()
-    assert c2.net.lost_slots("A", "B") == [1, 2] and c2.net.lost_slots("C", "B") == [5, 7]
-    assert c2.net.unavailable("A", "B") == [1, 2, 8, 9, 10]
-    assert c2.net.unavailable("B", "A") == [1, 2]  # lost in both directions, held in one
-    assert c2.request("dc-a", "dc-b", slots=2)["slots"] == [3, 4]
-    c2.repair_slots("A", "B", 0, 16)
-    c3 = ControllerCore(sc, Store(tmp_path / "s.db"), layout=layout)
-    assert c3.net.lost_slots("A", "B") == [] and c3.net.lost_slots("B", "C") == [5, 7]
-
-
-@pytest.mark.parametrize("fibre,first,n,status", [
-    (("A", "Q"), 0, 1, 404), (("A", "C"), 0, 1, 404), (("A", "B"), 15, 2, 400),
-    (("A", "B"), 16, 1, 400), (("A", "B"), -1, 2, 400), (("A", "B"), 0, 0, 400)])
-def test_bad_slot_blocks(core: ControllerCore, fibre: tuple[str, str], first: int, n: int,
-                         status: int) -> None:
-    for call in (core.fail_slots, core.repair_slots):
-        with pytest.raises(RequestError) as err:
-            call(*fibre, first, n)
-        assert err.value.status == status
-    assert core.store.lost_slots() == [] and not core.net.lost_slots("A", "B")
 
 
 def test_cached_lightpath_rules_equal_fresh(core: ControllerCore) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from controllers.core import ForwarderChannel
+from controllers.channels import ForwarderChannel
 from testbed.emu.links import NetemLink
 from testbed.emu.plan import FibrePlan
 

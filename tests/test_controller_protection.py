@@ -343,7 +343,7 @@ def test_deferred_protection_follows_the_set_up(tmp_path: Path) -> None:
     assert set(res.restored) == {a["id"], b["id"], c["id"]}
     assert res.on_backup == [a["id"], b["id"]]
     core.delete(c["id"])
-    assert not core._unprotected
+    assert not core.backups.pending
 
 
 def test_deferred_protection_is_installed_by_its_timer(tmp_path: Path) -> None:

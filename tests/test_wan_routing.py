@@ -97,7 +97,7 @@ def test_controller_assigns_fails_over_and_rules_follow(tmp_path: Path) -> None:
     hosts = {dc: sorted(h.name for h in ix.hosts_by_dc[dc]) for dc in ("dc-a", "dc-b")}
     flows = [WanFlow(1, hosts["dc-a"][0], hosts["dc-b"][0]),
              WanFlow(2, hosts["dc-a"][1], hosts["dc-b"][1])]
-    core.wan_sources.append(lambda: list(flows))
+    core.traffic.wan_sources.append(lambda: list(flows))
     lp1 = core.request("dc-a", "dc-b", slots=8)
     lp2 = core.request("dc-a", "dc-b", slots=8)
     assert lp1["nodes"] != lp2["nodes"]
@@ -234,7 +234,7 @@ def test_emulated_jobs_time_the_lightpath_their_flow_takes(tmp_path: Path) -> No
     for seed in range(8):
         core = ControllerCore(sc, Store(tmp_path / f"s{seed}.db"), layout=default_layout(sc),
                               southbound=Recorder())
-        core.flows.seed = seed
+        core.traffic.flows.seed = seed
         svc = JobService(core)
         base = core.request("dc-a", "dc-b", slots=2)  # the DC pair's default, smaller
         job = svc.place(Req())

@@ -2,7 +2,7 @@
 machine that emulates each fibre.
 
 On one machine the SDN controller tells a fibre emulator a lightpath's rate over the
-emulator's control socket (controllers.core.ForwarderChannel, the forwarder's JSON-line
+emulator's control socket (controllers.channels.ForwarderChannel, the forwarder's JSON-line
 protocol: {"vlan": N, "rate_mbps": R} or {"vlan": N, "remove": true}). In a cluster run
 the emulators live on other machines, so the driver serves one Unix socket per fibre of
 the plan, with the name a one-machine run's control socket has (`PREFIXf<N>.sock`), in a
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 REQUEST_MAX_BYTES = 4096
 ANSWER_TIMEOUT_S = 30.0
 """How long a request waits for the owning machine's answer. The controller itself waits
-2 s (controllers.core.ForwarderChannel) and logs a slower cap as an error; the relay
+2 s (controllers.channels.ForwarderChannel) and logs a slower cap as an error; the relay
 still carries it through, so the emulator gets it and the record says so."""
 SUN_PATH_MAX = 107  # bytes of a Unix socket path (sun_path less its NUL)
 

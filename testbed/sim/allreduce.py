@@ -15,12 +15,22 @@ from typing import Any
 
 import networkx as nx
 
+# The ring helpers and route_paths live in testbed.routing.paths (the controller routes
+# with them too); named here as well for this module's callers.
+from testbed.routing.paths import (
+    FlowKey,
+    flow_id,
+    ring_flow_bytes,
+    ring_keys,
+    route_paths,
+)
 from testbed.spec.check import dc_host_count
 from testbed.spec.models import Scenario
 
-GOODPUT_EFFICIENCY = 1448 / 1514
+__all__ = ["GOODPUT_EFFICIENCY", "FlowKey", "flow_id", "leaf_spine_graph", "ring_flow_bytes",
+           "ring_keys", "round_times", "route_paths", "simulate_allreduce"]
 
-FlowKey = tuple[int, str, str]  # (job index, src host, dst host)
+GOODPUT_EFFICIENCY = 1448 / 1514
 
 
 def leaf_spine_graph(scenario: Scenario, dc: str) -> nx.DiGraph:
@@ -31,39 +41,6 @@ def leaf_spine_graph(scenario: Scenario, dc: str) -> nx.DiGraph:
 
     g = from_scenario(scenario)
     return nx.relabel_nodes(g, {n: f"{dc}-{n}" for n in g})
-
-
-def ring_keys(members: Sequence[str], job: int) -> list[FlowKey]:
-    n = len(members)
-    return [(job, members[i], members[(i + 1) % n]) for i in range(n)]
-
-
-def ring_flow_bytes(members: Sequence[str], buffer_bytes: int) -> float:
-    n = len(members)
-    return 2.0 * (n - 1) / n * buffer_bytes
-
-
-def flow_id(key: FlowKey) -> str:
-    return f"{key[0]}/{key[1]}->{key[2]}"
-
-
-def route_paths(policy: str, graph: nx.DiGraph, keys: Sequence[FlowKey],
-                flow_bytes: Mapping[int, float], *, seed: int,
-                current: Mapping[FlowKey, Sequence[str]] | None = None
-                ) -> tuple[dict[FlowKey, tuple[str, ...]], dict[FlowKey, float], float]:
-    """Route ring flows (job, src, dst) with a testbed.routing policy: (paths, max-min
-    rates in Gb/s, the policy's wall time in s). `current`: the paths in force."""
-    from testbed.routing.flows import Flow
-    from testbed.routing.maxmin import max_min_rates
-    from testbed.routing.policies import route
-
-    flows = [Flow(flow_id(k), str(k[0]), k[1], k[2], float(flow_bytes[k[0]])) for k in keys]
-    cur = {flow_id(k): list(p) for k, p in (current or {}).items() if k in set(keys)}
-    got = route(policy, graph, flows, cur or None, seed=seed)
-    by_id = {flow_id(k): k for k in keys}
-    paths = {by_id[i]: tuple(p) for i, p in got.paths.items()}
-    rates = max_min_rates(graph, {flow_id(k): paths[k] for k in keys})
-    return paths, {by_id[i]: r for i, r in rates.items()}, got.wall_s
 
 
 def round_times(graph: nx.DiGraph, paths: Mapping[Hashable, Sequence[str]],
