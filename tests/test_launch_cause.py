@@ -98,6 +98,54 @@ def test_an_exit_known_but_unreported_is_waited_for(tmp_path: Path, monkeypatch:
     assert _judge(la).startswith("stage 1 (pid 101")
 
 
+class PumpedProc(LateProc):
+    """Forked by the zygote that forked the others: its status lands right after this
+    pass read it as running (a later worker's poll pumped the zygote)."""
+
+    def __init__(self, pid: int, code: int) -> None:
+        super().__init__(pid, code, 1e9)
+        self._polls = 0
+
+    def poll(self) -> int | None:
+        self._polls += 1
+        if self._polls == 2:
+            self._at = 0.0
+        return super().poll()
+
+
+class ReportedMidCheck(LateProc):
+    """An agent's report lands (on its own thread) while the launcher asks whether the
+    worker exited unreported: the answer is no, its status is in."""
+
+    def exited_unreported(self) -> bool:
+        self._at = 0.0
+        self.returncode = self._code
+        return False
+
+
+def test_a_status_landing_during_the_pass_is_judged_with(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # stage 0 SIGKILLed; its status lands only after this pass read stage 0 as running,
+    # while stage 1 (which lost its peer) is polled: no wait at all would judge stage 1
+    monkeypatch.setattr(launch, "CAUSE_WAIT_S", 0.0)
+    late = ReportedMidCheck(100, -9, 1e9)
+    procs: list[LateProc] = [late, LateProc(101, 1, 0.0)]
+    la = _launcher(tmp_path, procs, [None, PEER_GONE])
+    failure = _judge(la)
+    assert failure.startswith("stage 0 (pid 100"), failure
+    assert "SIGKILL" in failure
+
+
+def test_a_status_pumped_by_another_workers_poll_is_the_cause(tmp_path: Path,
+                                                               monkeypatch:
+                                                               pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "CAUSE_WAIT_S", 0.0)
+    procs: list[LateProc] = [PumpedProc(99, -9), LateProc(100, 1, 0.0)]
+    la = _launcher(tmp_path, procs, [None, PEER_GONE])
+    failure = _judge(la)
+    assert failure.startswith("stage 0 (pid 99"), failure
+
+
 def test_lost_peers_with_no_other_cause_are_judged_after_the_wait(tmp_path: Path,
                                                                    monkeypatch:
                                                                    pytest.MonkeyPatch) -> None:

@@ -391,10 +391,19 @@ class Launcher:
             run.lost_peer_s = now
         if all(w.exit_code is not None for w in run.workers):
             return True
+        pending = False
+        for w in run.workers:
+            if w.exit_code is not None:
+                continue
+            unreported = _exit_unreported(w)
+            # asked after exited_unreported, so a status that lands at any moment of this
+            # pass (a later worker's poll pumped the zygote, an agent's report came in on
+            # its thread) is seen here and never judged without
+            if w.proc.poll() is not None:
+                return False  # judge on the next pass, with it
+            pending = pending or unreported
         waited = now - run.lost_peer_s
-        if any(_exit_unreported(w) for w in run.workers if w.exit_code is None):
-            return waited >= CAUSE_WAIT_MAX_S
-        return waited >= CAUSE_WAIT_S
+        return waited >= (CAUSE_WAIT_MAX_S if pending else CAUSE_WAIT_S)
 
     def training_started(self) -> bool:
         """True once every worker has joined its job's process group (its `start`
