@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -51,22 +52,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-RING = """
-version: 1
-name: bench-restoration
-topology:
-  links:
-    - {u: A, v: B, length_km: 100}
-    - {u: B, v: C, length_km: 100}
-    - {u: C, v: D, length_km: 150}
-    - {u: D, v: A, length_km: 150}
-dcs:
-  - {name: dc-a, node: A, gpus: 8}
-  - {name: dc-c, node: C, gpus: 8}
-optical: {slots: 16, k_paths: 2}
-workload: {kind: lightpath_requests}
-emulation: {hosts_per_dc: 1, bandwidth_divisor: 1000, link_mode: userspace, datapath: user}
-"""
+from tests.ctl_ring import ring_spec, ring_up  # noqa: E402 (the ring the controller tests use)
+
 PKT = struct.Struct("!Qd")  # sequence number, send time (CLOCK_REALTIME)
 PORT = 47001
 
@@ -189,93 +176,79 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (network namespaces, Open vSwitch)", file=sys.stderr)
         return 2
-    from testbed.emu.network import EmuNetwork
-    from testbed.emu.plan import build_plan
-    from testbed.orchestrate.glue import attach_controller, controller_address
-    from testbed.spec import load_scenario
-
     rows: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         spec = Path(tmp) / "ring.yaml"
-        spec.write_text(RING.replace("datapath: user", f"datapath: {args.datapath}"))
-        net = EmuNetwork(build_plan(load_scenario(spec)), link_mode="userspace",
-                         datapath=args.datapath, controller=controller_address())
-        ctl = stream = None
-        try:
-            net.start()
-            ctl = attach_controller(net, spec, Path(tmp) / "ctl",
-                                    timeout_s=args.startup_timeout_s)
-            status, lp = ctl.request("POST", "/lightpaths",
-                                     {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 2})
-            if status != 201:
-                print(f"lightpath refused: {status} {lp}", file=sys.stderr)
+        spec.write_text(ring_spec("bench-restoration", hosts_per_dc=1, datapath=args.datapath))
+        ring = stack.enter_context(ring_up(spec, Path(tmp) / "ctl", datapath=args.datapath,
+                                           timeout_s=args.startup_timeout_s))
+        net, ctl = ring["net"], ring["ctl"]
+        status, lp = ctl.request("POST", "/lightpaths",
+                                 {"src_dc": "dc-a", "dst_dc": "dc-c", "slots": 2})
+        if status != 201:
+            print(f"lightpath refused: {status} {lp}", file=sys.stderr)
+            return 1
+        deadline = time.monotonic() + 30  # its protection follows the set-up
+        while args.protection == "on" and time.monotonic() < deadline and \
+                not ctl.request("GET", f"/lightpaths/{lp['id']}")[1].get("protected"):
+            time.sleep(0.02)
+        hosts = {h.dc: h for h in net.plan.hosts}
+        a, c = hosts["dc-a"], hosts["dc-c"]
+        stream = Stream(f"/proc/{net.host_pid(a.name)}/ns/net",
+                        f"/proc/{net.host_pid(c.name)}/ns/net", c.ip.split("/")[0],
+                        args.interval_ms / 1e3).start()
+        stack.callback(stream.stop)
+        deadline = time.monotonic() + 30
+        while not stream.arrived and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not stream.arrived:
+            print("the stream never arrived before any cut", file=sys.stderr)
+            return 1
+        for i in range(args.rounds):
+            lp = ctl.request("GET", f"/lightpaths/{lp['id']}")[1]
+            hop = 0 if args.cut == "first" else len(lp["nodes"]) - 2
+            u, v = lp["nodes"][hop], lp["nodes"][hop + 1]  # u: the stream's upstream
+            f = net.plan.fibre(u, v)
+            emu = net.emulators[f.middle]
+            up_intf = emu.intf_u if f.u == u else emu.intf_v
+            intfs = [up_intf] + ([emu.intf_v if f.u == u else emu.intf_u]
+                                 if args.ends == "both" else [])
+            before = metric(ctl, "lightpipe_restoration_seconds_sum")
+            time.sleep(0.3)  # a steady stream before the cut
+            t_cut = time.time()
+            for intf in intfs:
+                subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
+                                intf, "down"], check=True)
+            time.sleep(args.settle_s)  # restoration and the stream's resumption
+            # packets of the last 100 ms may still be in flight: not counted
+            horizon = time.time() - 0.1
+            upto = next((k for k in range(len(stream.sent) - 1, -1, -1)
+                         if stream.sent[k] <= horizon), -1) + 1
+            fig = round_figures(stream, t_cut, upto)
+            ctl_ms = (metric(ctl, "lightpipe_restoration_seconds_sum") - before) * 1e3
+            for intf in intfs:
+                subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
+                                intf, "up"], check=True)
+            now = ctl.request("GET", f"/lightpaths/{lp['id']}")[1]
+            if fig is None:
+                print(f"round {i + 1}: cut {u}-{v}: no loss seen, or the stream did not "
+                      f"resume in {args.settle_s:g} s (route now {now['nodes']})",
+                      file=sys.stderr)
                 return 1
-            deadline = time.monotonic() + 30  # its protection follows the set-up
-            while args.protection == "on" and time.monotonic() < deadline and \
-                    not ctl.request("GET", f"/lightpaths/{lp['id']}")[1].get("protected"):
+            fig |= {"controller_ms": ctl_ms, "new_route_one_way_ms": now["latency_ms"]}
+            if args.protection == "on" and now["nodes"] != lp.get("backup"):
+                print(f"round {i + 1}: the controller moved the lightpath to "
+                      f"{now['nodes']}, not to its backup {lp.get('backup')}",
+                      file=sys.stderr)
+            rows.append(fig)
+            print(f"round {i + 1}: cut {u}-{v} -> {'-'.join(now['nodes'])}: first packet "
+                  f"{fig['cut_to_first_ms']:.1f} ms (route one way "
+                  f"{now['latency_ms']:.2f} ms), gap {fig['gap_ms']:.1f} ms, lost "
+                  f"{fig['lost']:.0f}, controller {ctl_ms:.1f} ms", flush=True)
+            deadline = time.monotonic() + 10  # wait for the repair (port up)
+            while time.monotonic() < deadline and any(
+                    x["failed"] for x in ctl.request("GET", "/topology")[1]["fibres"]):
                 time.sleep(0.02)
-            hosts = {h.dc: h for h in net.plan.hosts}
-            a, c = hosts["dc-a"], hosts["dc-c"]
-            stream = Stream(f"/proc/{net.host_pid(a.name)}/ns/net",
-                            f"/proc/{net.host_pid(c.name)}/ns/net", c.ip.split("/")[0],
-                            args.interval_ms / 1e3).start()
-            deadline = time.monotonic() + 30
-            while not stream.arrived and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not stream.arrived:
-                print("the stream never arrived before any cut", file=sys.stderr)
-                return 1
-            for i in range(args.rounds):
-                lp = ctl.request("GET", f"/lightpaths/{lp['id']}")[1]
-                hop = 0 if args.cut == "first" else len(lp["nodes"]) - 2
-                u, v = lp["nodes"][hop], lp["nodes"][hop + 1]  # u: the stream's upstream
-                f = net.plan.fibre(u, v)
-                emu = net.emulators[f.middle]
-                up_intf = emu.intf_u if f.u == u else emu.intf_v
-                intfs = [up_intf] + ([emu.intf_v if f.u == u else emu.intf_u]
-                                     if args.ends == "both" else [])
-                before = metric(ctl, "lightpipe_restoration_seconds_sum")
-                time.sleep(0.3)  # a steady stream before the cut
-                t_cut = time.time()
-                for intf in intfs:
-                    subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
-                                    intf, "down"], check=True)
-                time.sleep(args.settle_s)  # restoration and the stream's resumption
-                # packets of the last 100 ms may still be in flight: not counted
-                horizon = time.time() - 0.1
-                upto = next((k for k in range(len(stream.sent) - 1, -1, -1)
-                             if stream.sent[k] <= horizon), -1) + 1
-                fig = round_figures(stream, t_cut, upto)
-                ctl_ms = (metric(ctl, "lightpipe_restoration_seconds_sum") - before) * 1e3
-                for intf in intfs:
-                    subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set",
-                                    intf, "up"], check=True)
-                now = ctl.request("GET", f"/lightpaths/{lp['id']}")[1]
-                if fig is None:
-                    print(f"round {i + 1}: cut {u}-{v}: no loss seen, or the stream did not "
-                          f"resume in {args.settle_s:g} s (route now {now['nodes']})",
-                          file=sys.stderr)
-                    return 1
-                fig |= {"controller_ms": ctl_ms, "new_route_one_way_ms": now["latency_ms"]}
-                if args.protection == "on" and now["nodes"] != lp.get("backup"):
-                    print(f"round {i + 1}: the controller moved the lightpath to "
-                          f"{now['nodes']}, not to its backup {lp.get('backup')}",
-                          file=sys.stderr)
-                rows.append(fig)
-                print(f"round {i + 1}: cut {u}-{v} -> {'-'.join(now['nodes'])}: first packet "
-                      f"{fig['cut_to_first_ms']:.1f} ms (route one way "
-                      f"{now['latency_ms']:.2f} ms), gap {fig['gap_ms']:.1f} ms, lost "
-                      f"{fig['lost']:.0f}, controller {ctl_ms:.1f} ms", flush=True)
-                deadline = time.monotonic() + 10  # wait for the repair (port up)
-                while time.monotonic() < deadline and any(
-                        x["failed"] for x in ctl.request("GET", "/topology")[1]["fibres"]):
-                    time.sleep(0.02)
-        finally:
-            if stream is not None:
-                stream.stop()
-            if ctl is not None:
-                ctl.stop()
-            net.stop()
     load = os.getloadavg()[0]
     print(f"\n{len(rows)} cuts ({args.cut} fibre, {args.ends} end(s) down), "
           f"{args.interval_ms:g} ms stream, {args.datapath} datapath, protection "

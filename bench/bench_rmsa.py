@@ -61,6 +61,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # appended: a baseline child's PYTHONPATH tree stays first
+
+from tests.rmsa_kernel_cases import case_spec  # noqa: E402
+
 PEER_RUNNER = ROOT / "bench" / "peer" / "orlg_rmsa.py"
 PEER_PYTHON = "/var/tmp/orlg-venv/bin/python"
 GOAL = 3000.0  # issue 57 (issue 22's goal was 1,000x)
@@ -74,26 +78,10 @@ RECORDED_PEER: dict[int, dict[str, Any]] = {
     1: {"cpu_rps": 267.0, "blocking": (0.0684, 0.0619, 0.0749)},
 }
 
-ORLG_MODULATIONS = [  # optical-rl-gym examples/create_topology.py, 12.5 GHz x bits/symbol
-    {"name": "BPSK", "reach_km": 100_000, "gbps_per_slot": 12.5},
-    {"name": "QPSK", "reach_km": 2000, "gbps_per_slot": 25},
-    {"name": "8QAM", "reach_km": 1000, "gbps_per_slot": 37.5},
-    {"name": "16QAM", "reach_km": 500, "gbps_per_slot": 50},
-    {"name": "32QAM", "reach_km": 250, "gbps_per_slot": 62.5},
-    {"name": "64QAM", "reach_km": 125, "gbps_per_slot": 75},
-]
-
 
 def spec(k: int, slots: int, seed: int, requests: int, load: float) -> dict[str, Any]:
-    return {
-        "name": "rmsa-bench", "topology": {"library": "nsfnet"},
-        "optical": {"grid": "flex", "slots": slots, "k_paths": k, "guard_slots": 1,
-                    "modulations": ORLG_MODULATIONS},
-        "workload": {"kind": "lightpath_requests", "load_erlang": load, "requests": requests,
-                     "mean_holding_s": 10800.0, "bitrate_gbps": list(range(25, 101)),
-                     "seed": seed},
-        "policy": {"spectrum": "first_fit"},
-    }
+    """The peer's setting under kSP-FF (tests/rmsa_kernel_cases.py's cases are this spec)."""
+    return case_spec(k, slots, seed, requests, load, "first_fit")
 
 
 def child(k: int, slots: int, seed: int, requests: int, load: float) -> None:

@@ -22,7 +22,7 @@ from testbed.spec import Scenario, parse_scenario
 
 TIMING = ("wall_s", "requests_per_s")
 
-ORLG_MODULATIONS = [
+ORLG_MODULATIONS = [  # optical-rl-gym examples/create_topology.py, 12.5 GHz x bits/symbol
     {"name": "BPSK", "reach_km": 100_000, "gbps_per_slot": 12.5},
     {"name": "QPSK", "reach_km": 2000, "gbps_per_slot": 25},
     {"name": "8QAM", "reach_km": 1000, "gbps_per_slot": 37.5},
@@ -48,16 +48,22 @@ CASES: dict[str, tuple[int, int, int, int, float, str, bool]] = {
 }
 
 
-def case_scenario(k: int, slots: int, seed: int, requests: int, load: float,
-                  policy: str) -> Scenario:
-    return parse_scenario({
+def case_spec(k: int, slots: int, seed: int, requests: int, load: float,
+              policy: str = "first_fit") -> dict[str, Any]:
+    """The bench's scenario (bench/bench_rmsa.py runs it too), as a decoded spec."""
+    return {
         "name": "rmsa-bench", "topology": {"library": "nsfnet"},
         "optical": {"grid": "flex", "slots": slots, "k_paths": k, "guard_slots": 1,
                     "modulations": ORLG_MODULATIONS},
         "workload": {"kind": "lightpath_requests", "load_erlang": load, "requests": requests,
                      "mean_holding_s": 10800.0, "bitrate_gbps": list(range(25, 101)),
                      "seed": seed},
-        "policy": {"spectrum": policy}})
+        "policy": {"spectrum": policy}}
+
+
+def case_scenario(k: int, slots: int, seed: int, requests: int, load: float,
+                  policy: str) -> Scenario:
+    return parse_scenario(case_spec(k, slots, seed, requests, load, policy))
 
 
 def case_digest(name: str) -> dict[str, Any]:

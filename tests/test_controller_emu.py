@@ -16,7 +16,7 @@ import pytest
 
 from testbed.sim.engine import REQUESTS_COLUMNS
 from testbed.spec import parse_scenario
-from tests.test_controller_ovs import _why_skip
+from tests.ctl_ring import why_skip as _why_skip
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

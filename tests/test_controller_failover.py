@@ -21,14 +21,13 @@ from typing import Any
 import pytest
 
 from controllers.protection import FF_GROUP_BASE
+from tests.ctl_ring import ring_env
 from tests.test_controller_ovs import (
-    SCENARIO,
     _host,
     _ns,
     _ping_ok,
     _roadm,
     _vlan_packets,
-    _why_skip,
 )
 from tests.waiting import wait_until
 
@@ -37,31 +36,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    why = _why_skip()
-    if why:
-        pytest.skip(why)
-    from testbed.emu.network import EmuNetwork
-    from testbed.emu.plan import build_plan
-    from testbed.orchestrate.glue import attach_controller, controller_address
-    from testbed.spec import load_scenario
-
-    tmp = tmp_path_factory.mktemp("ff")
-    spec = tmp / "ring.yaml"
-    spec.write_text(SCENARIO.replace("name: ctl-ring", "name: ctl-ff"))
-    net = EmuNetwork(build_plan(load_scenario(spec)), link_mode="userspace",
-                     datapath="user", controller=controller_address())
-    state: dict[str, Any] = {"net": net}
-    try:
-        net.start()
-        state["ctl"] = attach_controller(net, spec, tmp / "run", token="t0ken")
-        yield state
-    finally:
-        ctl = state.get("ctl")
-        if ctl is not None:
-            if ctl.proc.poll() is None:
-                os.kill(ctl.proc.pid, signal.SIGCONT)
-            ctl.stop()
-        net.stop()
+    yield from ring_env(tmp_path_factory, "ctl-ff")
 
 
 def _ofctl(net: Any, *args: str) -> str:

@@ -146,10 +146,10 @@ def test_netem_caps_follow_controller_lightpaths(tmp_path: Path) -> None:
     from testbed.emu.plan import build_plan
     from testbed.orchestrate.glue import attach_controller, controller_address
     from testbed.spec import load_scenario
-    from tests.test_controller_ovs import SCENARIO
+    from tests.ctl_ring import ring_spec
 
     spec = tmp_path / "ring.yaml"
-    spec.write_text(SCENARIO.replace("link_mode: userspace", "link_mode: netem"))
+    spec.write_text(ring_spec(link_mode="netem"))
     sc = load_scenario(spec)
     net = EmuNetwork(build_plan(sc), link_mode="netem", datapath="user",
                      controller=controller_address())

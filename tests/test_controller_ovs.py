@@ -8,7 +8,6 @@ real controller process and drives it through its REST API.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,62 +16,23 @@ from typing import Any
 
 import pytest
 
+from tests.ctl_ring import ring_env
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-SCENARIO = """
-version: 1
-name: ctl-ring
-topology:
-  links:
-    - {u: A, v: B, length_km: 100}
-    - {u: B, v: C, length_km: 100}
-    - {u: C, v: D, length_km: 150}
-    - {u: D, v: A, length_km: 150}
-dcs:
-  - {name: dc-a, node: A, gpus: 8}
-  - {name: dc-c, node: C, gpus: 8}
-optical: {slots: 16, k_paths: 2}
-workload: {kind: lightpath_requests}
-emulation: {hosts_per_dc: 2, bandwidth_divisor: 1000, link_mode: userspace, datapath: user}
-"""
-
-
-def _why_skip() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, Open vSwitch)"
-    for tool in ("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ovs-ofctl", "mnexec"):
-        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
-            return f"{tool} not installed"
-    return None
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    why = _why_skip()
-    if why:
-        pytest.skip(why)
-    from testbed.emu.network import EmuNetwork
-    from testbed.emu.plan import build_plan
-    from testbed.orchestrate.glue import attach_controller, controller_address
-    from testbed.spec import load_scenario
+    yield from ring_env(tmp_path_factory, "ctl-ring")
 
-    tmp = tmp_path_factory.mktemp("ctl")
-    spec = tmp / "ring.yaml"
-    spec.write_text(SCENARIO)
-    sc = load_scenario(spec)
-    net = EmuNetwork(build_plan(sc), link_mode="userspace", datapath="user",
-                     controller=controller_address())
-    state: dict[str, Any] = {"net": net, "spec": spec, "dir": tmp / "run"}
-    try:
-        net.start()
-        state["ctl"] = attach_controller(net, spec, state["dir"], token="t0ken")
-        yield state
-    finally:
-        if "ctl" in state:
-            state["ctl"].stop()
-        net.stop()
+
+def _clean_slate(ctl: Any) -> None:
+    """No lightpath left and every fibre repaired (what the tests before may have left)."""
+    for lp in ctl.request("GET", "/lightpaths")[1]["lightpaths"]:
+        ctl.request("DELETE", f"/lightpaths/{lp['id']}")
+    for f in ctl.request("GET", "/topology")[1]["fibres"]:
+        if f["failed"]:
+            ctl.request("POST", "/repairs", {"link": [f["u"], f["v"]]})
 
 
 def _host(net: Any, dc: str, i: int = 0) -> Any:
@@ -318,11 +278,7 @@ def test_layout_matches(env: dict[str, Any]) -> None:
 def test_job_lightpaths_carry_traffic(env: dict[str, Any]) -> None:
     """POST /jobs: the boundary's lightpath carries the stage hosts' traffic, on its route."""
     net, ctl = env["net"], env["ctl"]
-    for lp in ctl.request("GET", "/lightpaths")[1]["lightpaths"]:  # a clean slate
-        ctl.request("DELETE", f"/lightpaths/{lp['id']}")
-    for f in ctl.request("GET", "/topology")[1]["fibres"]:
-        if f["failed"]:
-            ctl.request("POST", "/repairs", {"link": [f["u"], f["v"]]})
+    _clean_slate(ctl)
     status, job = ctl.request("POST", "/jobs", {"model": "llama2-7b", "stages": 2,
                                                 "gpus_per_stage": 8, "policy": "sp-ff"})
     assert status == 201, job
@@ -361,11 +317,7 @@ def test_wan_flows_take_the_lightpaths_the_policy_assigned(env: dict[str, Any]) 
     job's host pair gets its own lightpath, and real packets of each pair carry that
     lightpath's VLAN through the ROADM (flow counters), not the other's."""
     net, ctl = env["net"], env["ctl"]
-    for lp in ctl.request("GET", "/lightpaths")[1]["lightpaths"]:  # a clean slate
-        ctl.request("DELETE", f"/lightpaths/{lp['id']}")
-    for f in ctl.request("GET", "/topology")[1]["fibres"]:
-        if f["failed"]:
-            ctl.request("POST", "/repairs", {"link": [f["u"], f["v"]]})
+    _clean_slate(ctl)
     assert ctl.request("PUT", "/routing", {"policy": "greedy"})[0] == 200
     lps = []
     for _ in range(2):

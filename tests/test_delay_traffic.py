@@ -4,8 +4,6 @@ lightpath calibrated on its own and its RTT checked and corrected after a rerout
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +12,10 @@ from typing import Any
 import pytest
 
 from testbed.spec import parse_scenario
+from tests.emu_skip import need_root
 
 pytestmark = [pytest.mark.root]
 
-ROOT = os.geteuid() == 0
-HAVE = all(shutil.which(t) for t in ("mnexec", "iperf3", "ip", "ovs-vsctl", "ovsdb-tool")) and \
-    (shutil.which("ovs-vswitchd") or os.path.exists("/usr/sbin/ovs-vswitchd"))
-need_root = pytest.mark.skipif(not (ROOT and HAVE),
-                               reason="needs root, mnexec, iperf3 and Open vSwitch binaries")
 LIGHTPIPE = [str(Path(sys.executable).parent / "lightpipe")]
 
 # One 10 km fibre: 0.05 ms one way, while a path's processing here is ~1 ms per round

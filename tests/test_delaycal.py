@@ -295,22 +295,10 @@ def test_calibration_keeps_the_best_rounds_settings_when_a_later_round_is_worse(
     from pathlib import Path
 
     from testbed.emu.calibrate import CalibrationConfig, calibrate
-    from testbed.emu.links import LinkEmulator
-    from testbed.emu.plan import FibrePlan
-
-    class ModelLink(LinkEmulator):  # the emulator's bookkeeping, no data plane
-        def set_delay_correction(self, correction_ms: float) -> None:
-            self.correction_ms = max(0.0, correction_ms)
-
-        def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
-            self.vlan_corrections_ms[vlan] = correction_ms
-            return True
+    from tests.model_links import model_links
 
     delay = {"ab": 5.0, "bc": 3.0, "cd": 1.5}
-    links = {k: ModelLink(FibrePlan(k[0], k[1], f"r{k[0]}", f"r{k[1]}", k, 200 * d, d, 10.0,
-                                    100.0, "QPSK", 0.0), 1, "x0", "x1", {},
-                          Path(str(tmp_path)))
-             for k, d in delay.items()}
+    links = model_links(Path(str(tmp_path)), delay)
     paths = {"a~b": (("ab",), 101), "a~c": (("ab", "bc"), 102), "b~d": (("bc", "cd"), 103)}
     proc = {"ab": 0.6, "bc": 0.9, "cd": 0.4}
     shifts = iter([0.0, 0.5, -0.4, 3.0])  # per round, common to every path

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,15 +16,11 @@ import pytest
 import yaml
 
 from testbed.spec import parse_scenario
+from tests.emu_skip import need_root
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root]
 
-ROOT = os.geteuid() == 0
-HAVE = all(shutil.which(t) for t in ("mnexec", "iperf3", "ip", "ovs-vsctl", "ovsdb-tool")) and \
-    (shutil.which("ovs-vswitchd") or os.path.exists("/usr/sbin/ovs-vswitchd"))
-need_root = pytest.mark.skipif(not (ROOT and HAVE),
-                               reason="needs root, mnexec, iperf3 and Open vSwitch binaries")
 REPO = Path(__file__).resolve().parent.parent
 LIGHTPIPE = [str(Path(sys.executable).parent / "lightpipe")]
 

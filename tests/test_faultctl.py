@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from testbed.emu.forwarder import read_reply
 from testbed.errors import InputError, RuntimeFailure
 from testbed.orchestrate.faultctl import (
     MAX_CLIENTS,
@@ -123,14 +124,7 @@ def _raw(path: Path, data: bytes, close_write: bool = True) -> dict[str, Any]:
                 s.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    reply: dict[str, Any] = json.loads(buf)
-    return reply
+        return read_reply(s)
 
 
 def test_socket_file_is_private_and_removed(quick: Scenario, short_dir: Path) -> None:

@@ -13,16 +13,19 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed.errors import SpecError
-from testbed.spec import load_scenario, parse_scenario
+from testbed.spec import Scenario, load_scenario, parse_scenario
 from testbed.spec.faults import expand_flap, flap_steps, network_events, sim_fault_rows
 
 from .conftest import load_yaml
+from .emu_skip import emulation_skip_reason
 from .waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,19 +275,16 @@ def test_prometheus_kill_and_restart_records_the_gap(tmp_path: Path) -> None:
         mon.stop()
 
 
-def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
+@contextmanager
+def _rest_controller(sc: Scenario, tmp_path: Path
+                     ) -> Iterator[tuple[Any, Callable[[str, str, Any], tuple[int, Any]]]]:
+    """An in-process controller core for sc behind its REST API, and a client of it."""
     from controllers.api import RestApi
     from controllers.core import ControllerCore
     from controllers.layout import default_layout
     from controllers.store import Store
     from testbed.orchestrate.ctl_process import rest_call
-    from testbed.orchestrate.faults import FaultInjector
 
-    data = load_yaml("quickstart.yaml")
-    data["events"] = [{"at_s": 0.0, "kind": "link_flap", "link": ["1", "3"], "period_s": 0.2,
-                       "count": 2},
-                      {"at_s": 0.05, "kind": "prometheus_kill", "down_s": 1}]
-    sc = parse_scenario(data)
     api = RestApi(ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc)),
                   port=0, token="tok")
     api.serve()
@@ -292,6 +292,20 @@ def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
         def client(m: str, p: str, b: Any) -> tuple[int, Any]:
             return rest_call(api.url, m, p, b, "tok", timeout_s=10)
 
+        yield api, client
+    finally:
+        api.close()
+
+
+def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
+    from testbed.orchestrate.faults import FaultInjector
+
+    data = load_yaml("quickstart.yaml")
+    data["events"] = [{"at_s": 0.0, "kind": "link_flap", "link": ["1", "3"], "period_s": 0.2,
+                       "count": 2},
+                      {"at_s": 0.05, "kind": "prometheus_kill", "down_s": 1}]
+    sc = parse_scenario(data)
+    with _rest_controller(sc, tmp_path) as (_api, client):
         status, lp = client("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
                                                     "slots": 2})
         assert status == 201 and lp["nodes"][:2] == ["1", "3"]
@@ -299,8 +313,6 @@ def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
         wait_until(lambda: len(inj.steps) >= 4, "4 fault events applied",
                    interval_s=0.01)
         out = inj.stop()
-    finally:
-        api.close()
     assert [s["kind"] for s in out["events"]] == ["fiber_cut", "fiber_repair"] * 2
     flap, prom = out["faults"]
     assert flap["kind"] == "link_flap" and flap["applied"] and len(flap["cuts"]) == 2
@@ -312,11 +324,6 @@ def test_injector_flaps_a_fibre_through_the_controller(tmp_path: Path) -> None:
 
 
 def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Path) -> None:
-    from controllers.api import RestApi
-    from controllers.core import ControllerCore
-    from controllers.layout import default_layout
-    from controllers.store import Store
-    from testbed.orchestrate.ctl_process import rest_call
     from testbed.orchestrate.faults import FaultInjector, replay_rows
 
     data = load_yaml("quickstart.yaml")
@@ -326,13 +333,7 @@ def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Pat
         {"at_s": 0.05, "kind": "wavelength_repair", "link": ["1", "3"], "first_slot": 2,
          "slots": 1}]
     sc = parse_scenario(data)
-    api = RestApi(ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc)),
-                  port=0, token="tok")
-    api.serve()
-    try:
-        def client(m: str, p: str, b: Any) -> tuple[int, Any]:
-            return rest_call(api.url, m, p, b, "tok", timeout_s=10)
-
+    with _rest_controller(sc, tmp_path) as (api, client):
         status, lp = client("POST", "/lightpaths", {"src_dc": "dc-a", "dst_dc": "dc-b",
                                                     "slots": 2})
         assert status == 201 and lp["nodes"][:2] == ["1", "3"] and lp["slots"] == [0, 1]
@@ -342,8 +343,6 @@ def test_injector_applies_a_wavelength_loss_through_the_controller(tmp_path: Pat
         out = inj.stop()
         assert api.core.net.lost_slots("1", "3") == [1]
         after = api.core.lightpath(lp["id"])
-    finally:
-        api.close()
     loss, repair = out["faults"]
     assert loss["kind"] == "wavelength_loss" and loss["applied"] and loss["via"] == "rest"
     assert (loss["target"], loss["first_slot"], loss["slots"]) == ("3-1", 1, 2)
@@ -483,22 +482,22 @@ def test_the_done_file_follows_the_last_event_and_the_settle_time(tmp_path: Path
 
 # ---- emulation (root) -------------------------------------------------------------------
 def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, Open vSwitch)"
-    for tool in ("mnexec", "prometheus"):
-        if shutil.which(tool) is None:
-            return f"needs {tool}"
-    import importlib.util
+    return emulation_skip_reason(modules=(("os_ken", "needs os_ken"), ("torch", "needs torch")))
 
-    for mod in ("os_ken", "torch"):
-        if importlib.util.find_spec(mod) is None:
-            return f"needs {mod}"
-    from testbed.envprobe import probe
 
-    rep = probe()
-    if not rep.emulation_possible:
-        return "emulation not possible here: " + "; ".join(rep.reasons)
-    return None
+def _emulation_test(test: Callable[[Path], None]) -> Callable[[Path], None]:
+    """The marks of a test that emulates a bundled fault scenario: root, slow, 600 s."""
+    return pytest.mark.root(pytest.mark.slow(pytest.mark.timeout(600)(test)))
+
+
+def _one_job_and_fault(summary: dict[str, Any], kind: str
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's one worker job, which finished, and its one fault row, of `kind`, applied."""
+    (job,) = summary["worker_jobs"]
+    assert job["ok"], job["failure"]
+    (row,) = summary["faults"]
+    assert row["kind"] == kind and row["applied"], row
+    return job, row
 
 
 def _emulate(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path]:
@@ -537,15 +536,10 @@ def _assert_records_keep_every_finished_iteration(summary: dict[str, Any], out: 
         assert recorded == _finished_iterations(out, name), name
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.timeout(600)
+@_emulation_test
 def test_emulation_survives_prometheus_kill(tmp_path: Path) -> None:
     summary, out = _emulate("fault-prometheus", tmp_path)
-    (job,) = summary["worker_jobs"]
-    assert job["ok"], job["failure"]
-    (row,) = summary["faults"]
-    assert row["kind"] == "prometheus_kill" and row["applied"], row
+    job, row = _one_job_and_fault(summary, "prometheus_kill")
     assert row["pid_restarted"] != row["pid_killed"]
     assert row["recovery_s"] is not None and row["lost"]["prometheus_gap_s"] >= 3.0
     assert row["down_wall_s"] >= 3.0  # down_s 0.3 x time_factor 10
@@ -555,9 +549,7 @@ def test_emulation_survives_prometheus_kill(tmp_path: Path) -> None:
     assert any((out / "prometheus" / "data").iterdir())
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.timeout(600)
+@_emulation_test
 def test_emulation_survives_a_killed_worker(tmp_path: Path) -> None:
     summary, out = _emulate("fault-worker", tmp_path)
     (row,) = summary["faults"]
@@ -577,15 +569,10 @@ def test_emulation_survives_a_killed_worker(tmp_path: Path) -> None:
     assert len(_finished_iterations(out, row["job"])) == lost["iterations_finished"]
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.timeout(600)
+@_emulation_test
 def test_emulation_restores_a_flapping_fibre(tmp_path: Path) -> None:
     summary, out = _emulate("fault-link-flap", tmp_path)
-    (job,) = summary["worker_jobs"]
-    assert job["ok"], job["failure"]
-    (row,) = summary["faults"]
-    assert row["kind"] == "link_flap" and row["applied"], row
+    job, row = _one_job_and_fault(summary, "link_flap")
     assert [s["kind"] for s in summary["events"]] == ["fiber_cut", "fiber_repair"] * 2
     assert all(s["via"] == "port_status" for s in summary["events"])
     assert len(row["cut_to_restored_s"]) == 2
@@ -594,20 +581,15 @@ def test_emulation_restores_a_flapping_fibre(tmp_path: Path) -> None:
     _assert_records_keep_every_finished_iteration(summary, out)
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.timeout(600)
+@_emulation_test
 # what the run keeps through the outage, not how fast packets go (rtt_check auto on
 # user-space links only warns): the rootlane, so that the serial lane, the suite's tail
 # (710 s of 719 on 2026-11-29), is not the only lane running emulations
 @pytest.mark.untimed
 def test_emulation_survives_a_killed_controller(tmp_path: Path) -> None:
     summary, out = _emulate("fault-controller", tmp_path)
-    (job,) = summary["worker_jobs"]
-    assert job["ok"], job["failure"]
+    job, row = _one_job_and_fault(summary, "controller_kill")
     assert job["iterations_measured"] == 200  # the data plane forwarded through the outage
-    (row,) = summary["faults"]
-    assert row["kind"] == "controller_kill" and row["applied"], row
     assert row["pid_restarted"] != row["pid_killed"]
     assert row["down_wall_s"] >= 3.0  # down_s 0.3 x time_factor 10
     assert row["lightpaths_before"] >= 1
@@ -617,9 +599,7 @@ def test_emulation_survives_a_killed_controller(tmp_path: Path) -> None:
     _assert_records_keep_every_finished_iteration(summary, out)
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.timeout(600)
+@_emulation_test
 def test_emulation_restores_lightpaths_after_a_wavelength_loss(tmp_path: Path) -> None:
     summary, out = _emulate("fault-wavelength", tmp_path)
     (job,) = summary["worker_jobs"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.emu_skip import emulation_skip_reason
 from tests.waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,19 +50,7 @@ EVERY_INVARIANT = {"rtt_median_error", "rtt_p99_error", "forwarder_sched_delay",
 
 
 def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, Open vSwitch)"
-    for tool in ("mnexec", "nstat", "ping"):
-        if shutil.which(tool) is None:
-            return f"needs {tool}"
-    from testbed.envprobe import probe
-
-    rep = probe()
-    if not rep.emulation_possible:
-        return "emulation not possible here: " + "; ".join(rep.reasons)
-    if (os.cpu_count() or 1) < 2:
-        return "needs 2 CPUs (one is starved on purpose)"
-    return None
+    return emulation_skip_reason(tools=("mnexec", "nstat", "ping"))
 
 
 @pytest.fixture

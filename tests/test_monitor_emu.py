@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.emu_skip import emulation_skip_reason
 from tests.waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,23 +34,9 @@ HONESTLY_EMPTY = {
 
 
 def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, Open vSwitch)"
-    for tool in ("mnexec", "prometheus"):
-        if shutil.which(tool) is None:
-            return f"needs {tool}"
-    import importlib.util
-
-    if importlib.util.find_spec("os_ken") is None:
-        return "needs os-ken (the scenario uses the SDN controller)"
-    if importlib.util.find_spec("grafana_foundation_sdk") is None:
-        return "needs grafana-foundation-sdk"
-    from testbed.envprobe import probe
-
-    rep = probe()
-    if not rep.emulation_possible:
-        return "emulation not possible here: " + "; ".join(rep.reasons)
-    return None
+    return emulation_skip_reason(modules=(
+        ("os_ken", "needs os-ken (the scenario uses the SDN controller)"),
+        ("grafana_foundation_sdk", "needs grafana-foundation-sdk")))
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 120

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -168,26 +167,17 @@ def test_report_sweep_with_categorical_field(cli, tmp_path: Path) -> None:  # ty
 def test_prometheus_series_from_a_real_tsdb(tmp_path: Path) -> None:
     """A real Prometheus records a TSDB (scraping itself); the report serves a copy of it
     with a temporary Prometheus and charts the series."""
-    from testbed.metrics.prometheus import PrometheusServer, find_binary
-    from testbed.metrics.query import wait_for
+    from testbed.metrics.prometheus import find_binary
     from testbed.report.prom import find_tsdb, prometheus_figures
+    from tests.promrun import record_run
 
     if find_binary() is None or find_binary("promtool") is None:
         pytest.skip("needs the prometheus package")
     run = tmp_path / "run"
-    start = time.time()
-    srv = PrometheusServer(run, scrape_interval_s=1.0)
-    srv.start()
-    try:
-        srv.set_targets("self", [(f"127.0.0.1:{srv.port}", {"component": "prometheus"})])
-        # Ready when the TSDB holds several scrapes of itself (not after a guessed sleep:
-        # the first scrape of a busy machine's Prometheus came late).
-        wait_for(srv.url, 'count_over_time(up{component="prometheus"}[1h]) >= 5',
-                 timeout_s=scaled(120))
-    finally:
-        srv.stop()
-    (run / "manifest.json").write_text(json.dumps({"started_unix_s": start, "backend": "emu"}))
-    (run / "summary.json").write_text(json.dumps({"wall_s": time.time() - start}))
+    # Ready when the TSDB holds several scrapes of itself (not after a guessed sleep: the
+    # first scrape of a busy machine's Prometheus came late).
+    record_run(run, "self", {"component": "prometheus"},
+               'count_over_time(up{component="prometheus"}[1h]) >= 5')
     assert find_tsdb(run) is not None
     before = sorted(p.name for p in (run / "prometheus" / "data").iterdir())
     figs = prometheus_figures(run)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +41,19 @@ def legend_sizes(fig: Any) -> list[int]:
 
 
 # ------------------------------------------------------------------ reproductions
-@pytest.fixture(scope="module")
-def routing_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reproduced(tmp_path_factory: pytest.TempPathFactory, name: str, setting: str) -> Path:
+    """`lightpipe reproduce NAME --quick --set SETTING --report`'s directory."""
     from testbed.cli.main import main
 
-    out = tmp_path_factory.mktemp("repro") / "routing"
-    assert main(["reproduce", "routing", "--quick", "--out", str(out), "-q", "--set",
-                 "seeds=1", "--report"]) == 0
+    out = tmp_path_factory.mktemp("repro") / name
+    assert main(["reproduce", name, "--quick", "--out", str(out), "-q", "--set", setting,
+                 "--report"]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def routing_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return reproduced(tmp_path_factory, "routing", "seeds=1")
 
 
 def test_routing_report_shows_its_figure_and_its_own_headline(routing_dir: Path) -> None:
@@ -91,12 +95,7 @@ def test_routing_figure_legends_and_the_missing_ilp_said(routing_dir: Path) -> N
 
 @pytest.fixture(scope="module")
 def crosspipe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from testbed.cli.main import main
-
-    out = tmp_path_factory.mktemp("repro") / "crosspipe"
-    assert main(["reproduce", "crosspipe", "--quick", "--out", str(out), "-q", "--set",
-                 "time_limit_s=2", "--report"]) == 0
-    return out
+    return reproduced(tmp_path_factory, "crosspipe", "time_limit_s=2")
 
 
 def test_crosspipe_reference_lines_are_what_their_labels_say(crosspipe_dir: Path) -> None:
@@ -273,13 +272,12 @@ def test_prometheus_charts_short_legends_no_created_zero_named(tmp_path: Path) -
     all-zero gauge); the report's charts of that TSDB keep the figure rules."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-    from testbed.metrics.prometheus import PrometheusServer, find_binary
-    from testbed.metrics.query import wait_for
+    from testbed.metrics.prometheus import find_binary
     from testbed.report.prom import prometheus_charts
+    from tests.promrun import record_run
 
     if find_binary() is None:
         pytest.skip("needs the prometheus package")
-    from tests.waiting import scaled
 
     reg = CollectorRegistry()
     labels = ["run", "scenario", "component", "fibre", "direction"]
@@ -292,19 +290,13 @@ def test_prometheus_charts_short_legends_no_created_zero_named(tmp_path: Path) -
     zero.labels("run-1").set(0)
     server, thread = start_http_server(0, addr="127.0.0.1", registry=reg)
     run = tmp_path / "run"
-    start = time.time()
-    srv = PrometheusServer(run, scrape_interval_s=1.0)
-    srv.start()
     try:
-        srv.set_targets("lp", [(f"127.0.0.1:{server.server_port}", {"component": "x"})])
-        wait_for(srv.url, "count_over_time(lightpipe_fibre_slots_used[1h]) >= 3",
-                 timeout_s=scaled(120))
+        record_run(run, "lp", {"component": "x"},
+                   "count_over_time(lightpipe_fibre_slots_used[1h]) >= 3",
+                   target=f"127.0.0.1:{server.server_port}")
     finally:
-        srv.stop()
         server.shutdown()
         thread.join()
-    (run / "manifest.json").write_text(json.dumps({"started_unix_s": start, "backend": "emu"}))
-    (run / "summary.json").write_text(json.dumps({"wall_s": time.time() - start}))
     figs, note = prometheus_charts(run)
     captions = " ".join(f.caption for f in figs)
     assert figs and "_created" not in captions

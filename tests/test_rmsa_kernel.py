@@ -328,6 +328,18 @@ def test_jit_equals_the_kernel_before(name: str, recorded: dict[str, Any],
     assert case_digest(name) == recorded[name]
 
 
+def both_loops(spec: dict[str, Any], tmp: Path, monkeypatch: pytest.MonkeyPatch
+               ) -> list[tuple[bytes, dict[str, Any]]]:
+    """requests.csv and the summary without timing, of the Python loop then the compiled."""
+    got = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("LIGHTPIPE_RMSA_KERNEL", flag)
+        out = tmp / f"r{flag}.csv"
+        s = simulate_lightpaths(parse_scenario(spec), out)
+        got.append((out.read_bytes(), {k: v for k, v in s.items() if k not in TIMING}))
+    return got
+
+
 def test_repeated_bitrates_equal_python_loop(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A bitrate listed twice: the stream's index into the list is mapped to the
@@ -337,12 +349,7 @@ def test_repeated_bitrates_equal_python_loop(tmp_path: Path,
             "workload": {"kind": "lightpath_requests", "load_erlang": 30, "requests": 6000,
                          "bitrate_gbps": [100, 100, 200, 400, 200], "seed": 3},
             "policy": {"spectrum": "first_fit"}}
-    got = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("LIGHTPIPE_RMSA_KERNEL", flag)
-        out = tmp_path / f"r{flag}.csv"
-        s = simulate_lightpaths(parse_scenario(spec), out)
-        got.append((out.read_bytes(), {k: v for k, v in s.items() if k not in TIMING}))
+    got = both_loops(spec, tmp_path, monkeypatch)
     assert got[0] == got[1] and got[0][1]["blocked"] > 0
 
 
@@ -354,12 +361,7 @@ def test_dc_endpoints_equal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
             "workload": {"kind": "lightpath_requests", "endpoints": "dcs", "load_erlang": 15,
                          "requests": 5000, "mean_holding_s": 2.0, "seed": 8},
             "policy": {"spectrum": "first_fit"}}
-    got = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("LIGHTPIPE_RMSA_KERNEL", flag)
-        out = tmp_path / f"r{flag}.csv"
-        s = simulate_lightpaths(parse_scenario(spec), out)
-        got.append((out.read_bytes(), {k: v for k, v in s.items() if k not in TIMING}))
+    got = both_loops(spec, tmp_path, monkeypatch)
     assert got[0] == got[1]
     nodes = {line.split(b",")[1] for line in got[0][0].splitlines()[1:]}
     assert nodes == {b"1", b"5", b"9", b"13"} and got[0][1]["blocked"] > 0

@@ -26,20 +26,13 @@ from testbed.sim.requests import poisson_requests
 from testbed.spec import Scenario, parse_scenario
 from testbed.spec.models import LightpathRequestsWorkload
 from testbed.topologies import load_library
+from tests.rmsa_kernel_cases import ORLG_MODULATIONS
 
 FIXTURE = Path(__file__).parent / "data" / "rmsa_speed_equal.json"
 TIMING = ("wall_s", "requests_per_s")  # measured, differ run to run
 
-# optical-rl-gym's RMSA setting (bench/bench_rmsa.py): its 6-format table, 1 guard slot,
-# bitrates uniform on the integers 25..100 Gb/s.
-ORLG_MODULATIONS = [
-    {"name": "BPSK", "reach_km": 100_000, "gbps_per_slot": 12.5},
-    {"name": "QPSK", "reach_km": 2000, "gbps_per_slot": 25},
-    {"name": "8QAM", "reach_km": 1000, "gbps_per_slot": 37.5},
-    {"name": "16QAM", "reach_km": 500, "gbps_per_slot": 50},
-    {"name": "32QAM", "reach_km": 250, "gbps_per_slot": 62.5},
-    {"name": "64QAM", "reach_km": 125, "gbps_per_slot": 75},
-]
+# optical-rl-gym's RMSA setting (bench/bench_rmsa.py): its 6-format table (ORLG_MODULATIONS),
+# 1 guard slot, bitrates uniform on the integers 25..100 Gb/s.
 ORLG_BITRATES = list(range(25, 101))
 
 

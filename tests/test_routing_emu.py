@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import SCENARIOS
-from tests.test_controller_ovs import _why_skip
+from tests.ctl_ring import why_skip as _why_skip
 from tests.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -9,12 +9,12 @@ import hashlib
 import json
 import random
 import sys
-from dataclasses import dataclass
 
 import networkx as nx
 import pytest
 
 from testbed.errors import InputError
+from testbed.experiments.routing import Case
 from testbed.routing.flows import Flow, Job, flows_of, jobs_on_clos
 from testbed.routing.greedy import greedy
 from testbed.routing.instance import Instance
@@ -24,22 +24,8 @@ from testbed.routing.topology import clos
 
 SEEDS = range(1, 21)  # the reproduction's 20 seeds
 
-
-@dataclass(frozen=True)
-class Case:
-    """One of `lightpipe reproduce routing`'s cases (testbed/experiments/routing.py, full
-    and --quick), copied here so that changes to the experiment do not move the record."""
-
-    name: str
-    spines: int
-    leaves: int
-    hosts_per_leaf: int
-    jobs: int
-    ring_size: int
-    spine_failures: int = 0
-    link_failures: int = 0
-
-
+# `lightpipe reproduce routing`'s cases (full and --quick), their numbers copied here so
+# that changes to the experiment do not move the record.
 CASES = {c.name: c for c in (
     Case("small", 4, 8, 4, 4, 6),
     Case("small-fail", 4, 8, 4, 4, 6, link_failures=3),

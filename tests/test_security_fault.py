@@ -190,7 +190,7 @@ def test_a_hostile_row_is_printed_without_control_characters(
         assert res.out.startswith("fault: fiber_cut \\u001b]0;owned\\u0007")
 
 
-def test_termsafe_escapes_control_characters_only() -> None:
+def test_terminal_escapes_control_characters_only() -> None:
     assert safe_text("a\tb\nc") == "a\tb\nc"
     assert safe_line("a\tb\nc\rd") == "a\\tb\\nc\\rd"
     assert safe_text("dc-a h0 ü ✓") == "dc-a h0 ü ✓"

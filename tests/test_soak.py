@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_controller_ovs import _why_skip
+from tests.ctl_ring import why_skip as _why_skip
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

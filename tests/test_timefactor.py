@@ -24,6 +24,7 @@ from testbed.emu.timefactor import (
     path_error_ms,
 )
 from testbed.errors import InputError
+from tests.model_links import model_links
 
 
 def test_a_path_shorter_than_its_processing_needs_a_factor_above_one() -> None:
@@ -184,23 +185,6 @@ def test_a_fixed_factor_is_left_as_it_is() -> None:
 
 # ---- delays that hold whatever the traffic: model emulators ------------------------------
 
-def _links(tmp_path: Path, delay: dict[str, float]) -> dict[str, Any]:
-    from testbed.emu.links import LinkEmulator
-    from testbed.emu.plan import FibrePlan
-
-    class ModelLink(LinkEmulator):  # the emulator's bookkeeping, no data plane
-        def set_delay_correction(self, correction_ms: float) -> None:
-            self.correction_ms = max(0.0, correction_ms)
-
-        def set_vlan_correction(self, vlan: int, correction_ms: float) -> bool:
-            self.vlan_corrections_ms[vlan] = correction_ms
-            return True
-
-    return {k: ModelLink(FibrePlan(k[0], k[1], f"r{k[0]}", f"r{k[1]}", k, 200 * d, d, 10.0,
-                                   100.0, "QPSK", 0.0), 1, "x0", "x1", {}, tmp_path)
-            for k, d in delay.items()}
-
-
 # A path's processing per round trip as sparse echoes (20 ms apart) and a dense stream
 # (2 ms apart) see it: busy bridges take less time per packet (measured on the hidden
 # ring: 0.3-0.5 ms apart).
@@ -235,14 +219,14 @@ def test_the_correction_is_centred_so_a_dense_stream_stays_in_band(tmp_path: Pat
 
     band = (SPARSE_MS - DENSE_MS) / 2 + 0.01
     path = {"x~y": (("xy",), 101)}
-    links = _links(tmp_path, {"xy": 1.5})
+    links = model_links(tmp_path, {"xy": 1.5})
     rec = calibrate(links, _ring_measure(links, path, dense=True), CalibrationConfig(pings=9))
     sparse, dense = _errors(links, ("xy",), 101)
     assert abs(sparse) <= band and abs(dense) <= band, (sparse, dense)
     assert rec["after"][0]["spread_ms"] == pytest.approx(0.25)
     assert rec["after"][0]["dense_median_ms"] is not None
 
-    old = _links(tmp_path, {"xy": 1.5})
+    old = model_links(tmp_path, {"xy": 1.5})
     calibrate(old, _ring_measure(old, path, dense=False),
               CalibrationConfig(pings=9, dense_pings=0))
     sparse, dense = _errors(old, ("xy",), 101)
@@ -255,7 +239,7 @@ def test_each_fibre_is_calibrated_on_its_own_path_only(tmp_path: Path) -> None:
     nothing measured on x-y (before: every fibre had x-y's per-hop correction)."""
     from testbed.emu.calibrate import CalibrationConfig, calibrate
 
-    links = _links(tmp_path, {"xy": 1.5, "xz": 1.5, "zy": 1.5})
+    links = model_links(tmp_path, {"xy": 1.5, "xz": 1.5, "zy": 1.5})
     rec = calibrate(links, _ring_measure(links, {"x~y": (("xy",), 101)}, dense=True),
                     CalibrationConfig(pings=9))
     assert rec["mode"] == "per_lightpath"

@@ -76,6 +76,16 @@ def scenario() -> Any:
     })
 
 
+def wan_core(db: Path) -> tuple[ControllerCore, Recorder, LayoutIndex]:
+    """A controller core on `scenario()` with its default layout, the recorder of what it
+    sends the switches, and the layout's index."""
+    sc = scenario()
+    rec = Recorder()
+    core = ControllerCore(sc, Store(db), layout=default_layout(sc), southbound=rec)
+    assert core.layout is not None
+    return core, rec, core.layout
+
+
 def wan_rules_by_flow(desired: dict[int, dict[tuple, Any]]) -> dict[tuple[str, str], int]:
     """(src ip, dst ip) -> VLAN id pushed by the per-flow WAN rules."""
     out = {}
@@ -88,12 +98,7 @@ def wan_rules_by_flow(desired: dict[int, dict[tuple, Any]]) -> dict[tuple[str, s
 
 
 def test_controller_assigns_fails_over_and_rules_follow(tmp_path: Path) -> None:
-    sc = scenario()
-    rec = Recorder()
-    core = ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc),
-                          southbound=rec)
-    ix = core.layout
-    assert ix is not None
+    core, rec, ix = wan_core(tmp_path / "s.db")
     hosts = {dc: sorted(h.name for h in ix.hosts_by_dc[dc]) for dc in ("dc-a", "dc-b")}
     flows = [WanFlow(1, hosts["dc-a"][0], hosts["dc-b"][0]),
              WanFlow(2, hosts["dc-a"][1], hosts["dc-b"][1])]
@@ -152,9 +157,7 @@ def test_pipeline_jobs_get_lightpaths_by_policy(tmp_path: Path) -> None:
     """POST /jobs (JobService): two jobs across dc-a/dc-b, each with its own lightpath;
     the assignment puts their boundary flows on different lightpaths, and a job's
     departure takes its flow out."""
-    sc = scenario()
-    core = ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc),
-                          southbound=Recorder())
+    core, _, _ = wan_core(tmp_path / "s.db")
     svc = JobService(core)
 
     class Req:
@@ -187,12 +190,7 @@ def test_wan_rules_push_the_assigned_vlan() -> None:
 def test_allreduce_ring_spanning_dcs(tmp_path: Path) -> None:
     """POST /routing/jobs with members in two DCs: the two ring flows that cross are
     assigned to lightpaths (rules at the edges), the others routed in the fabric."""
-    sc = scenario()
-    rec = Recorder()
-    core = ControllerCore(sc, Store(tmp_path / "s.db"), layout=default_layout(sc),
-                          southbound=rec)
-    ix = core.layout
-    assert ix is not None
+    core, rec, ix = wan_core(tmp_path / "s.db")
     a = sorted(h.name for h in ix.hosts_by_dc["dc-a"])
     b = sorted(h.name for h in ix.hosts_by_dc["dc-b"])
     lp1 = core.request("dc-a", "dc-b", slots=8)

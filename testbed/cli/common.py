@@ -40,6 +40,15 @@ def add_report_arg(parser: argparse.ArgumentParser) -> None:
                         help="also write DIR/report.html (as `lightpipe report DIR` does)")
 
 
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """What each command that runs one scenario takes: SPEC, --out DIR (written as the run
+    goes) and --force, --quiet, --report."""
+    add_spec_arg(parser)
+    add_out_arg(parser)
+    add_quiet_arg(parser)
+    add_report_arg(parser)
+
+
 def check_out(out: str, force: bool = False) -> None:
     """InputError naming --out (the path as given) when it cannot become a directory, or
     when it holds a LightPipe run and `force` is not given (with it: say what is replaced)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
+from testbed.cli.common import add_run_args, emit
 
 if TYPE_CHECKING:
     from testbed.spec import Scenario
@@ -14,10 +14,7 @@ HELP = "emulate a scenario (root): build, verify, probe, tear down; --hold keeps
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_spec_arg(parser)
-    add_out_arg(parser)
-    add_quiet_arg(parser)
-    add_report_arg(parser)
+    add_run_args(parser)
     parser.add_argument("--hold", action="store_true",
                         help="keep the network up until Ctrl-C/SIGTERM (writes DIR/network.json)")
     parser.add_argument("--link-mode", default=None, choices=["auto", "netem", "userspace"],

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import TYPE_CHECKING
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg, emit
+from testbed.cli.common import add_run_args, emit
 
 if TYPE_CHECKING:
     from testbed.spec import Scenario
@@ -16,10 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_spec_arg(parser)
-    add_out_arg(parser)
-    add_quiet_arg(parser)
-    add_report_arg(parser)
+    add_run_args(parser)
     parser.add_argument("--backend", default="auto",
                         choices=["auto", "sim", "emu", "both", "cluster"],
                         help="auto: emu if this machine can emulate the scenario, else sim "

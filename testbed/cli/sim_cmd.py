@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.cli.common import add_out_arg, add_quiet_arg, add_report_arg, add_spec_arg
+from testbed.cli.common import add_run_args
 
 HELP = "simulate a scenario (writes manifest.json, summary.json, requests.csv or jobs.csv)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_spec_arg(parser)
-    add_out_arg(parser)
-    add_quiet_arg(parser)
-    add_report_arg(parser)
+    add_run_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,12 +12,11 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from testbed.emu import calibrate as cal
 from testbed.emu import links as linkemu
-from testbed.emu.network import HOST_SYSCTLS, choose_link_mode, close_nodes
+from testbed.emu.network import HOST_SYSCTLS, StartStop, choose_link_mode, close_nodes
 from testbed.emu.plan import FibrePlan, new_prefix
 from testbed.emu.probes import IperfResult, PingStats, icmp_ping, run_iperf3
 from testbed.emu.state import (
@@ -34,7 +33,7 @@ IP_A, IP_B = "10.0.0.1", "10.0.0.2"
 MAC_A, MAC_B = "02:00:00:00:00:01", "02:00:00:00:00:02"
 
 
-class LinkTestbed:
+class LinkTestbed(StartStop):
     """with LinkTestbed(rate_mbps=100, delay_ms=20) as lt: lt.iperf(...), lt.ping(...)"""
 
     def __init__(self, rate_mbps: float, delay_ms: float, loss: float = 0.0,
@@ -53,18 +52,6 @@ class LinkTestbed:
         self.state: RunState | None = None
         self.nodes: dict[str, Any] = {}
         self.emu: linkemu.LinkEmulator | None = None
-
-    def __enter__(self) -> LinkTestbed:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def start(self) -> None:
         from mininet.link import Link

@@ -219,30 +219,11 @@ def paced_fill(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int
 def paced_fill_pairs(cap: np.ndarray, pair_group: np.ndarray, pair_link: np.ndarray,
                      n_groups: int) -> np.ndarray:
     """paced_fill with the connections' links as (group, link) pairs, one pair per
-    connection and link it crosses: one rate per group 0..n_groups-1 (inf: no link)."""
-    rate = np.full(n_groups, np.inf)
-    links, pair_link = np.unique(pair_link, return_inverse=True)  # (as maxmin._fill_pairs)
-    cap = np.asarray(cap)[links]
-    rem = cap.astype(float).copy()
-    active = np.zeros(n_groups, dtype=bool)
-    active[pair_group] = True
-    level = 0.0
-    pg, pl = pair_group, pair_link
-    while pg.size:
-        load = np.bincount(pl, minlength=len(cap)).astype(float)
-        used = load > 0
-        share = np.full(len(cap), np.inf)
-        share[used] = rem[used] / load[used]
-        step = float(share.min())
-        level += step
-        rem[used] -= step * load[used]
-        full = used & (rem <= 1e-9 * np.maximum(cap, 1.0))
-        frozen = np.unique(pg[full[pl]])
-        rate[frozen] = level
-        active[frozen] = False
-        keep = active[pg]
-        pg, pl = pg[keep], pl[keep]
-    return rate
+    connection and link it crosses: one rate per group 0..n_groups-1 (inf: no link).
+    That is max-min filling over groups (`maxmin.fill_pairs` with groups for flows): a
+    link's load counts a group once per pair, so c connections of a group carry c x its
+    rate."""
+    return fill_pairs(cap, pair_group, pair_link, n_groups)
 
 
 def conn_rates(cap: np.ndarray, links: Sequence[np.ndarray], group: Sequence[int],

@@ -18,13 +18,16 @@ class LightPipeEnv(gym.Env[dict[str, Any], np.int64]):
     """What RMSA-v0 and Placement-v0 share: the episode seed rule, `action_masks()` (the
     name sb3-contrib's MaskablePPO calls) and the blocking ratio of the episode so far.
 
-    Subclasses set `scenario`, `_mask` (the current mask, np.int8) and `blocked`, and
-    say in `decided()` how many requests (jobs) the episode has decided.
+    Subclasses set `scenario`, `_mask` (the current mask, np.int8), `blocked`,
+    `reject_action` (the highest action) and `_ended` (no episode to step), and say in
+    `decided()` how many requests (jobs) the episode has decided.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's API)
     scenario: Scenario
     blocked: int
+    reject_action: int
+    _ended: bool
     _mask: np.ndarray
     _episode_seed: int | None = None
 
@@ -44,6 +47,16 @@ class LightPipeEnv(gym.Env[dict[str, Any], np.int64]):
         ep = seed if seed is not None else int(self.np_random.integers(EPISODE_SEED_BOUND))
         self._episode_seed = ep
         return ep
+
+    def step_action(self, action: Any) -> int:
+        """What step() is given, as an action number: refused (RuntimeError) when the
+        episode has ended, and (ValueError) outside 0..reject_action."""
+        if self._ended:
+            raise RuntimeError("the episode has ended: call reset()")
+        a = int(action)
+        if not 0 <= a <= self.reject_action:
+            raise ValueError(f"action {a} outside 0..{self.reject_action}")
+        return a
 
     def action_masks(self) -> np.ndarray:
         """The current action mask (a copy of `info["action_mask"]`)."""

@@ -147,11 +147,7 @@ class PlacementEnv(LightPipeEnv):
         return self._obs(), self._info()
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._ended:
-            raise RuntimeError("the episode has ended: call reset()")
-        a = int(action)
-        if not 0 <= a <= self.reject_action:
-            raise ValueError(f"action {a} outside 0..{self.reject_action}")
+        a = self.step_action(action)
         st = self._st
         job = st.job
         planned = self._plans[a] if a != self.reject_action and self._mask[a] else None

@@ -30,7 +30,6 @@ import numpy as np
 
 from testbed.errors import InputError
 from testbed.gym import kernel
-from testbed.gym.base import LightPipeEnv
 from testbed.gym.events import apply_event
 from testbed.gym.kernel import packed_step as _step
 from testbed.gym.layout import (
@@ -51,8 +50,7 @@ from testbed.gym.layout import (
 )
 from testbed.gym.mt19937 import seed_key
 from testbed.gym.packed import Packed
-from testbed.gym.rmsa_setup import DEFAULT_BLOCKS, RMSASetup
-from testbed.gym.scenario import ScenarioLike
+from testbed.gym.rmsa_setup import DEFAULT_BLOCKS, RMSABase
 
 __all__ = ["DEFAULT_BLOCKS", "RMSAEnv", "first_fit_action"]
 
@@ -71,30 +69,11 @@ def first_fit_action(mask: np.ndarray) -> int:
     return int(allowed[0]) if len(allowed) else n
 
 
-class RMSAEnv(LightPipeEnv):
+class RMSAEnv(RMSABase):
     """Dynamic RMSA on LightPipe's optical model, compiled (module docstring, docs/gym.md)."""
 
-    def __init__(self, scenario: ScenarioLike | None = None, *, blocks: int = DEFAULT_BLOCKS,
-                 k_paths: int | None = None, episode_requests: int | None = None,
-                 allow_reject: bool = False, render_mode: str | None = None) -> None:
-        self.check_render_mode("RMSA-v0", render_mode)
-        su = RMSASetup(scenario, blocks=blocks, k_paths=k_paths,
-                       episode_requests=episode_requests, allow_reject=allow_reject)
-        self.setup = su
-        self.scenario = su.scenario
-        self.workload = su.workload
-        self.allow_reject = allow_reject
-        self.episode_requests = episode_requests
-        self.k, self.j, self.n_slots = su.k, su.j, su.n_slots
-        self.nodes = su.nodes
-        self.endpoints = su.endpoints
-        self.events = su.events
-        self.reject_action = su.reject_action
-        self.action_space = su.action_space
-        self.observation_space = su.observation_space
-        self._pk: Packed | None = None
-        self._ended = True
-        self._restore: random.Random | None = None
+    _pk: Packed | None = None  # the packed buffers, from the first reset on
+    _restore: random.Random | None = None  # the episode's restoration stream, when needed
 
     # ---- state ------------------------------------------------------------------------
     def _bind(self, pk: Packed) -> None:
@@ -112,12 +91,8 @@ class RMSAEnv(LightPipeEnv):
     # ---- episode ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode: an empty network and the request stream of the episode seed.
-
-        The episode seed is `seed` when given; the scenario's workload seed on the first
-        reset without one (so that episode is the one `lightpipe sim` simulates); later
-        resets without a seed draw it from the env's seeded generator.
-        """
+        """Start an episode: an empty network and the request stream of the episode seed
+        (`start_episode` says which seed)."""
         ep = self.start_episode(seed)
         st = self.setup.static()
         if self._pk is None:
@@ -131,11 +106,7 @@ class RMSAEnv(LightPipeEnv):
         return self._obs(rec), self._info(rec)
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._ended:
-            raise RuntimeError("the episode has ended: call reset()")
-        a = int(action)
-        if not 0 <= a <= self.reject_action:
-            raise ValueError(f"action {a} outside 0..{self.reject_action}")
+        a = self.step_action(action)
         rec = _step(self._mem, a)
         if rec[0]:  # not ST_OK: events, routes or a full heap to see to
             rec = self._settle(rec)
@@ -212,34 +183,42 @@ class RMSAEnv(LightPipeEnv):
                 "requests": rec[8], "blocked": rec[9]}
 
     # ---- counters and state ----------------------------------------------------------
+    def _count(self, i: int) -> int:
+        """Integer state i of the episode (0 before the first reset)."""
+        return int(self._ist[i]) if self._pk is not None else 0
+
+    def _sum(self, i: int) -> float:
+        """Float state i of the episode (0 before the first reset)."""
+        return float(self._fst[i]) if self._pk is not None else 0.0
+
     def decided(self) -> int:
         return self.requests
 
     @property
     def requests(self) -> int:
-        return int(self._ist[I_NREQ]) if self._pk is not None else 0
+        return self._count(I_NREQ)
 
     @property
     def blocked(self) -> int:  # type: ignore[override]
-        return int(self._ist[I_NBLK]) if self._pk is not None else 0
+        return self._count(I_NBLK)
 
     @property
     def lost(self) -> int:
         """Live lightpaths lost to network events in the episode (not restored)."""
-        return int(self._ist[I_LOST]) if self._pk is not None else 0
+        return self._count(I_LOST)
 
     @property
     def restored(self) -> int:
         """Live lightpaths hit by network events and set up again."""
-        return int(self._ist[I_RESTORED]) if self._pk is not None else 0
+        return self._count(I_RESTORED)
 
     @property
     def bitrate_requested_gbps(self) -> float:
-        return float(self._fst[F_BRREQ]) if self._pk is not None else 0.0
+        return self._sum(F_BRREQ)
 
     @property
     def bitrate_blocked_gbps(self) -> float:
-        return float(self._fst[F_BRBLK]) if self._pk is not None else 0.0
+        return self._sum(F_BRBLK)
 
     def candidate_lengths_km(self) -> list[float]:
         """Length of each candidate path of the current request (inf: none there)."""

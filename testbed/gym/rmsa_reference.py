@@ -3,7 +3,8 @@
 The first implementation of RMSA-v0 (Python int bitmaps of `testbed.optical.OpticalNetwork`,
 one Python object per lightpath), kept as the reference the compiled env
 (`testbed.gym.rmsa.RMSAEnv`) is checked against: on the same scenario, seed and actions
-both give the same observations, rewards, infos and masks (tests/test_gym_fast.py).
+both give the same observations, rewards, infos and masks (tests/test_gym_fast.py). Its
+arguments, checks and spaces are the compiled envs' own (`testbed.gym.rmsa_setup.RMSABase`).
 bench/bench_gym.py runs it beside the compiled one. docs/gym.md describes the env.
 """
 
@@ -16,93 +17,52 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from testbed.errors import InputError
-from testbed.gym.base import LightPipeEnv
-from testbed.gym.scenario import ScenarioLike, check_count, load, with_lightpath_requests
+from testbed.gym.rmsa_setup import DEFAULT_BLOCKS, RMSABase
+from testbed.gym.scenario import ScenarioLike
 from testbed.optical.network import Lightpath, OpticalNetwork, PathInfo
 from testbed.optical.spectrum import shift_plan
 from testbed.sim.requests import Request, count_trace_rows, poisson_requests, read_request_trace
-from testbed.spec.faults import network_events
-from testbed.spec.models import EventSpec, LightpathRequestsWorkload, Scenario
+from testbed.spec.models import EventSpec
 
-DEFAULT_BLOCKS = 5  # J: candidate blocks per path (DeepRMSA's J)
+__all__ = ["DEFAULT_BLOCKS", "ReferenceRMSAEnv"]
+
 _F32_MAX = float(np.finfo(np.float32).max)
-_I32_MAX = int(np.iinfo(np.int32).max)
 
 # A usable candidate: (path, spectra, slots needed, shift plan); None: no route there
 # (fewer than k paths, beyond every format's reach, or more slots than the grid has).
 _Cand = tuple[PathInfo, tuple[int, ...], int, tuple[int, ...]] | None
 
 
-class ReferenceRMSAEnv(LightPipeEnv):
+class ReferenceRMSAEnv(RMSABase):
     """Dynamic RMSA on OpticalNetwork (RMSA-v0 as first written; module docstring)."""
 
     def __init__(self, scenario: ScenarioLike | None = None, *, blocks: int = DEFAULT_BLOCKS,
                  k_paths: int | None = None, episode_requests: int | None = None,
                  allow_reject: bool = False, render_mode: str | None = None) -> None:
-        self.check_render_mode("RMSA-v0", render_mode)
-        check_count("blocks", blocks, 1, 64)
-        if episode_requests is not None:
-            check_count("episode_requests", episode_requests, 1, 100_000_000)
-        sc = with_lightpath_requests(load(scenario))
-        if k_paths is not None:
-            check_count("k_paths", k_paths, 1, 32)  # the spec's own bounds
-            sc = sc.model_copy(update={"optical": sc.optical.model_copy(
-                update={"k_paths": k_paths})})
-        wl = sc.workload
-        assert isinstance(wl, LightpathRequestsWorkload)
-        self.scenario: Scenario = sc
-        self.workload = wl
-        self.allow_reject = allow_reject
-        self.episode_requests = episode_requests
-        self._base = OpticalNetwork.from_scenario(sc)
-        net = self._base
-        self.k = net.k_paths
-        self.j = blocks
-        self.n_slots = net.slots
-        self.nodes: tuple[str, ...] = tuple(net.topology.nodes)
-        self._node_index = {n: i for i, n in enumerate(self.nodes)}
-        self.endpoints = ([dc.node for dc in sc.dcs] if wl.endpoints == "dcs"
-                          else list(self.nodes))
-        self.events: list[EventSpec] = network_events(sc.events)
-        self.reject_action = self.k * self.j
-        self.action_space = spaces.Discrete(self.reject_action + 1)
-        n_nodes = len(self.nodes)
-        k, j, s = self.k, self.j, self.n_slots
-        self.observation_space = spaces.Dict({
-            "spectrum": spaces.Box(0, 1, (k, s), np.uint8),
-            "slots_needed": spaces.Box(0, _I32_MAX, (k,), np.int32),
-            "block_start": spaces.Box(0, max(0, s - 1), (k, j), np.int32),
-            "block_free": spaces.Box(0, s, (k, j), np.int32),
-            "source": spaces.Discrete(n_nodes),
-            "destination": spaces.Discrete(n_nodes),
-            "bitrate_gbps": spaces.Box(0.0, _F32_MAX, (1,), np.float32),
-            "holding_s": spaces.Box(0.0, _F32_MAX, (1,), np.float32),
-        })
-        self._nbytes = (s + 7) // 8
+        super().__init__(scenario, blocks=blocks, k_paths=k_paths,
+                         episode_requests=episode_requests, allow_reject=allow_reject,
+                         render_mode=render_mode)
+        self._base = self.setup.net
+        self._node_index = self.setup.node_index
+        self._nbytes = (self.n_slots + 7) // 8
         self._tables: dict[tuple[int, str, str, float], list[_Cand]] = {}
         self._routes: dict[tuple[int, str, str], list[PathInfo | None]] = {}
         self._slots: dict[tuple[float, float], int] = {}  # (Gb/s, Gb/s per slot) -> slots
-        self.net: OpticalNetwork = net
+        self.net: OpticalNetwork = self._base
         self.requests = self.blocked = self.lost = self.restored = 0
-        self._ended = True
 
     # ---- episode ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode: an empty network and the request stream of the episode seed.
-
-        The episode seed is `seed` when given; the scenario's workload seed on the first
-        reset without one (so that episode is the one `lightpipe sim` simulates); later
-        resets without a seed draw it from the env's seeded generator.
-        """
+        """Start an episode: an empty network and the request stream of the episode seed
+        (`start_episode` says which seed)."""
         ep = self.start_episode(seed)
         if self.net is not self._base:
             self._base.keep_paths(self.net)  # keep the routes found (same cuts: same routes)
         self.net = self._base.copy()
-        self._restore_rng = random.Random(f"{ep}:spectrum")  # as the simulator's router
+        self._restore_rng = self.setup.restore_rng(ep)  # as the simulator's router
         self._stream, self._total = self._requests(ep)
         self._heap: list[tuple[float, int]] = []  # (departure_s, request id)
         self._live: dict[int, Lightpath] = {}  # request id -> its lightpath
@@ -130,11 +90,7 @@ class ReferenceRMSAEnv(LightPipeEnv):
         return poisson_requests(wl, self.endpoints, random.Random(ep_seed)), wl.requests
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._ended:
-            raise RuntimeError("the episode has ended: call reset()")
-        a = int(action)
-        if not 0 <= a <= self.reject_action:
-            raise ValueError(f"action {a} outside 0..{self.reject_action}")
+        a = self.step_action(action)
         rid, t, hold, _, _, br = self._req
         accepted = False
         path_index = first_slot = -1

@@ -1,10 +1,12 @@
-"""One RMSA-v0 configuration for the compiled envs: scenario, spaces, routes, static arrays.
+"""One RMSA-v0 configuration for every RMSA-v0 env: scenario, spaces, routes, static arrays.
 
-Shared by the single env (`testbed.gym.rmsa.RMSAEnv`) and the vector env
-(`testbed.gym.rmsa_vec.RMSAVectorEnv`): the keyword arguments are checked as the
-reference env checks them (same fields, same order), the spaces are the reference's, and
-the static arrays (testbed.gym.layout) hold the workload: Poisson parameters, or a
-request trace read once, at the first reset.
+Shared by the single env (`testbed.gym.rmsa.RMSAEnv`), the vector env
+(`testbed.gym.rmsa_vec.RMSAVectorEnv`) and the reference env
+(`testbed.gym.rmsa_reference.ReferenceRMSAEnv`): the keyword arguments are checked in one
+place (same fields, same order), the spaces are one, and for the compiled envs the route
+book and the static arrays (testbed.gym.layout) hold the workload: Poisson parameters, or
+a request trace read once, at the first reset. `RMSABase` is the single envs' common
+constructor.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from testbed.errors import InputError
+from testbed.gym.base import LightPipeEnv
 from testbed.gym.layout import S_TOTAL, Static, build_static
 from testbed.gym.routes import RouteBook, version_fail_sets
 from testbed.gym.scenario import ScenarioLike, check_count, load, with_lightpath_requests
@@ -116,3 +119,28 @@ class RMSASetup:
     def restore_rng(self, episode_seed: int) -> random.Random:
         """The restoration stream of an episode (the simulator's router's)."""
         return random.Random(f"{episode_seed}:spectrum")
+
+
+class RMSABase(LightPipeEnv):
+    """A single RMSA-v0 env's configuration, from its RMSASetup: the scenario, sizes and
+    spaces that the compiled env and the reference env share."""
+
+    def __init__(self, scenario: ScenarioLike | None = None, *, blocks: int = DEFAULT_BLOCKS,
+                 k_paths: int | None = None, episode_requests: int | None = None,
+                 allow_reject: bool = False, render_mode: str | None = None) -> None:
+        self.check_render_mode("RMSA-v0", render_mode)
+        su = RMSASetup(scenario, blocks=blocks, k_paths=k_paths,
+                       episode_requests=episode_requests, allow_reject=allow_reject)
+        self.setup = su
+        self.scenario = su.scenario
+        self.workload = su.workload
+        self.allow_reject = allow_reject
+        self.episode_requests = episode_requests
+        self.k, self.j, self.n_slots = su.k, su.j, su.n_slots
+        self.nodes = su.nodes
+        self.endpoints = su.endpoints
+        self.events = su.events
+        self.reject_action = su.reject_action
+        self.action_space = su.action_space
+        self.observation_space = su.observation_space
+        self._ended = True

@@ -159,19 +159,27 @@ def local_search(inst: Instance, choice: Sequence[int], *, time_budget_s: float 
     def ok(i: int) -> bool:
         return movable is None or i in movable
 
+    def improve(f: int, n: int) -> tuple[tuple, np.ndarray, int] | None:
+        """Flow f on each of its other candidates in turn: the first that makes the metric
+        strictly better is kept (its key, rates and the n moves made), else f goes back."""
+        was = cur[f]
+        for k in range(len(inst.cand_links[f])):
+            if k == was:
+                continue
+            cur[f] = k
+            r2 = inst.rates(allf, cur)
+            k2 = inst.key(allf, r2)
+            if k2 > key:
+                return k2, r2, n
+        cur[f] = was
+        return None
+
     def attempt() -> tuple[tuple, np.ndarray, int] | None:
         order = [i for i in _by_urgency(inst, cur, rates) if ok(i)]
         for i in order:  # single moves
-            old = cur[i]
-            for k in range(len(inst.cand_links[i])):
-                if k == old:
-                    continue
-                cur[i] = k
-                r2 = inst.rates(allf, cur)
-                k2 = inst.key(allf, r2)
-                if k2 > key:
-                    return k2, r2, 1
-                cur[i] = old
+            got = improve(i, 1)
+            if got is not None:
+                return got
             if time.perf_counter() > deadline:
                 return None
         if max_moves is not None and moves + 2 > max_moves:
@@ -187,16 +195,9 @@ def local_search(inst: Instance, choice: Sequence[int], *, time_budget_s: float 
                 for j in order:
                     if j == i or not own.intersection(inst.cand_links[j][cur[j]].tolist()):
                         continue
-                    oj = cur[j]
-                    for k2 in range(len(inst.cand_links[j])):
-                        if k2 == oj:
-                            continue
-                        cur[j] = k2
-                        r2 = inst.rates(allf, cur)
-                        k3 = inst.key(allf, r2)
-                        if k3 > key:
-                            return k3, r2, 2
-                    cur[j] = oj
+                    got = improve(j, 2)
+                    if got is not None:
+                        return got
                 cur[i] = old
                 if time.perf_counter() > deadline:
                     return None

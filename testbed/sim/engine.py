@@ -192,6 +192,57 @@ def simulate_lightpaths(scenario: Scenario, requests_csv: Path | RecordStream | 
     return _summary(scenario, net, stats, wall)
 
 
+TICK = 4096  # requests between progress-bar advances (and requests.csv flush checks)
+
+
+class _Marks:
+    """What the Python loops do only now and then, at marks of the request count: a
+    batch's end (its blocking ratio, for the batch-means interval) and every TICK
+    requests (the progress bar, requests.csv's flush). A loop calls `mark` when its
+    count reaches `due` (one comparison per request) and `finish` after its last."""
+
+    def __init__(self, total: int, n_batches: int, bar: Any, out: RecordStream | None
+                 ) -> None:
+        self.total = total
+        self.sizes = batch_sizes(total, n_batches) if total else []
+        self.ratios: list[float] = []  # blocking ratio per batch, in order
+        self._bar, self._out = bar, out
+        self._b = 0  # the current batch
+        self._b_start = 0  # requests before it
+        self._b_end = self.sizes[0] if self.sizes else -1  # requests at its end (-1: none)
+        self._b_blocked = 0  # requests blocked before it
+        self._ticked = 0  # requests the bar has been told of
+        self.due = self._next()
+
+    def _next(self) -> int:
+        tick = self._ticked + TICK
+        return tick if self._b_end < 0 else min(tick, self._b_end)
+
+    def mark(self, n_req: int, n_blocked: int) -> int:
+        """At request count `due`: close the batch or advance the bar; the next `due`."""
+        if n_req == self._b_end:
+            self.ratios.append((n_blocked - self._b_blocked) / self.sizes[self._b])
+            self._b += 1
+            self._b_start, self._b_blocked = n_req, n_blocked
+            self._b_end = n_req + self.sizes[self._b] if self._b < len(self.sizes) else -1
+        if n_req == self._ticked + TICK:
+            self._bar.advance(TICK)
+            self._ticked = n_req
+            if self._out is not None:
+                self._out.tick()  # complete lines reach the file every FLUSH_S
+        self.due = self._next()
+        return self.due
+
+    def finish(self, n_req: int, n_blocked: int) -> list[float]:
+        """After the last request: the bar told, a batch cut short kept; the ratios."""
+        self._bar.advance(n_req - self._ticked)
+        if n_req != self.total:  # a trace whose row count changed under us; keep what ran
+            log.warning("expected %d requests, simulated %d", self.total, n_req)
+        if self._b_end > 0 and n_req > self._b_start:
+            self.ratios.append((n_blocked - self._b_blocked) / (n_req - self._b_start))
+        return self.ratios
+
+
 def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total: int,
           events: list[EventSpec], out: RecordStream | None, bar: Any, n_batches: int
           ) -> dict[str, Any]:
@@ -207,9 +258,8 @@ def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total
     heap: list[tuple[float, int, list[Any]]] = []  # (departure_s, id, live entry)
     inf = math.inf
     ev_i, next_ev = 0, (events[0].at_s if events else inf)
-    sizes = batch_sizes(total, n_batches) if total else []
-    batch_ratios: list[float] = []
-    b_idx, b_left, b_blocked = 0, (sizes[0] if sizes else -1), 0
+    marks = _Marks(total, n_batches, bar, out)
+    due = marks.due
     used = 0  # sum over live lightpaths of slots x spectra
     area = 0.0  # time integral of used
     last_t = 0.0
@@ -219,7 +269,6 @@ def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total
     lost = restored = applied = 0
     brs: dict[float, str] = {}
     t = 0.0
-    tick = 0
 
     for rid, t, hold, src, dst, br in stream:
         # Departures and network events up to this arrival, in time order.
@@ -296,28 +345,13 @@ def _loop(net: OpticalNetwork, router: _Router, stream: Iterator[Request], total
                       f"{t:.6f},{hold:.6f}\n")
         else:
             n_blocked += 1
-            b_blocked += 1
             br_blocked += br
             reasons[reason] += 1
             if write is not None:
                 write(f"{rid},{src},{dst},{brs_s},,,,,0,{reason},{t:.6f},{hold:.6f}\n")
-        b_left -= 1
-        if b_left == 0:
-            batch_ratios.append(b_blocked / sizes[b_idx])
-            b_idx += 1
-            b_blocked = 0
-            b_left = sizes[b_idx] if b_idx < len(sizes) else -1
-        tick += 1
-        if tick == 4096:
-            bar.advance(tick)
-            tick = 0
-            if out is not None:
-                out.tick()  # complete lines reach the file every FLUSH_S
-    bar.advance(tick)
-    if n_req != total:  # a trace whose row count changed under us; keep what ran
-        log.warning("expected %d requests, simulated %d", total, n_req)
-    if b_left > 0 and b_idx < len(sizes) and sizes[b_idx] != b_left:
-        batch_ratios.append(b_blocked / (sizes[b_idx] - b_left))
+        if n_req == due:
+            due = marks.mark(n_req, n_blocked)
+    batch_ratios = marks.finish(n_req, n_blocked)
     return {"requests": n_req, "blocked": n_blocked, "bitrate_requested_gbps": br_req,
             "bitrate_blocked_gbps": br_blocked, "reasons": reasons, "batch_ratios": batch_ratios,
             "slot_time_area": area, "end_s": last_t, "lost": lost, "restored": restored,
@@ -342,9 +376,8 @@ def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request],
     heap: list[tuple[float, int, tuple[int, ...], int, int]] = []  # (departure_s, id, spectra,
     inf = math.inf                                                  # slot mask, slot-fibres)
     next_dep = inf  # heap[0][0], or inf when empty
-    sizes = batch_sizes(total, n_batches) if total else []
-    batch_ratios: list[float] = []
-    b_idx, b_left, b_blocked = 0, (sizes[0] if sizes else -1), 0
+    marks = _Marks(total, n_batches, bar, out)
+    due = marks.due
     used = 0  # sum over live lightpaths of slots x spectra
     area = 0.0  # time integral of used
     last_t = 0.0
@@ -353,7 +386,6 @@ def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request],
     reasons = {NO_PATH: 0, NO_REACH: 0, NO_SPECTRUM: 0}
     brs: dict[float, str] = {}
     first = 0
-    tick = 0
 
     for rid, t, hold, src, dst, br in stream:
         if next_dep <= t:  # departures up to this arrival, in time order
@@ -412,7 +444,6 @@ def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request],
         else:  # blocked
             reason = got[1]
             n_blocked += 1
-            b_blocked += 1
             br_blocked += br
             reasons[reason] += 1
             if write is not None:
@@ -420,24 +451,10 @@ def _loop_plain(net: OpticalNetwork, router: _Router, stream: Iterator[Request],
                 if brs_s is None:
                     brs_s = brs[br] = f"{br:g}"
                 write(f"{rid},{src},{dst},{brs_s},,,,,0,{reason},{t:.6f},{hold:.6f}\n")
-        b_left -= 1
-        if b_left == 0:
-            batch_ratios.append(b_blocked / sizes[b_idx])
-            b_idx += 1
-            b_blocked = 0
-            b_left = sizes[b_idx] if b_idx < len(sizes) else -1
-        tick += 1
-        if tick == 4096:
-            bar.advance(tick)
-            tick = 0
-            if out is not None:
-                out.tick()  # complete lines reach the file every FLUSH_S
-    bar.advance(tick)
+        if n_req == due:
+            due = marks.mark(n_req, n_blocked)
+    batch_ratios = marks.finish(n_req, n_blocked)
     occ[:] = busy  # nothing out of service: occupied == busy
-    if n_req != total:  # a trace whose row count changed under us; keep what ran
-        log.warning("expected %d requests, simulated %d", total, n_req)
-    if b_left > 0 and b_idx < len(sizes) and sizes[b_idx] != b_left:
-        batch_ratios.append(b_blocked / (sizes[b_idx] - b_left))
     return {"requests": n_req, "blocked": n_blocked, "bitrate_requested_gbps": br_req,
             "bitrate_blocked_gbps": br_blocked, "reasons": reasons, "batch_ratios": batch_ratios,
             "slot_time_area": area, "end_s": last_t, "lost": 0, "restored": 0,
