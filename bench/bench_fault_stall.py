@@ -12,6 +12,12 @@ difference, how many runs agree and the worst run (its directory kept under --ou
     sudo .venv/bin/python bench/bench_fault_stall.py --runs 10 --mode busy --out runs/fs-busy
     sudo .venv/bin/python bench/bench_fault_stall.py --sweep 0.1,0.3,1 --timeout-s 0.5 \\
         --on-fault fail --runs 2 --out runs/outage-points     # `reproduce outage` points
+    .venv/bin/python bench/bench_fault_stall.py --summarize --reagree --out runs/fs  # again
+
+Per run it names the cut's phase (what the hit lightpath carried at the cut: idle,
+control or bulk, and the segments lost; summary.json fault_agreement rows `cut_phase`)
+and prints the agreement per phase and that of the phase-free prediction on the same
+runs.
 
 Exit 1 if a run failed, 0 otherwise (disagreement is a figure, not an error).
 """
@@ -55,10 +61,37 @@ def host_busy(run_dir: Path) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
+def phase_free(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The run's agreement rows against the phase-free prediction (the model before the
+    cut's phase), by (job, event): the same emulated rows, predict_outage without phases."""
+    from testbed.orchestrate.impact import fault_agreement
+    from testbed.spec.load import parse_scenario
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        scen = parse_scenario(json.loads((run_dir / "manifest.json").read_text())["spec"])
+    except (OSError, ValueError, KeyError):
+        return {}
+    agree = fault_agreement(scen, summary.get("fault_impact") or [],
+                            summary.get("worker_fault_policy"))
+    return {(r["job"], int(r["event"])): r for r in agree.get("rows", [])}
+
+
 def describe(name: str, runs: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, Any]:
     rows = [(d, r) for d, rs in runs for r in rs]
     if not rows:
         return {"scenario": name, "runs": len(runs), "compared": 0}
+    phases: dict[str, dict[str, Any]] = {}
+    free_within = 0
+    for d, r in rows:
+        kind = (r.get("cut_phase") or {}).get("kind", "unknown")
+        p = phases.setdefault(kind, {"runs": 0, "within": 0, "emu_ms": [], "sim_ms": []})
+        p["runs"] += 1
+        p["within"] += bool(r["within"])
+        p["emu_ms"].append(round(1e3 * r["emu_stall_s"], 1))
+        p["sim_ms"].append(round(1e3 * r["sim_stall_s"], 1))
+        f = phase_free(d).get((r["job"], int(r["event"])))
+        free_within += bool(f and f.get("within"))
     busy = sorted(b for d, _ in runs if (b := host_busy(d)) is not None)
     emu = sorted(r["emu_stall_s"] for _, r in rows)
     sim = sorted(r["sim_stall_s"] for _, r in rows)
@@ -77,6 +110,7 @@ def describe(name: str, runs: list[tuple[Path, list[dict[str, Any]]]]) -> dict[s
                       "band_ms": 1e3 * worst["band_s"], "within": worst["within"]},
             "host_busy": {"min": busy[0], "median": statistics.median(busy),
                           "max": busy[-1]} if busy else None,
+            "phases": phases, "phase_free_within": free_within,
             "survived": sum(1 for _, r in rows if r.get("emu_survived")),
             "same_outcome": sum(1 for _, r in rows if r.get("same_outcome"))}
 
@@ -95,6 +129,10 @@ def print_result(d: dict[str, Any]) -> None:
     print(f"  worst run: emu {w['emu_stall_ms']:.1f} ms vs sim {w['sim_stall_ms']:.1f} ms "
           f"(band {w['band_ms']:.1f} ms) {'within' if w['within'] else 'OUTSIDE'}: "
           f"{w['run_dir']}")
+    for kind, p in sorted(d.get("phases", {}).items()):
+        print(f"  cut phase {kind}: {p['within']}/{p['runs']} within; emu {p['emu_ms']} ms, "
+              f"sim {p['sim_ms']} ms")
+    print(f"  the phase-free prediction: {d.get('phase_free_within')}/{d['compared']} within")
     print(f"  survived {d['survived']}/{d['compared']}, same outcome as the simulator "
           f"{d['same_outcome']}/{d['compared']}")
     if d.get("host_busy"):
@@ -121,6 +159,9 @@ def main() -> int:
                     help="--sweep: policy.workers.collective_timeout_s")
     ap.add_argument("--on-fault", choices=("fail", "retry"), default=None,
                     help="--sweep: policy.workers.on_fault")
+    ap.add_argument("--reagree", action="store_true",
+                    help="--summarize: compare with today's prediction, the phase of each "
+                    "cut taken again from the run's records (testbed.orchestrate.impact.reagree)")
     ap.add_argument("--json", type=Path, default=None, help="write the results")
     ap.add_argument("--summarize", action="store_true",
                     help="only read the run directories already under --out (no runs)")
@@ -142,6 +183,10 @@ def main() -> int:
                             summary = json.loads((d / "summary.json").read_text())
                         except (OSError, ValueError):
                             continue
+                        if args.reagree:  # today's model on the run's own records
+                            from testbed.orchestrate.impact import reagree
+
+                            summary = {"fault_agreement": reagree(d)}
                         runs.append((d, agreement_rows(summary)))
                     d = describe(name, runs)
                     results.append(d)
@@ -163,7 +208,9 @@ def main() -> int:
                         rows = agreement_rows(summary)
                         log.info("%s run %d: %s", name, k, [
                             (round(r["emu_stall_s"] * 1e3, 1),
-                             round(r["sim_stall_s"] * 1e3, 1), r["within"]) for r in rows])
+                             round(r["sim_stall_s"] * 1e3, 1), r["within"],
+                             (r.get("cut_phase") or {}).get("kind"),
+                             (r.get("cut_phase") or {}).get("lost_segments")) for r in rows])
                         runs.append((out, rows))
                     d = describe(name, runs)
                     d["mode"] = args.mode

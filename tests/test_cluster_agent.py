@@ -290,9 +290,20 @@ def test_the_driver_relays_stage_0s_port_and_mirrors_records_on_its_clock(
     s2.offset = ClockOffset(100.0, 1e-4, 2e-4, 21)  # m2's clock is 100 s ahead
 
     def answer(s: Any, stage: int, pid: int) -> None:
-        threading.Timer(0.05, cw.dispatch, args=(s, {
-            "op": "started", "job": "job0", "stage": stage, "pid": pid,
-            "metrics_port": 9000 + stage, "spawn_s": 150.0})).start()
+        """The agent answers the next `start` (once it is sent: on a 0.05 s timer, the
+        answer came before spawn() registered the stage on a loaded machine, and spawn()
+        waited in vain)."""
+        real_send = type(s).send.__get__(s)
+
+        def send(msg: dict[str, Any]) -> None:
+            real_send(msg)
+            if msg.get("op") == "start":
+                s.send = real_send
+                threading.Thread(target=cw.dispatch, args=(s, {
+                    "op": "started", "job": "job0", "stage": stage, "pid": pid,
+                    "metrics_port": 9000 + stage, "spawn_s": 150.0})).start()
+
+        s.send = send
 
     def spawn(m: str, stage: int) -> Any:
         return cw.spawn(m, job="job0", stage=stage, host=f"h{stage}", plan={},
@@ -336,3 +347,157 @@ def test_the_driver_relays_stage_0s_port_and_mirrors_records_on_its_clock(
     assert [m["op"] for m in sent["m2"]] == ["start", "rendezvous"]
     assert sent["m2"][1]["data"] == {"host": "10.0.0.1", "port": 4242}
     assert sent["m2"][0]["metrics_address"] == "192.0.2.2"
+
+
+def test_a_worker_that_exits_at_once_is_not_lost_between_started_and_the_proxy(
+        tmp_path: Path) -> None:
+    """The agent's `started` and, right after it, the worker's `exit` (a stage that fails
+    at once) are read by the session's thread one after the other; spawn() wakes on the
+    first. The proxy exists before the second is read, so the exit reaches the launcher
+    (made by spawn() once it woke, the proxy missed the exit: supervision waited for ever).
+    Deterministic: both are read before spawn() wakes, as the reader can."""
+    from testbed.cluster.agentlink import ClusterWorkers
+    from testbed.cluster.spec import parse_cluster
+    from testbed.orchestrate.results import read_records
+
+    c = parse_cluster({"machines": [{"name": "m1", "address": "192.0.2.1"}]})
+    cw = ClusterWorkers(c, "lp0a0c")
+    s = cw.sessions["m1"]
+
+    def agent_answers(msg: dict[str, Any]) -> None:  # (the reader thread, before spawn wakes)
+        assert msg["op"] == "start"
+        cw.dispatch(s, {"op": "started", "job": "job0", "stage": 0, "pid": 31,
+                        "metrics_port": 9000, "spawn_s": 1.0})
+        cw.dispatch(s, {"op": "record", "job": "job0", "stage": 0,
+                        "rec": {"type": "error", "error": "bad plan"}})
+        cw.dispatch(s, {"op": "exit", "job": "job0", "stage": 0, "code": 3,
+                        "log_tail": "Traceback\n"})
+
+    s.send = agent_answers  # type: ignore[method-assign]
+    proc, _host, port, _spawn = cw.spawn(
+        "m1", job="job0", stage=0, host="h0", plan={}, master="10.0.0.1:0",
+        record_path=tmp_path / "s0.jsonl", log_path=tmp_path / "s0.log", timeout_s=60,
+        duty=1.0, linger_s=0.0, nice=0, reply_timeout_s=10)
+    assert (proc.pid, port) == (31, 9000)
+    assert proc.poll() == 3 and proc.wait(0) == 3
+    assert read_records(tmp_path / "s0.jsonl") == [{"type": "error", "error": "bad plan"}]
+
+
+def test_a_request_asked_as_the_session_ends_is_answered_at_once() -> None:
+    """The session's reader ends (it sets every answer's event) between ask()'s look at
+    the session and its clearing of the event: the ask is answered 'the session ended' at
+    once, not after its time-out (the look came before the clear, which undid the end's
+    wake-up)."""
+    from testbed.cluster.agentlink import ClusterWorkers
+    from testbed.cluster.spec import parse_cluster
+
+    c = parse_cluster({"machines": [{"name": "m1", "address": "192.0.2.1"}]})
+    s = ClusterWorkers(c, "lp0a0d").sessions["m1"]
+    s.proc = subprocess.Popen(["true"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert s.proc.stdout is not None
+    try:
+        real_clear = s._answered["fidelity"].clear
+
+        def clear_as_it_ends() -> None:  # the session's end lands just before the clear
+            s._read(s.proc.stdout)  # type: ignore[union-attr]  # (EOF: its `finally`)
+            real_clear()
+
+        waited: list[float | None] = []
+
+        def wait(timeout: float | None = None) -> bool:  # (what the event's wait would do)
+            waited.append(timeout)
+            return s._answered["fidelity"].is_set()
+
+        s._answered["fidelity"].clear = clear_as_it_ends  # type: ignore[method-assign]
+        s._answered["fidelity"].wait = wait  # type: ignore[method-assign]
+        answer = s.ask({"op": "fidelity"}, timeout_s=60)
+        assert answer == {"ok": False, "why": "the session ended"}
+        assert waited == []  # (it waited out its 60 s on an event nobody would set)
+    finally:
+        s.proc.wait(10)
+
+
+def test_a_rendezvous_file_left_by_an_earlier_session_is_never_relayed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's state directory outlives an agent's session: a job of the same name run
+    again finds the last one's rendezvous.json. Stage 0 here must not relay that stale
+    port (read at once, long before the new stage 0 binds its own), and a stage here must
+    not join it; a second stage of the job here keeps what the first's job wrote."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "mnexec"  # (the worker itself is not the point: it ends at once)
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    jdir = tmp_path / "workers" / "job0"
+    jdir.mkdir(parents=True)
+    stale = jdir / "rendezvous.json"
+    stale.write_text(json.dumps({"host": "10.0.0.1", "port": 4242}))
+    out = io.BytesIO()
+    agent = Agent("lp0001", tmp_path, HOSTS, out)
+    try:
+        agent.start(parse_start(_start(stage=0, metrics_address="127.0.0.1"), HOSTS))
+        agent.pump()
+        sent = [json.loads(x) for x in out.getvalue().splitlines()]
+        assert [m["op"] for m in sent][:1] == ["started"], sent
+        assert not [m for m in sent if m["op"] == "rendezvous"], sent
+        assert not stale.exists()
+        # stage 0 publishes; stage 1 of the same job starting here keeps that file
+        fresh = {"host": "10.0.0.1", "port": 5151}
+        stale.write_text(json.dumps(fresh))
+        agent.start(parse_start(_start(stage=1, metrics_address="127.0.0.1"), HOSTS))
+        assert json.loads(stale.read_text()) == fresh
+    finally:
+        agent.stop_all(grace_s=5.0)
+        for w in agent.workers.values():
+            w.lsock.close()
+
+
+def test_a_session_that_ends_is_judged_by_how_ssh_ended_not_as_its_stdout_closed(
+        tmp_path: Path) -> None:
+    """The agent dies with an error: its stdout closes, then ssh writes the last line of
+    stderr and exits with the remote status. The stage that ran there fails with that
+    status and line, not with the status of an ssh still running (255: "unreachable") and
+    a stderr missing its last line, as read at the moment its stdout ended.
+    Deterministic: this ssh exits only once someone waits for it."""
+    from testbed.cluster.agentlink import LOST_CODE, ClusterWorkers
+    from testbed.cluster.spec import parse_cluster
+    from testbed.orchestrate.results import read_records
+
+    c = parse_cluster({"machines": [{"name": "m1", "address": "192.0.2.1"}]})
+    cw = ClusterWorkers(c, "lp0a0e")
+    s = cw.sessions["m1"]
+    s.send = lambda msg: cw.dispatch(s, {  # type: ignore[method-assign]
+        "op": "started", "job": "job0", "stage": 0, "pid": 41, "metrics_port": 9000,
+        "spawn_s": 1.0})
+    proc, *_ = cw.spawn("m1", job="job0", stage=0, host="h0", plan={},
+                        master="10.0.0.1:0", record_path=tmp_path / "s0.jsonl",
+                        log_path=tmp_path / "s0.log", timeout_s=60, duty=1.0, linger_s=0.0,
+                        nice=0, reply_timeout_s=10)
+    ssh = subprocess.Popen(["sh", "-c", "exec 1>&-; echo 'agent: starting' >&2; read go; "
+                            "echo 'agent: OSError: no space left on device' >&2; exit 7"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    assert ssh.stdin is not None and ssh.stdout is not None
+    real_wait = ssh.wait
+
+    def wait(timeout: float | None = None) -> int:  # ssh exits a moment after: on a wait
+        ssh.stdin.write(b"go\n")  # type: ignore[union-attr]
+        ssh.stdin.close()  # type: ignore[union-attr]
+        ssh.wait = real_wait  # type: ignore[method-assign]
+        return real_wait(timeout)
+
+    ssh.wait = wait  # type: ignore[method-assign]
+    s.proc = ssh
+    s._drainer = threading.Thread(target=s._drain, args=(ssh.stderr,), daemon=True)
+    s._drainer.start()
+    try:
+        s._read(ssh.stdout)  # its end: the session's end (session_ended)
+        assert proc.poll() == LOST_CODE
+        why = read_records(tmp_path / "s0.jsonl")[-1]["error"]
+        assert "session to machine m1 ended" in why
+        assert "failed with 7" in why and "no space left on device" in why, why
+    finally:
+        if ssh.poll() is None:
+            ssh.kill()
+        real_wait(10)

@@ -121,7 +121,8 @@ def test_fault_impact_of_a_stall_and_of_a_failure() -> None:
     assert cut["steady_iteration_s"] == pytest.approx(0.014)
     # the touched iteration: 6.2 s wall after the previous completion = 0.62 s; - steady
     assert cut["stall_s"] == pytest.approx(0.62 - 0.014, abs=1e-6)
-    assert out["fault_iterations"] and {r["event"] for r in out["fault_iterations"]} == {0, 1}
+    # the hit's window only (the repair's would show the cut's stall again)
+    assert out["fault_iterations"] and {r["event"] for r in out["fault_iterations"]} == {0}
     # the same job failing at 4 s wall after the cut (gloo's time-out)
     err = ("stage 1 (pid 9, host dc-b-h0) exited with code 1: RuntimeError: [...] Timed "
            "out waiting 4000ms for recv operation to complete")

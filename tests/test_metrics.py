@@ -263,14 +263,19 @@ def test_parent_death_signal_refused_off_the_main_thread() -> None:
 
 
 _FOR_LIFE_PARENT = r"""
-import subprocess, sys, threading, time
+import os, subprocess, sys, threading, time
 from testbed.metrics.process import for_life, pdeathsig_argv
 pids = []
+def execd(pid):  # setpriv sets the signal (its prctl), then execs sleep: wait for that
+    end = time.monotonic() + 300  # (against a hang only: not a guess at how long it takes)
+    while os.path.basename(os.readlink(f"/proc/{pid}/exe")) != "sleep":
+        assert time.monotonic() < end, "setpriv never ran sleep"
+        time.sleep(0.01)
 def restart():  # what a fault injector's thread does when it restarts a server
     pids.append(for_life(lambda: subprocess.Popen(pdeathsig_argv() + ["sleep", "60"])).pid)
     # the contrast: the same signal tied to this short-lived thread itself
     pids.append(subprocess.Popen(["setpriv", "--pdeathsig=TERM", "--", "sleep", "60"]).pid)
-    time.sleep(1)  # setpriv has set the signal (its prctl) before this thread ends
+    execd(pids[-1])  # (not a fixed 1 s sleep: a guess that the prctl came first)
 t = threading.Thread(target=restart)
 t.start()
 t.join()

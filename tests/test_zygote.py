@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -178,3 +179,97 @@ def test_jobs_through_the_zygote_and_without(tmp_path: Path, forked: str,
     assert "stage 2" in outcome["doomed"]["failure"], outcome
     assert "SIGKILL" in outcome["doomed"]["failure"], outcome["doomed"]
     assert (tmp_path / "workers" / "zygote.log").exists() == (forked == "1")
+
+
+class _Supervisor:
+    """The launcher's supervising thread, polling (pumping the zygote) at one moment: the
+    moment another thread is about to use a worker's pidfd. It takes the zygote's lock as
+    every pump does; where the lock is held it pumps later (after())."""
+
+    def __init__(self, z: zygote.Zygote) -> None:
+        self.z, self.deferred = z, False
+
+    def now(self) -> None:
+        def poll() -> None:
+            if self.z._lock.acquire(blocking=False):
+                try:
+                    self.z.pump()
+                finally:
+                    self.z._lock.release()
+            else:
+                self.deferred = True
+
+        t = threading.Thread(target=poll)
+        t.start()
+        t.join()
+
+    def after(self) -> None:
+        if self.deferred:
+            self.z.pump()
+
+
+@pytest.mark.parametrize("use", ["send_signal", "exited_unreported"])
+def test_an_exit_report_pumped_meanwhile_never_closes_the_pidfd_in_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use: str) -> None:
+    """A fault injector's kill (or the cause's wait asking exited_unreported) on one thread
+    while the supervision's poll, on another, takes in that worker's exit report, which
+    closes its pidfd: the pidfd stays open until the signal is sent (it raised EBADF, or a
+    reused descriptor number signalled another process) and the select is done (it raised
+    ValueError on -1). Deterministic: the other thread pumps exactly in the window."""
+    import json
+    import select as select_mod
+    import socket
+
+    z = zygote.Zygote(sys.executable, _env(), REPO_ROOT, tmp_path / "zygote.log", 5.0)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    z.sock = mine
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = zygote.ZygoteProc(z, victim.pid, os.pidfd_open(victim.pid))
+        z.procs[victim.pid] = proc
+        sup = _Supervisor(z)
+        used: list[int] = []
+
+        def report() -> None:  # the zygote reaped it: its report waits on the socket
+            theirs.send(json.dumps({"exit": victim.pid, "code": -9}).encode())
+
+        if use == "send_signal":
+            real_send = signal.pidfd_send_signal
+
+            def send(fd: int, sig: int) -> None:
+                report()
+                sup.now()
+                used.append(fd)
+                real_send(fd, sig)  # EBADF had the pump closed it
+
+            monkeypatch.setattr(signal, "pidfd_send_signal", send)
+            proc.kill()
+            assert victim.wait(30) == -signal.SIGKILL  # the signal reached it
+        else:
+            victim.kill()
+            victim.wait(30)
+
+            class RacingSelect:
+                def __getattr__(self, name: str) -> object:
+                    return getattr(select_mod, name)
+
+                @staticmethod
+                def select(r: list, w: list, x: list, t: float | None = None) -> tuple:
+                    if not used and proc._pidfd in r:
+                        used.append(proc._pidfd)
+                        report()
+                        monkeypatch.setattr(zygote, "select", select_mod)
+                        sup.now()
+                    return select_mod.select(r, w, x, t)
+
+            monkeypatch.setattr(zygote, "select", RacingSelect())
+            assert proc.exited_unreported() is True  # read before its report landed
+        assert used
+        sup.after()
+        assert proc.returncode == -9 and proc._pidfd == -1
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+        mine.close()
+        theirs.close()

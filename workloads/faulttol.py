@@ -30,6 +30,7 @@ record keeps the error text (the launcher's failure reason names it).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -117,6 +118,29 @@ class StageGroup:
         dist.all_reduce(begun, op=dist.ReduceOp.MAX)
         self.train()
         return resume, bool(begun.item()), total
+
+
+def tcp_segments(path: str = "/proc/self/net/snmp") -> list[int] | None:
+    """[OutSegs, RetransSegs] of this process's network namespace (the emulated host's:
+    the counters nstat reads there, TcpOutSegs and TcpRetransSegs), or None where they
+    cannot be read. The worker puts them in its records, so that the fidelity verdict can
+    leave a fault's window out of its retransmit bound (testbed.emu.fidelity)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            tcp = [line.split() for line in fh if line.startswith("Tcp:")]
+        names, values = tcp[0], tcp[1]
+        return [int(values[names.index("OutSegs")]), int(values[names.index("RetransSegs")])]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def netns_id() -> str | None:
+    """This process's network namespace as `machine:inode` (several stages of one host
+    share its counters; inodes repeat across machines)."""
+    try:
+        return f"{os.uname().nodename}:{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:
+        return None
 
 
 def wait_until(deadline_s: float) -> None:

@@ -207,7 +207,7 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
     from testbed.emu.procstat import own_usage_since
     from workloads.compute import make_compute
     from workloads.executor import Executor
-    from workloads.faulttol import StageGroup
+    from workloads.faulttol import StageGroup, netns_id, tcp_segments
     from workloads.metrics import Scrapes, WorkerMetrics, serve
     from workloads.plan import JobPlan
 
@@ -256,13 +256,14 @@ def run(args: argparse.Namespace, fh: TextIO) -> None:
                "collective": {**group.describe(), "on_fault": args.on_fault,
                               "max_restarts": args.max_restarts,
                               "restart_s": args.restart_s},
-               "metrics_port": metrics_port})
+               "metrics_port": metrics_port, "netns": netns_id(),
+               "tcp_segs": tcp_segments()})
     ex = Executor(plan.sched(), args.rank, plan.microbatches, program, metrics,
                   timeout_s=args.collective_timeout_s)
     final = train(args, fh, plan, ex, group, metrics, scrapes)
     _, used = own_usage_since(at_ready)
     _emit(fh, {"type": "done", "end_s": time.monotonic(), "usage": used,
-               "restarts": group.attempt})
+               "restarts": group.attempt, "tcp_segs": tcp_segments()})
     dist.destroy_process_group()
     if metrics_port is not None and args.metrics_linger_s > 0:
         t0 = time.monotonic()
@@ -280,7 +281,7 @@ def train(args: argparse.Namespace, fh: TextIO, plan: Any, ex: Any, group: Any,
     count at the end (every metric holds its final value from then on)."""
     import torch.distributed as dist
 
-    from workloads.faulttol import is_comm_error, wait_until
+    from workloads.faulttol import is_comm_error, tcp_segments, wait_until
 
     total = plan.warmup_iterations + plan.iterations
     cap = total + MAX_EXTRA_ITERATIONS
@@ -302,8 +303,11 @@ def train(args: argparse.Namespace, fh: TextIO, plan: Any, ex: Any, group: Any,
                 dist.barrier()
             started = True
             rec = ex.run_iteration(it, total)
+            # the host's TCP counters at the iteration's end (the fidelity verdict's
+            # fault windows); read after it, off its clock
             _emit(fh, {"type": "iteration", "warmup": it < plan.warmup_iterations,
-                       "attempt": group.attempt, "redone": it == redo, **rec.as_dict()})
+                       "attempt": group.attempt, "redone": it == redo, **rec.as_dict(),
+                       "tcp_segs": tcp_segments()})
             it += 1
             started = False
         except Exception as exc:

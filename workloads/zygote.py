@@ -339,9 +339,10 @@ class ZygoteProc:
         """1, 2, ...: the order in which the zygote reaped its workers (0: running)."""
 
     def close_pidfd(self) -> None:
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
+        with self.zygote._lock:
+            if self._pidfd >= 0:
+                os.close(self._pidfd)
+                self._pidfd = -1
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -351,10 +352,11 @@ class ZygoteProc:
     def exited_unreported(self) -> bool:
         """True when the process has exited (its pidfd is readable) but the zygote has not
         reported its status yet."""
-        if self.returncode is not None or self._pidfd < 0:
-            return False
-        readable, _, _ = select.select([self._pidfd], [], [], 0)
-        return bool(readable)
+        with self.zygote._lock:  # (see send_signal: no pump closes the pidfd meanwhile)
+            if self.returncode is not None or self._pidfd < 0:
+                return False
+            readable, _, _ = select.select([self._pidfd], [], [], 0)
+            return bool(readable)
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
@@ -368,11 +370,18 @@ class ZygoteProc:
 
     def send_signal(self, sig: int) -> None:
         """Signal this process through its pidfd (never a reused PID); nothing once it
-        has exited (as subprocess.Popen)."""
-        if self.poll() is not None or self._pidfd < 0:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self._pidfd, sig)
+        has exited (as subprocess.Popen).
+
+        Checked and sent under the zygote's lock: the launcher's supervision pumps the
+        zygote on its own thread while a fault injector's thread signals, and a pump that
+        took this worker's exit report in between closed the pidfd, so the send raised
+        EBADF (or, its number reused by the next descriptor opened, signalled another
+        process)."""
+        with self.zygote._lock:
+            if self.poll() is not None or self._pidfd < 0:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -24,7 +24,7 @@ import csv
 import io
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,14 +258,22 @@ def job_event_impact(job: str, iterations: Sequence[IterationMark], event: Event
                      failed: bool = False, error: str | None = None,
                      failed_at_s: float | None = None, steady_s: float | None = None,
                      tolerance: float = TOLERANCE, hit: bool = True,
-                     source: str = "emu") -> dict[str, Any]:
-    """One `fault_impact` row: the job's iterations through one event (docs/faults.md)."""
+                     source: str = "emu",
+                     claimed: Collection[int] = ()) -> dict[str, Any]:
+    """One `fault_impact` row: the job's iterations through one event (docs/faults.md).
+    `claimed`: iterations another event's row already charged (impact_rows): left out of
+    this row's steady, touched, stall, recovery and redone figures, so that an event that
+    did not hit the job (a repair) is not charged the stall of the cut before it. Each
+    iteration's time stays completion to completion over all of them."""
+    taken = frozenset(claimed)
     times = iteration_times(iterations)
     at = event.at_s
-    before = [t for m, t in times if m.end_s <= at][-STEADY_ITERATIONS:]
+    before = [t for m, t in times if m.end_s <= at
+              and m.iteration not in taken][-STEADY_ITERATIONS:]
     steady = steady_s if steady_s is not None else _median(before)
     end = next_at_s if next_at_s is not None else math.inf
-    after_all = [(m, t) for m, t in times if at < m.end_s <= end]
+    after_all = [(m, t) for m, t in times if at < m.end_s <= end
+                 and m.iteration not in taken]
     outage_end = at + (event.outage_s or 0.0)
     touched: list[tuple[IterationMark, float]] = []
     rest = list(after_all)
@@ -302,6 +310,7 @@ def job_event_impact(job: str, iterations: Sequence[IterationMark], event: Event
         (not failed or rest) else None,
         "iterations_touched": len(touched),
         "touched_iteration_s": [t for _, t in touched],
+        "touched_iterations": [m.iteration for m, _ in touched],
         "stall_s": stall,
         "stall_iterations": stall / steady if stall is not None and steady else None,
         "iterations_redone": redone,
@@ -323,29 +332,47 @@ def impact_rows(iterations_by_job: Mapping[str, Sequence[IterationMark]],
                 outcomes: Mapping[str, Mapping[str, Any]] | None = None,
                 hit: Mapping[str, set[int]] | None = None,
                 source: str = "emu", tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
-    """`fault_impact` rows of every job through every event (emulation records):
-    `outcomes[job]` may give failed / error / failed_at_s / planned_iterations; `hit[job]`
-    the events that touched the job's traffic (None: all of them)."""
+    """`fault_impact` rows of every job through every event (emulation records), in time
+    order: `outcomes[job]` may give failed / error / failed_at_s / planned_iterations;
+    `hit[job]` the events that touched the job's traffic (None: all of them).
+
+    Figures are per event: an iteration is charged to one row only, the first event that
+    touched it, the events that hit the job first (their windows, each up to the job's
+    next hit, do not overlap), then the others (a repair, a cut of another fibre) in time
+    order on what is left: a repair right after a cut is not charged the cut's stall
+    again. A failure belongs to the last hit event before it (else the last event); the
+    other rows of a failed job say so in `note`."""
     outcomes = outcomes or {}
     evs = sorted(events, key=lambda e: e.at_s)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for job, marks in iterations_by_job.items():
         out = outcomes.get(job, {})
         failed_at = out.get("failed_at_s")
-        mine = evs if hit is None else [e for e in evs if e.index in hit.get(job, set())]
-        for ev in evs:
-            # the job's window ends at the next event that touches it
+        hits = {e.index for e in evs} if hit is None else set(hit.get(job, set()))
+        mine = [e for e in evs if e.index in hits]
+        owner = None  # the event the job's failure is charged to
+        if out.get("failed") and failed_at is not None:
+            owner = next((e.index for e in reversed(mine) if e.at_s <= failed_at), None)
+            if owner is None:
+                owner = next((e.index for e in reversed(evs) if e.at_s <= failed_at), None)
+        claimed: set[int] = set()
+        by_index: dict[int, dict[str, Any]] = {}
+        for ev in sorted(evs, key=lambda e: (e.index not in hits, e.at_s)):
+            # the job's window ends at the next event that hits it
             nxt = next((e.at_s for e in mine if e.at_s > ev.at_s), None)
-            # a failure belongs to the last event before it
-            fails_here = bool(out.get("failed")) and failed_at is not None and \
-                failed_at >= ev.at_s and (nxt is None or failed_at < nxt)
-            rows.append(job_event_impact(
+            fails_here = owner == ev.index
+            row = job_event_impact(
                 job, marks, ev, next_at_s=nxt,
                 planned_iterations=out.get("planned_iterations"), failed=fails_here,
                 error=out.get("error") if fails_here else None,
                 failed_at_s=failed_at if fails_here else None, tolerance=tolerance,
-                hit=True if hit is None else ev.index in hit.get(job, set()),
-                source=source))
+                hit=ev.index in hits, source=source, claimed=claimed)
+            claimed.update(row["touched_iterations"])
+            if owner is not None and not fails_here:
+                row["note"] = (f"the job failed at {failed_at:.6g} s, charged to event "
+                               f"{owner}")
+            by_index[ev.index] = row
+        rows += [by_index[e.index] for e in evs]
     return rows
 
 

@@ -7,7 +7,10 @@
 in (driver -> agent)                      out (agent -> driver)
   start  job, stage, host, plan, master,    hello  machine, prefix, hosts, pid
          timeout_s, duty, linger_s, nice,   started job, stage, pid, metrics_port, spawn_s
-         metrics_address                    record job, stage, rec (a worker's record line)
+         metrics_address, go_on, fault      record job, stage, rec (a worker's record line)
+         (fault: collective_timeout_s,
+         on_fault, max_restarts, restart_s,
+         wall s; absent: the defaults)
   rendezvous job, data (stage 0's port)     rendezvous job, data (a local stage 0's port)
   signal job, stage, signal (TERM|KILL)     exit   job, stage, code, log_tail
   clock  t                                  clock  t, here (this machine's monotonic s)
@@ -98,6 +101,35 @@ class StartOrder:
     nice: int
     metrics_address: str
     go_on: bool = False  # iterate on until the driver says the events are done
+    fault: FaultOrder | None = None  # the workers' fault options (None: their defaults)
+
+
+@dataclass(frozen=True)
+class FaultOrder:
+    """A `start` message's `fault`: the worker's fault-tolerance options in wall seconds,
+    as the driver's launcher gives its own stages (testbed.orchestrate.launch.FaultPolicy:
+    the scenario's policy.workers x time_factor)."""
+
+    collective_timeout_s: float | None
+    on_fault: str
+    max_restarts: int
+    restart_s: float
+
+    def argv(self) -> list[str]:
+        """workloads.worker's options for it."""
+        out = ["--on-fault", self.on_fault, "--max-restarts", str(self.max_restarts),
+               "--restart-s", f"{self.restart_s:.6g}"]
+        if self.collective_timeout_s is not None:
+            out += ["--collective-timeout-s", f"{self.collective_timeout_s:.6g}"]
+        return out
+
+
+FAULT_KEYS = ("collective_timeout_s", "on_fault", "max_restarts", "restart_s")
+ON_FAULT = ("fail", "retry")
+"""workloads.faulttol.ON_FAULT (that module imports torch, which the agent does not)."""
+MAX_WALL_TIMEOUT_S = 604_800.0 * 1e6
+"""A fault option's largest wall time: the spec's largest time-out x the largest
+time_factor (testbed.spec.models.MAX_TIMEOUT_S, testbed.emu.scale.MAX_TIME_FACTOR)."""
 
 
 EVENTS_DONE_NAME = "events-done"
@@ -117,11 +149,12 @@ class AgentWorker:
     exited: bool = False
 
 
-def _number(msg: Mapping[str, Any], key: str, lo: float, hi: float) -> float:
+def _number(msg: Mapping[str, Any], key: str, lo: float, hi: float,
+            field: str | None = None) -> float:
     v = msg.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
             or not lo <= v <= hi:
-        raise InputError(key, f"a number in {lo:g}..{hi:g}, got {str(v)[:40]!r}")
+        raise InputError(field or key, f"a number in {lo:g}..{hi:g}, got {str(v)[:40]!r}")
     return float(v)
 
 
@@ -181,7 +214,36 @@ def parse_start(msg: Mapping[str, Any], hosts: Mapping[str, LocalHost]) -> Start
                       _number(msg, "timeout_s", 1, 86400), _number(msg, "duty", 0.01, 1.0),
                       _number(msg, "linger_s", 0, 3600), int(_number(msg, "nice", 0, 19)),
                       _ip(msg.get("metrics_address"), "metrics_address"),
-                      _flag(msg, "go_on"))
+                      _flag(msg, "go_on"), parse_fault(msg.get("fault")))
+
+
+def parse_fault(raw: Any) -> FaultOrder | None:
+    """A `start` message's `fault` object checked key by key (InputError naming
+    `fault.KEY`); absent or null: None (the worker's defaults, as before the agents
+    passed them)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InputError("fault", "an object with " + ", ".join(FAULT_KEYS))
+    extra = sorted(set(raw) - set(FAULT_KEYS))
+    if extra:
+        raise InputError("fault", f"unknown key {str(extra[0])[:40]!r} (known: "
+                         f"{', '.join(FAULT_KEYS)})")
+    timeout = raw.get("collective_timeout_s")
+    if timeout is not None:
+        timeout = _number(raw, "collective_timeout_s", 1e-6, MAX_WALL_TIMEOUT_S,
+                          "fault.collective_timeout_s")
+    on_fault = raw.get("on_fault", "fail")
+    if on_fault not in ON_FAULT:
+        raise InputError("fault.on_fault", f"one of {', '.join(ON_FAULT)}, got "
+                         f"{str(on_fault)[:20]!r}")
+    restarts = raw.get("max_restarts", 3)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= 1000:
+        raise InputError("fault.max_restarts", f"an integer 0..1000, got "
+                         f"{str(restarts)[:20]!r}")
+    restart_s = _number({"restart_s": raw.get("restart_s", 0.0)}, "restart_s", 0,
+                        MAX_WALL_TIMEOUT_S, "fault.restart_s")
+    return FaultOrder(timeout, str(on_fault), restarts, restart_s)
 
 
 def _flag(msg: Mapping[str, Any], key: str) -> bool:
@@ -433,6 +495,14 @@ class Agent:
         if (o.job, o.stage) in self.workers:
             raise InputError("stage", f"{o.job}/{o.stage} is already running here")
         jdir = self.job_dir(o.job)
+        if not any(j == o.job for j, _ in self.workers):
+            # The job's first stage here: a rendezvous file left by an earlier session's
+            # job of the same name (the run's state directory outlives a session) is
+            # stale, and would be read at once: relayed as stage 0's port (pump) or
+            # taken by a stage here as the port to join. Later stages of the job here keep
+            # what stage 0 (or the driver's relay, which follows its start) wrote.
+            for stale in ("rendezvous.json", "rendezvous.json.tmp"):
+                (jdir / stale).unlink(missing_ok=True)
         plan_path = jdir / "plan.json"
         atomic_write_text(plan_path, json.dumps(o.plan), mode=0o600)
         rec, logp = jdir / f"stage{o.stage}.jsonl", jdir / f"stage{o.stage}.log"
@@ -456,6 +526,8 @@ class Agent:
                 "--metrics-fd", str(lsock.fileno()), "--timeout-s", f"{o.timeout_s:.1f}",
                 "--duty", f"{o.duty:.4f}", "--metrics-linger-s", f"{o.linger_s:.1f}",
                 "--nice", str(o.nice), "--iface", o.host.iface]
+        if o.fault is not None:  # the launcher's own stages' options (FaultPolicy)
+            argv += o.fault.argv()
         if o.go_on:
             done = jdir / EVENTS_DONE_NAME
             done.unlink(missing_ok=True)

@@ -127,9 +127,11 @@ class AgentSession:
         self.offset = ClockOffset(0.0, 0.0, 0.0, 0)
         self._lock = threading.Lock()
         self._hello = threading.Event()
+        self._ended = threading.Event()  # the reader is done: no answer will come
         self._clock: dict[float, float] = {}
         self._clock_cv = threading.Condition()
         self._stderr = bytearray()
+        self._drainer: threading.Thread | None = None  # reads ssh's stderr (open)
         self._early: list[str] = []  # what the session said instead of hello
         self.closing = False
         self.lost = False
@@ -163,8 +165,9 @@ class AgentSession:
         assert self.proc.stdout is not None and self.proc.stderr is not None
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True,
                          name=f"agent-{self.name}").start()
-        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True,
-                         name=f"agent-{self.name}-err").start()
+        self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,),
+                                         daemon=True, name=f"agent-{self.name}-err")
+        self._drainer.start()
         if not self._hello.wait(timeout_s) or self.hello is None:
             self.close(bye=False)
             raise RuntimeFailure(f"{self.head()}: worker agent: {self.why_not()}")
@@ -193,11 +196,14 @@ class AgentSession:
         """Send a request whose answer is a message of the same op; that answer, or
         {ok: False, why} when none comes in time."""
         op = str(msg["op"])
-        if self.lost:
-            return {"ok": False, "why": "the session ended"}
         with self._asking[op]:
             self._answered[op].clear()
             self._answers[op] = None
+            # after the clear: the reader marks the end before it sets every event, so
+            # an end that came before the clear is seen here and one after wakes the wait
+            # (checked before the clear, an end in between left the wait to its time-out)
+            if self._ended.is_set():
+                return {"ok": False, "why": "the session ended"}
             self.send(msg)
             answer = self._answers[op] if self._answered[op].wait(timeout_s) else None
             if answer is None:
@@ -241,11 +247,14 @@ class AgentSession:
             t0 = time.monotonic()
             self.send({"op": "clock", "t": t0})
             with self._clock_cv:
-                ok = self._clock_cv.wait_for(lambda t0=t0: t0 in self._clock, timeout_s)
+                ok = self._clock_cv.wait_for(
+                    lambda t0=t0: t0 in self._clock or self._ended.is_set(), timeout_s)
                 here = self._clock.pop(t0, None)
             t1 = time.monotonic()
             if not ok or here is None:
-                raise RuntimeFailure(f"{self.head()}: no clock answer within {timeout_s:g} s")
+                why = ("the session ended" if self._ended.is_set()
+                       else f"no clock answer within {timeout_s:g} s")
+                raise RuntimeFailure(f"{self.head()}: {why}")
             rows.append((t0, here, t1))
         self.offset = estimate_offset(rows)
         return self.offset
@@ -284,6 +293,23 @@ class AgentSession:
 
     def stderr_text(self) -> str:
         return bytes(self._stderr).decode(errors="replace")
+
+    def ended_status(self, timeout_s: float = 5.0) -> tuple[int | None, str]:
+        """ssh's exit status (None: still running after timeout_s) and its stderr, both
+        read once they are in. The end of the session's stdout comes before ssh exits and
+        before the stderr thread has read the last lines (the agent's traceback, ssh's
+        reason): read at that moment, a session that ended with the agent's error was
+        judged by the status of an ssh still running, 255, "unreachable", without the
+        line that said why."""
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+        if self._drainer is not None:
+            self._drainer.join(timeout_s)
+        return code, self.stderr_text()
 
     # -- reading -----------------------------------------------------------------------
     def _drain(self, stream: BinaryIO) -> None:
@@ -327,6 +353,9 @@ class AgentSession:
                     self.owner.dispatch(self, msg)
         finally:
             self.lost = not self.closing
+            self._ended.set()  # before the events: see ask()
+            with self._clock_cv:
+                self._clock_cv.notify_all()
             self._hello.set()
             for ev in self._answered.values():
                 ev.set()  # nobody waits out a time-out on a session that is gone
@@ -429,11 +458,15 @@ class ClusterWorkers:
     def spawn(self, machine: str, *, job: str, stage: int, host: str, plan: dict[str, Any],
               master: str, record_path: Path, log_path: Path, timeout_s: float,
               duty: float, linger_s: float, nice: int, go_on: bool = False,
+              fault: Mapping[str, Any] | None = None,
               reply_timeout_s: float = 60.0) -> tuple[RemoteProc, str, int, float]:
         """Start one stage on `machine`'s host; (process, metrics host, metrics port,
         spawn time on the driver's clock). go_on: the stage iterates on until
-        events_done(). RuntimeFailure naming the machine when the agent refuses or does
-        not answer."""
+        events_done(). fault: the workers' fault options, wall seconds
+        (testbed.orchestrate.launch.FaultPolicy.as_order: collective_timeout_s, on_fault,
+        max_restarts, restart_s), as a local stage gets them; None: the worker's
+        defaults. RuntimeFailure naming the machine when the agent refuses or does not
+        answer."""
         s = self.sessions.get(machine)
         if s is None:
             raise RuntimeFailure(f"no worker agent for machine {machine!r}")
@@ -444,7 +477,8 @@ class ClusterWorkers:
         mirror.record_path.write_bytes(b"")
         s.send({"op": "start", "job": job, "stage": stage, "host": host, "plan": plan,
                 "master": master, "timeout_s": timeout_s, "duty": duty, "linger_s": linger_s,
-                "nice": nice, "metrics_address": s.metrics_address(), "go_on": go_on})
+                "nice": nice, "metrics_address": s.metrics_address(), "go_on": go_on,
+                **({"fault": dict(fault)} if fault is not None else {})})
         if not mirror.started.wait(reply_timeout_s) or mirror.reply is None:
             raise RuntimeFailure(f"{s.head()}: worker agent did not start {job}/stage{stage}"
                                  f" within {reply_timeout_s:g} s")
@@ -452,9 +486,8 @@ class ClusterWorkers:
             raise RuntimeFailure(f"{s.head()}: {job}/stage{stage} refused: "
                                  f"{str(mirror.reply.get('why'))[:300]}")
         r = mirror.reply
-        proc = RemoteProc(s, job, stage, int(r["pid"]))
-        with self._lock:
-            mirror.proc = proc
+        proc = mirror.proc  # (made as the reply was read: dispatch)
+        assert proc is not None
         self._relay(job)
         return (proc, s.metrics_address(), int(r["metrics_port"]),
                 float(r["spawn_s"]) - s.offset.offset_s)
@@ -474,6 +507,18 @@ class ClusterWorkers:
                                                            else -1):
                 mirror = None  # only the machine a stage runs on speaks for it
         if op in ("started", "error") and mirror is not None and mirror.reply is None:
+            # The proxy is made here, on the session's reading thread, before the next
+            # message is read: a worker that exits at once has its `exit` read right
+            # after `started`, and made by spawn() once it woke, the proxy missed it
+            # (never finished: the launcher's supervision waited on it for ever).
+            if op == "started":
+                try:
+                    proc = RemoteProc(s, str(job), int(stage), int(msg["pid"]))
+                except (KeyError, TypeError, ValueError):
+                    msg = {"op": "error", "why": f"a `started` without a pid: {msg}"[:300]}
+                else:
+                    with self._lock:
+                        mirror.proc = proc
             mirror.reply = msg
             mirror.started.set()
         elif op == "error":
@@ -519,8 +564,11 @@ class ClusterWorkers:
         with self._lock:
             lost = [m for (job, stage), m in self._mirrors.items()
                     if self._where.get(job, {}).get(stage) == s.name]
-        said = s.stderr_text()
-        code = (s.proc.poll() if s.proc is not None else None) or LOST_CODE
+        if any(m.proc is not None and m.proc.returncode is None for m in lost):
+            status, said = s.ended_status()  # (not as the session's stdout ended: see it)
+        else:
+            status, said = None, s.stderr_text()
+        code = status or LOST_CODE
         for m in lost:
             if m.proc is not None and m.proc.returncode is None:
                 why = f"the session to machine {s.name} ended: {ssh_error(code, said)}"

@@ -133,14 +133,16 @@ def clock_invariant(scale: Scale, clocks: Mapping[str, Mapping[str, Any]],
 def cluster_verdict(scale: Scale, plan: Any, rtt_rows: Sequence[Mapping[str, Any]],
                     replies: Mapping[str, Mapping[str, Any]],
                     jobs: Sequence[Mapping[str, Any]] = (),
-                    clocks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                    clocks: Mapping[str, Mapping[str, Any]] | None = None,
+                    faults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """summary.json `fidelity` of a run across machines: the one-machine verdict of every
     machine's measurements merged, the clocks' invariant added, with `machines`; not
-    faithful where a machine's measurements are missing."""
+    faithful where a machine's measurements are missing. `faults`: the network faults'
+    accounting (testbed.emu.fidelity.fault_accounting), as on one machine."""
     got = merge(replies)
     v = verdict(scale, rtt_rows, name_forwarders(got["processes"], plan),
                 got["forwarder_stats"], got["tcp"], jobs, got["host"], got["fabric"],
-                got["switch"], got["send_socket"], got["receive_sockets"])
+                got["switch"], got["send_socket"], got["receive_sockets"], faults)
     clock = clock_invariant(scale, clocks or {}, jobs)
     v["invariants"].append(clock.as_record())
     if not clock.ok:

@@ -47,7 +47,7 @@ from testbed.cluster.ctlrun import ClusterController, stop_cap_relay
 from testbed.cluster.fidelity import cluster_verdict
 from testbed.cluster.spec import load_cluster
 from testbed.cluster.workload import replay, run_jobs, start_controller
-from testbed.emu.fidelity import with_fidelity
+from testbed.emu.fidelity import fault_accounting, with_fidelity
 from testbed.emu.network import sigterm_as_interrupt
 from testbed.emu.plan import EmuPlan
 from testbed.errors import InputError, RuntimeFailure
@@ -55,6 +55,7 @@ from testbed.io.atomic import atomic_write_json
 from testbed.monitor.run import RunMonitor
 from testbed.orchestrate.controller import describe
 from testbed.orchestrate.pp_jobs import prometheus_series
+from testbed.orchestrate.results import read_records
 from testbed.progress import say
 from testbed.runs.rundir import run_dir
 from testbed.spec import Scenario
@@ -180,8 +181,10 @@ def _fidelity(cw: ClusterWorkers, plan: EmuPlan, stage: Path, result: dict[str, 
     (on the controller's rules where it runs); exported through the monitor and folded
     into the agreement verdict, as on one machine."""
     try:
+        records = [read_records(f) for f in sorted((stage / "workers").glob("*/stage*.jsonl"))]
         v = cluster_verdict(plan.scale, plan, final_rtt_rows(stage), cw.fidelity(),
-                            list(result.get("worker_jobs", [])), cw.clocks())
+                            list(result.get("worker_jobs", [])), cw.clocks(),
+                            fault_accounting(result, records))
     except Exception as exc:  # the run's records must still be written
         log.warning("fidelity not measured: %s", exc, exc_info=True)
         v = {"faithful": False, "reasons": [f"fidelity not measured: {exc}"[:300]],

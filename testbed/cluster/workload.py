@@ -21,7 +21,7 @@ from testbed.orchestrate.controller import run_replay
 from testbed.orchestrate.ctl_process import ControllerProcess
 from testbed.orchestrate.faults import FaultInjector
 from testbed.orchestrate.jobs import assign_hosts, plan_emulated_jobs, run_jobs_on_hosts
-from testbed.orchestrate.launch import Host
+from testbed.orchestrate.launch import FaultPolicy, Host
 from testbed.orchestrate.pp_jobs import EVENTS_DONE_FILE
 from testbed.orchestrate.replay import Client, LinkSwitch
 from testbed.progress import say
@@ -93,7 +93,9 @@ def run_jobs(up: UpRun, cw: ClusterWorkers, plan: EmuPlan, stage: Path, mon: Run
         result = run_jobs_on_hosts(
             jobs, by_dc, stage, prometheus=mon, placement=placement, remote=cw,
             on_started=None if faults is None else faults.attach_launcher,
-            go_on_until=go_on_until)
+            go_on_until=go_on_until,
+            fault_policy=FaultPolicy.of(getattr(up.scenario.policy, "workers", None),
+                                        plan.scale.time_factor))
     finally:
         events = faults.stop() if faults is not None else {}
     result.update(events)

@@ -22,6 +22,7 @@ from typing import Any
 
 from testbed.emu.scale import Scale
 from testbed.emu.slack import merge, quantile_s
+from testbed.errors import RuntimeFailure
 
 # Each DC pair's RTT in scenario time: within 2 x its one-way delay +- RTT_BAND_MS
 # (median), and its tail (p99) within twice that.
@@ -304,18 +305,30 @@ def _worst_job(jobs: Sequence[Mapping[str, Any]], k: int) -> Invariant:
 
 
 # ---- the link emulators ------------------------------------------------------------------
-def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def forwarder_totals(stats: Sequence[Mapping[str, Any]],
+                     cut_fibres: Iterable[frozenset[str]] = ()) -> dict[str, Any]:
     """Summed counters of every forwarder's stats() (testbed.emu.forwarder), and their
-    timer slack histograms merged."""
+    timer slack histograms merged. `cut_fibres`: the fibres a fault took down during the
+    run (fault_fibres): the send errors of their forwarders (`fibre`, set by
+    testbed.emu.fidelity_probe.forwarder_stats) are the frames on the fibre when its link
+    went down (ENETDOWN), a loss the model makes (`cut_drops`, in modelled_drops), not
+    the emulator's."""
     keys = ("rx_packets", "tx_segments", "queue_drops", "loss_drops", "down_drops",
             "socket_drops", "send_errors")
+    cut = {frozenset(f) for f in cut_fibres}
     tot: dict[str, Any] = dict.fromkeys(keys, 0)
     tot["lightpath_drops"] = 0
+    tot["cut_drops"] = 0
     slacks = []
     rates: list[float] = []  # the lightpaths' caps, those held and those released
     for st in stats:
+        fibre = st.get("fibre")
+        was_cut = isinstance(fibre, str) and frozenset(fibre.split("-", 1)) in cut
         for d in (st.get("directions") or {}).values():
             for k in keys:
+                if k == "send_errors" and was_cut:
+                    tot["cut_drops"] += int(d.get(k, 0))
+                    continue
                 tot[k] += int(d.get(k, 0))
             vlans = (d.get("vlans") or {}).values()
             # caps removed before the counters were read (a job's lightpath released)
@@ -332,8 +345,109 @@ def forwarder_totals(stats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     tot["forwarders"] = len(stats)
     tot["timer_slack"] = merge(slacks) if slacks else None
     tot["modelled_drops"] = (tot["queue_drops"] + tot["loss_drops"] + tot["down_drops"]
-                             + tot["lightpath_drops"])
+                             + tot["lightpath_drops"] + tot["cut_drops"])
     return tot
+
+
+# ---- the network faults' windows (docs/faults.md) ------------------------------------------
+FAULT_KINDS = ("fiber_cut", "link_flap", "wavelength_loss")
+"""The events that take lightpaths down: TCP resends what they dropped, as the model says
+(the simulator's outage model: the tail loss probe, then the back-off's retransmissions)."""
+
+
+def fault_fibres(summary: Mapping[str, Any]) -> set[frozenset[str]]:
+    """The fibres an applied cut or flap took down during the run (summary.json
+    `faults`, a held network's `lightpipe fault` rows included)."""
+    out: set[frozenset[str]] = set()
+    for r in summary.get("faults") or []:
+        if isinstance(r, Mapping) and r.get("applied") and r.get("kind") in (
+                "fiber_cut", "link_flap") and isinstance(r.get("target"), str):
+            out.add(frozenset(str(r["target"]).split("-", 1)))
+    return out
+
+
+def fault_windows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The spans, on the machine's monotonic clock, from each network event that hit a
+    job until that job's iterations were back within 5 % of their steady time
+    (fault_impact's `recovery_s`; never back or failed: to the end of the run): the
+    TCP retransmissions in them are the fault's, which the model explains. From
+    summary.json `fault_impact` (hit rows), `events_clock_zero_monotonic_s` and the
+    time factor; [] without them."""
+    zero = summary.get("events_clock_zero_monotonic_s")
+    jobs = summary.get("worker_jobs") or [{}]
+    first = jobs[0] if isinstance(jobs, list) and isinstance(jobs[0], Mapping) else {}
+    try:
+        tf = Scale.of_record(first or summary, "summary.json").time_factor
+    except RuntimeFailure:
+        return []
+    if not _is_number(zero):
+        return []
+    out = []
+    for r in summary.get("fault_impact") or []:
+        if not isinstance(r, Mapping) or not r.get("hit") or r.get("kind") not in FAULT_KINDS:
+            continue
+        at = r.get("applied_at_s", r.get("at_s"))
+        if not _is_number(at):
+            continue
+        rec = r.get("recovery_s")
+        end = math.inf if not _is_number(rec) or not r.get("survived", True) else \
+            zero + (at + max(0.0, rec)) * tf
+        out.append({"start_s": zero + at * tf, "end_s": end,
+                    "what": f"{r.get('kind')} {r.get('target')} ({r.get('job')})"})
+    return out
+
+
+def window_tcp_segments(samples: Mapping[str, Sequence[tuple[float, int, int]]],
+                        windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """TCP segments sent and retransmitted inside `windows` (fault_windows), summed over
+    the network namespaces of `samples` ({namespace: [(monotonic s, OutSegs,
+    RetransSegs)]}, the workers' records: workloads.faulttol.tcp_segments). A window is
+    widened to the samples around it (the last at or before its start, the first at or
+    after its end, else the last), the windows of one namespace merged where they
+    overlap, so no segment is counted twice."""
+    out_w = retrans_w = 0
+    spans = 0
+    for series in samples.values():
+        pts = sorted(series)
+        if len(pts) < 2:
+            continue
+        idx = []
+        for w in windows:
+            a = max((k for k, p in enumerate(pts) if p[0] <= w["start_s"]), default=0)
+            b = next((k for k, p in enumerate(pts) if p[0] >= w["end_s"]), len(pts) - 1)
+            if b > a:
+                idx.append((a, b))
+        merged: list[list[int]] = []
+        for a, b in sorted(idx):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for a, b in merged:
+            out_w += max(0, pts[b][1] - pts[a][1])
+            retrans_w += max(0, pts[b][2] - pts[a][2])
+        spans += len(merged)
+    return {"out_segs": out_w, "retrans_segs": retrans_w, "windows": len(windows),
+            "namespaces": len(samples), "spans": spans}
+
+
+def record_tcp_samples(records_by_stage: Iterable[Sequence[Mapping[str, Any]]]
+                       ) -> dict[str, list[tuple[float, int, int]]]:
+    """{namespace: [(monotonic s, OutSegs, RetransSegs)]} from workers' records (the
+    start record's `netns` and `tcp_segs` at ready_s, each iteration's at its end_s, the
+    done record's at its end_s); stages without them are left out."""
+    out: dict[str, list[tuple[float, int, int]]] = {}
+    for recs in records_by_stage:
+        ns = next((r.get("netns") for r in recs if r.get("type") == "start"), None)
+        if not isinstance(ns, str):
+            continue
+        for r in recs:
+            t = r.get("ready_s") if r.get("type") == "start" else r.get("end_s")
+            segs = r.get("tcp_segs")
+            if (_is_number(t) and isinstance(segs, list) and len(segs) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in segs)):
+                out.setdefault(ns, []).append((float(t), int(segs[0]), int(segs[1])))
+    return out
 
 
 def window_segments(rate_mbps: float | None, rtt_ms: float | None) -> float | None:
@@ -377,7 +491,8 @@ def retransmit_causes(tcp: Mapping[str, Mapping[str, int]]) -> str:
 def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str, int]],
                     scale: Scale, fabric: Mapping[str, int] | None = None,
                     switch: Mapping[str, int] | None = None,
-                    max_rtt_ms: float | None = None) -> list[Invariant]:
+                    max_rtt_ms: float | None = None,
+                    in_faults: Mapping[str, Any] | None = None) -> list[Invariant]:
     """The forwarders' timer slack and the emulator's own drops (the forwarders' and the
     user-space switch's receive sockets: `switch`, frames of at most segments_per_frame
     segments each), and TCP's retransmissions against what was dropped: by the model
@@ -385,7 +500,10 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
     the emulator (counted against it above, so not a second time here). Their bound is
     the tighter of MAX_UNEXPLAINED_RETRANSMIT_SHARE and MAX_UNEXPLAINED_LOSSES_PER_WINDOW
     per window of the fastest lightpath at max_rtt_ms (the longest planned RTT, scenario
-    time), where both are known."""
+    time), where both are known. `in_faults` (window_tcp_segments): the segments sent
+    and retransmitted while a network fault had a job stalled (the cut until its
+    iterations were back within 5 %), left out of the bound: the model explains them
+    (the lost window resent, the back-off's retransmissions into the dead path)."""
     tot = tot or {}
     slack = tot.get("timer_slack")
     q = quantile_s(slack, 0.99) if slack else None
@@ -400,6 +518,9 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
     frames = tot.get("rx_packets", 0) + switch_frames
     at_switch = (f" ({switch_frames} at the user-space switch's receive sockets)"
                  if switch_frames else "")
+    if tot.get("cut_drops"):
+        at_switch += (f"; not counted: {tot['cut_drops']} send errors of forwarders whose "
+                      f"fibre a fault took down (the frames on it: the model's loss)")
     drop_inv = Invariant("emulator_drops", lost / frames if frames else None,
                          MAX_EMULATOR_DROP_SHARE, "max", "share",
                          f"{lost} of {frames} frames{at_switch}" if frames else
@@ -408,13 +529,17 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
                          "drops at the forwarders and the user-space switch, send errors)")
     out_segs = sum(int(h.get("TcpOutSegs", 0)) for h in tcp.values())
     retrans = sum(int(h.get("TcpRetransSegs", 0)) for h in tcp.values())
+    in_faults = in_faults or {}
+    fault_retrans = min(retrans, int(in_faults.get("retrans_segs", 0)))
+    fault_out = min(out_segs, int(in_faults.get("out_segs", 0)))
+    judged_out = out_segs - fault_out
     fabric = fabric or {}
     fabric_frames = int(fabric.get("frames", 0))
     dropped = tot.get("modelled_drops", 0) + fabric_frames * int(
         fabric.get("segments_per_frame", 1)) + switch_frames * int(
         switch.get("segments_per_frame", 1))
     allowed = RETRANSMITS_PER_DROP * dropped
-    unexplained = max(0.0, retrans - allowed)
+    unexplained = max(0.0, retrans - fault_retrans - allowed)
     by_fabric = (f" ({fabric_frames} frames of up to {fabric.get('segments_per_frame')} "
                  f"segments by the fabric's queues)" if fabric_frames else "")
     by_fabric += (f" ({switch_frames} frames of up to {switch.get('segments_per_frame')} "
@@ -425,17 +550,27 @@ def link_invariants(tot: Mapping[str, Any] | None, tcp: Mapping[str, Mapping[str
     per_window = ""
     if window:
         bound = min(bound, MAX_UNEXPLAINED_LOSSES_PER_WINDOW / window)
-        per_window = (f"; {unexplained / out_segs * window if out_segs else 0:.2f} "
+        per_window = (f"; {unexplained / judged_out * window if judged_out else 0:.2f} "
                       f"unexplained per window of {window:.0f} segments "
                       f"({tot['max_rate_mbps']:g} Mbit/s x {rtt_ms:g} ms, bound "
                       f"{MAX_UNEXPLAINED_LOSSES_PER_WINDOW:g})")
     causes = retransmit_causes(tcp) if retrans else ""
     causes = f" [{causes}]" if causes else ""
-    tcp_inv = Invariant("tcp_retransmits", unexplained / out_segs if out_segs else None,
+    if tot.get("cut_drops"):
+        by_fabric += (f" ({tot['cut_drops']} frames on fibres when a fault took them down, "
+                      f"their forwarders' send errors)")
+    faults = ""
+    if in_faults.get("windows"):
+        faults = (f"; {fault_retrans} retransmitted and {fault_out} sent in "
+                  f"{in_faults['windows']} fault window(s) left out (a network event "
+                  f"that hit a job until its iterations were back within 5 %: the model "
+                  f"explains them; {in_faults.get('namespaces', 0)} hosts' counters from "
+                  f"their workers' records)")
+    tcp_inv = Invariant("tcp_retransmits", unexplained / judged_out if judged_out else None,
                         bound, "max", "share",
                         f"{retrans} retransmitted{causes}, {dropped} dropped by the model"
-                        f"{by_fabric}, of {out_segs} segments{per_window}" if out_segs else
-                        "no TCP segments sent",
+                        f"{by_fabric}, of {out_segs} segments{per_window}{faults}"
+                        if out_segs else "no TCP segments sent",
                         "TCP retransmits only what the rates and queues dropped (else "
                         "delay spikes fired time-outs, or frames were lost uncounted: each "
                         "holds its message back about a round trip)")
@@ -468,7 +603,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             fabric: Mapping[str, int] | None = None,
             switch: Mapping[str, int] | None = None,
             send_socket: Mapping[str, Any] | None = None,
-            receive_sockets: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            receive_sockets: Mapping[str, Any] | None = None,
+            faults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """summary.json `fidelity`: faithful or not, the reasons (failed invariants), every
     invariant as a record, and what was measured (per lightpath, per process).
 
@@ -482,9 +618,13 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
     user-space switch's receive socket drops (testbed.emu.fidelity_probe.
     switch_socket_drops); send_socket: its send socket's sizing (the network's
     switch_sndbuf, testbed.emu.sockbuf); receive_sockets: its ports' receive sockets'
-    sizing (switch_rcvbuf; recorded, their drops are `switch`'s)."""
+    sizing (switch_rcvbuf; recorded, their drops are `switch`'s); faults: the network
+    faults the run lived through (fault_accounting: the fibres cut, the segments of the
+    fault windows), whose losses the model explains."""
+    faults = faults or {}
     errors = lightpath_rtt_errors(rtt_rows, scale)
-    tot = forwarder_totals(forwarder_stats) if forwarder_stats else None
+    tot = forwarder_totals(forwarder_stats, faults.get("cut_fibres") or ()) \
+        if forwarder_stats else None
     invs = [*rtt_invariants(errors),
             sched_delay_invariant("forwarder_sched_delay", procs, "forwarder", scale,
                                   "a woken forwarder got a CPU at once: its frames wait "
@@ -501,7 +641,8 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             _worst_job(jobs, 0), _worst_job(jobs, 1),
             *link_invariants(tot, tcp or {}, scale, fabric, switch,
                              max((float(r["expected_rtt_ms"]) for r in errors
-                                  if r.get("expected_rtt_ms")), default=None)),
+                                  if r.get("expected_rtt_ms")), default=None),
+                             faults.get("tcp")),
             send_socket_invariant(send_socket),
             steal_invariant(host)]
     failed = [i for i in invs if not i.ok]
@@ -511,9 +652,35 @@ def verdict(scale: Scale, rtt_rows: Iterable[Mapping[str, Any]],
             "lightpaths": errors, "processes": list(procs),
             "forwarders": {k: v for k, v in (tot or {}).items() if v is not None},
             "tcp": dict(tcp or {}), "fabric_drops": dict(fabric or {}),
+            **({"faults": fault_record(faults)} if faults else {}),
             "switch_socket_drops": dict(switch or {}),
             **({"switch_send_buffers": dict(send_socket)} if send_socket else {}),
             **({"switch_receive_buffers": dict(receive_sockets)} if receive_sockets else {})}
+
+
+def fault_accounting(summary: Mapping[str, Any],
+                     records_by_stage: Iterable[Sequence[Mapping[str, Any]]] = ()
+                     ) -> dict[str, Any]:
+    """verdict()'s `faults` of a run: the fibres its faults took down (fault_fibres), its
+    fault windows (fault_windows) and the TCP segments in them from the workers' records
+    (window_tcp_segments); {} for a run without network faults."""
+    cut = fault_fibres(summary)
+    windows = fault_windows(summary)
+    if not cut and not windows:
+        return {}
+    out: dict[str, Any] = {"cut_fibres": sorted(cut, key=sorted), "windows": windows}
+    if windows:
+        out["tcp"] = window_tcp_segments(record_tcp_samples(records_by_stage), windows)
+    return out
+
+
+def fault_record(faults: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdict's `faults` part, JSON-ready (fibres as `A-B`, an open window's end as
+    null)."""
+    return {"cut_fibres": ["-".join(sorted(f)) for f in faults.get("cut_fibres") or ()],
+            "windows": [{**w, "end_s": w["end_s"] if math.isfinite(w["end_s"]) else None}
+                        for w in faults.get("windows") or ()],
+            **({"tcp": dict(faults["tcp"])} if faults.get("tcp") else {})}
 
 
 def with_fidelity(verdict: Mapping[str, Any], fidelity: Mapping[str, Any]) -> dict[str, Any]:

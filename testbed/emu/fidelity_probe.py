@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from testbed.emu.fidelity import verdict, with_fidelity
+from testbed.emu.fidelity import fault_accounting, verdict, with_fidelity
 from testbed.emu.procstat import ProcSampler
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,9 @@ def forwarder_stats(net: Any) -> list[dict[str, Any]]:
                         getattr(emu.fibre, "middle", "?"), exc)
             continue
         if isinstance(st, dict) and "directions" in st:
+            fibre = getattr(emu, "fibre", None)
+            if fibre is not None and hasattr(fibre, "u"):  # (a fault's fibre: its losses)
+                st["fibre"] = f"{fibre.u}-{fibre.v}"
             out.append(st)
     return out
 
@@ -245,12 +248,38 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
     """The run's fidelity verdict (testbed.emu.fidelity.verdict) from the live network:
     `check` is the verification record (its final `rtts`), `work` the workload's summary
     (worker_jobs, host_load), `sampler` the run's ProcSampler (stopped here)."""
+    paths = _record_paths(sampler) if sampler is not None else []
     procs = name_forwarders(worker_records(sampler), net.plan) if sampler is not None else []
     m = network_measurements(net)
     return verdict(net.plan.scale, check.get("rtts", []), procs, m["forwarders"], m["tcp"],
                    list(work.get("worker_jobs", [])),
                    host if host is not None else work.get("host_load"), m["fabric"],
-                   m["switch"], m["send_socket"], m["receive_sockets"])
+                   m["switch"], m["send_socket"], m["receive_sockets"],
+                   fault_accounting(work, [_read_lines(p) for p in paths]))
+
+
+def _record_paths(sampler: ProcSampler) -> list[str]:
+    """The record files of the workers the sampler watched."""
+    return sorted({str(p["meta"]["records"]) for p in sampler.watched()
+                   if p["role"] == "worker" and p["meta"].get("records")})
+
+
+def _read_lines(path: str) -> list[dict[str, Any]]:
+    """A worker's records (JSON lines; a line cut short by a kill, or not an object, is
+    left out); [] where the file cannot be read."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(r, dict):
+                    out.append(r)
+    except OSError:
+        return []
+    return out
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any

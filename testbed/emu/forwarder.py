@@ -571,12 +571,18 @@ def control_request(path: str, req: dict[str, Any], timeout_s: float = 5.0) -> d
         s.settimeout(timeout_s)
         s.connect(path)
         s.sendall(json.dumps(req).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
+        return read_reply(s)
+
+
+def read_reply(s: socket.socket) -> dict[str, Any]:
+    """The JSON object a control socket answers with: one line, read until its newline
+    (or until the server closes)."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
     reply: dict[str, Any] = json.loads(buf)
     return reply
 

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from testbed.emu import links as linkemu
 from testbed.emu.fabric import htb_script, switch_socket_sndbuf_bytes
@@ -128,6 +129,18 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def _listening(path: Path) -> bool:
+    """True once a Unix socket at `path` accepts connections: ovs-vswitchd binds its
+    management socket (the file appears) before it listens, so the file alone is not
+    readiness."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def configure_hosts(nodes: Mapping[str, Any], hosts: Sequence[HostPlan],
                     fibres: Sequence[FibrePlan], every_host: Sequence[HostPlan],
                     state_dir: Path) -> None:
@@ -159,7 +172,30 @@ def configure_hosts(nodes: Mapping[str, Any], hosts: Sequence[HostPlan],
             node.cmd(f"ip link set {intf} up")
 
 
-class EmuNetwork:
+class StartStop:
+    """`with X(...) as x:` over start() and stop(), for what builds real network state:
+    stop() also runs when start() fails half way (it removes whatever start() made)."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class EmuNetwork(StartStop):
     """The live network: start() brings it up, stop() removes everything it created."""
 
     def __init__(self, plan: EmuPlan, link_mode: str = "auto", datapath: str = "auto",
@@ -195,18 +231,6 @@ class EmuNetwork:
         self.timings_s: dict[str, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------
-    def __enter__(self) -> EmuNetwork:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
     @property
     def home_netns_fd(self) -> int | None:
         """fd of the network namespace the run started in (this thread lives in the
@@ -366,13 +390,13 @@ class EmuNetwork:
 
     def _wait_bridges(self, names: list[str]) -> None:
         """Wait until ovs-vswitchd has made every bridge (its OpenFlow management socket
-        exists): on a slow machine it lags behind the database, and ovs-ofctl would say
-        "... is not a bridge or a socket"."""
+        accepts a connection): on a slow machine it lags behind the database, and
+        ovs-ofctl would say "... is not a bridge or a socket"."""
         assert self.ovs is not None
         deadline = time.monotonic() + self.startup_timeout_s
         missing = list(names)
         while missing and time.monotonic() < deadline:
-            missing = [n for n in missing if not (self.ovs.dir / f"{n}.mgmt").exists()]
+            missing = [n for n in missing if not _listening(self.ovs.dir / f"{n}.mgmt")]
             if missing:
                 time.sleep(0.05)
         if missing:

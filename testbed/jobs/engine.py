@@ -32,7 +32,6 @@ from typing import Any
 from testbed.analysis.faultimpact import (
     Effect,
     WorkerModel,
-    outage_effect,
     touched_iteration_s,
 )
 from testbed.jobs import faults as jf
@@ -98,7 +97,8 @@ class JobSimulator:
     def __init__(self, cluster: Cluster, planner: Planner, admission: str,
                  events: Sequence[EventSpec] = (),
                  on_change: Callable[[JobSimulator], None] | None = None,
-                 outages_s: Mapping[int, float] | None = None) -> None:
+                 outages_s: Mapping[int, float] | None = None,
+                 cut_phases: Mapping[tuple[int, int], Any] | None = None) -> None:
         self.cluster = cluster
         self.planner = planner
         self.admission = admission
@@ -109,6 +109,9 @@ class JobSimulator:
         self.workers = WorkerModel.from_spec(planner.policy.workers)
         # spec event index -> the outage a restored / switched job sees (e.g. measured)
         self.outages_s = dict(outages_s or {})
+        # (job id, spec event index) -> the hit lightpath's phase at the cut
+        # (testbed.jobs.faults.CutPhase): the transport model of that hit
+        self.cut_phases = dict(cut_phases or {})
         kind = get_placement(planner.policy.placement)
         queue = planner.policy.queue
         self.priority_queue = (kind.queue if queue == "auto" else queue) == "priority"
@@ -339,9 +342,10 @@ class JobSimulator:
                                            new if not left else old)
         phase = st.iterations_done - math.floor(st.iterations_done + 1e-9)
         phase = max(0.0, phase)
-        effect = outage_effect(phase=phase, steady_s=steady_ms / 1000.0, outage_s=outage,
-                               rtt_s=rtt_s, rtt_after_s=rtt_after_s, workers=self.workers,
-                               restarts_used=st.restarts)
+        effect = jf.phase_effect(self.cut_phases.get((st.job.req.job_id, index)),
+                                 phase=phase, steady_s=steady_ms / 1000.0, outage_s=outage,
+                                 rtt_s=rtt_s, rtt_after_s=rtt_after_s,
+                                 workers=self.workers, restarts_used=st.restarts)
         w = self.workers
         st.hits.append({
             "index": index, "kind": ev.kind, "target": ev.target, "at_s": self.now,

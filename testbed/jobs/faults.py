@@ -10,18 +10,27 @@ simulator's figures come from the same definitions as the emulation's.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from testbed.analysis.faultimpact import (
+    TCP_RETRIES2,
+    TCP_RTO_MAX_S,
     WINDOW_AFTER,
     WINDOW_BEFORE,
+    Effect,
     EventMark,
     IterationMark,
+    WorkerModel,
     iteration_rows,
     job_event_impact,
+    outage_effect,
+    tcp_give_up_s,
+    tcp_rto0_s,
     window_marks,
 )
 from testbed.jobs.cluster import Allocation, Cluster
@@ -167,4 +176,163 @@ def impact_of(job: str, trace: Sequence[tuple[float, float]], start_s: float | N
         "predicted_touched_s": rec["predicted_touched_s"]
         if math.isfinite(rec["predicted_touched_s"]) else None,
         "after_iteration_s": rec["after_s"]}
+    if effect.notes.get("cut_phase") is not None:  # the phase's transport model
+        row["model"]["cut"] = {k: v for k, v in effect.notes.items()
+                               if not isinstance(v, float) or math.isfinite(v)}
     return row, iteration_rows("sim", job, rec["index"], marks)
+
+
+# ------------------------------------------------------------------ the cut's phase
+# What TCP does after a cut depends on what the hit lightpath carried at the cut instant
+# (docs/faults.md, "The cut's phase"). Linux (6.x, net/ipv4/tcp_output.c, tcp_recovery.c):
+# * the tail loss probe fires PTO = 2 srtt + TCP_TIMEOUT_MIN (2 ms, a constant of the
+#   kernel's clock) after the flight's last transmission, or 2 srtt + the socket's
+#   rto_min (tcp_rto_min_us: the route's rto_min) when one segment is outstanding; never
+#   later than the retransmission time-out, which then doubles from srtt + rto_min;
+# * the probe (the flight's last segment sent again) is SACKed one round trip of the new
+#   route later; RACK then marks the rest of the flight lost and fast recovery sends it
+#   again under PRR (RFC 6937, its slow-start bound): with every other segment of the
+#   flight lost, the only ACKs are those of the retransmissions, so recovery grows from
+#   one segment a round trip like slow start, 1, 2, 4, ...: a flight of k lost segments
+#   is delivered ceil(log2(k + 1)) round trips of the new route after the first
+#   retransmission (the same after a time-out: cwnd 1, slow start).
+# Measured in the emulation (fault-link-flap, kernel trace tcp:tcp_probe /
+# tcp_retransmit_skb, 2026-12-07): a lost flight of 2 segments (a barrier message) is
+# back 2 round trips after the probe, one of 17 segments (two activations) 5-6.
+TCP_TIMEOUT_MIN_S = 0.002
+"""Linux TCP_TIMEOUT_MIN_US: the loss probe's slack when more than one segment is out."""
+MSS_BYTES = 1448
+"""A segment's payload (1500 MTU, timestamps)."""
+MESSAGE_HEADER_SEGMENTS = 1
+"""gloo writes each message's preamble (48 bytes) as a segment of its own."""
+CONTROL_MESSAGE_SEGMENTS = 2
+"""A control message (a barrier's): its preamble and a small payload."""
+PHASE_KINDS = ("idle", "control", "bulk")
+
+
+def message_segments(nbytes: int) -> int:
+    """The segments one gloo message of `nbytes` payload takes on the wire."""
+    return MESSAGE_HEADER_SEGMENTS + max(1, math.ceil(max(0, nbytes) / MSS_BYTES))
+
+
+@dataclass(frozen=True)
+class CutPhase:
+    """What the hit lightpath carried at a cut, for the transport model (scenario s).
+
+    kind: `idle` (nothing on it: no loss unless a send falls in the outage), `control`
+    (only small control messages: a barrier's), `bulk` (a transfer mid-way: activations
+    or gradients). `lost_segments`: the flight the outage takes (every transfer on the
+    wire at the cut or sent into the outage, the largest direction); `last_send_s`: that
+    flight's last transmission, from the cut (<= 0: before it); `next_send_s` (idle): the
+    first send on the boundary after the cut (None: none known); `srtt_s`: the smoothed
+    RTT the probe uses (None: the route's RTT before the cut); `tlp_slack_s`: the
+    probe's constant (TCP_TIMEOUT_MIN_S, over time_factor as emulated)."""
+
+    kind: str
+    lost_segments: int = 0
+    last_send_s: float = 0.0
+    next_send_s: float | None = None
+    srtt_s: float | None = None
+    continued_s: float | None = None
+    continued_segments: int = 0
+    tlp_slack_s: float = TCP_TIMEOUT_MIN_S
+    detail: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in PHASE_KINDS:
+            raise ValueError(f"cut phase kind must be one of {PHASE_KINDS} (got {self.kind!r})")
+        if self.lost_segments < 0:
+            raise ValueError(f"lost_segments must be >= 0 (got {self.lost_segments})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lost_segments": self.lost_segments,
+                "last_send_s": self.last_send_s, "next_send_s": self.next_send_s,
+                "srtt_s": self.srtt_s, "tlp_slack_s": self.tlp_slack_s,
+                "continued_s": self.continued_s,
+                "continued_segments": self.continued_segments, **self.detail}
+
+    @classmethod
+    def of(cls, value: CutPhase | Mapping[str, Any] | str) -> CutPhase:
+        """From a CutPhase, its as_dict() (extra keys kept as detail) or a kind."""
+        if isinstance(value, CutPhase):
+            return value
+        if isinstance(value, str):
+            return cls(value, CONTROL_MESSAGE_SEGMENTS if value == "control" else 0)
+        known = {f.name for f in fields(cls)} - {"detail"}
+        return cls(**{k: v for k, v in value.items() if k in known},
+                   detail={k: v for k, v in value.items() if k not in known})
+
+
+def recovery_rounds(lost_segments: int) -> int:
+    """Round trips of the new route from the first retransmission until a tail-lost
+    flight of `lost_segments` is delivered (PRR / slow start from one segment)."""
+    return math.ceil(math.log2(max(1, lost_segments) + 1))
+
+
+def cut_transport(cut: CutPhase, *, outage_s: float, rtt_s: float, rtt_after_s: float,
+                  rto_min_s: float) -> tuple[float, float, dict[str, Any]]:
+    """(wait, recovery, notes) of TCP through an outage of `outage_s` that hit a
+    lightpath in phase `cut`: wait from the cut until the lost flight's first
+    retransmission that finds the path back (math.inf: none before TCP gives up), then
+    recovery, the round trips of the new route that deliver the flight. Nothing lost (an
+    idle path whose next send comes after the outage, or no outage): (0, 0)."""
+    srtt = cut.srtt_s if cut.srtt_s is not None else rtt_s
+    notes: dict[str, Any] = {"cut_phase": cut.kind, "lost_segments": cut.lost_segments}
+    if outage_s <= 0:
+        return 0.0, 0.0, notes
+    if cut.kind == "idle":
+        if cut.next_send_s is None or cut.next_send_s >= outage_s or cut.lost_segments <= 0:
+            notes["lost_segments"] = 0
+            return 0.0, 0.0, notes
+        start = cut.next_send_s  # the first send after the cut is lost: a tail from then
+    else:
+        start = cut.last_send_s
+    lost = max(1, cut.lost_segments)
+    rto0 = srtt + rto_min_s
+    pto = min(2.0 * srtt + (rto_min_s if lost == 1 else cut.tlp_slack_s), rto0)
+    t, rto = pto, rto0
+    sends = [t]
+    for _ in range(TCP_RETRIES2):
+        t += rto
+        sends.append(t)
+        rto = min(2.0 * rto, TCP_RTO_MAX_S)
+    back = next((s for s in sends if start + s >= outage_s), None)
+    notes.update(loss_probe_s=start + pto, rto0_s=rto0)
+    cont = cut.continued_s
+    if cont is not None and cont >= outage_s and (back is None or cont < start + back):
+        # the flow went on after the path's return, before the probe: the SACKs of that
+        # data come back a round trip later and RACK marks the flight lost; each SACKed
+        # segment lets PRR send one more, so the flight goes in ceil(log2(k / m + 1))
+        # rounds (m: the segments sent on; one when m >= k)
+        m = max(1, cut.continued_segments)
+        rounds = recovery_rounds(math.ceil(lost / m))
+        notes.update(resumed_by="SACKs of the data sent after the return",
+                     recovery_rounds=rounds)
+        return cont + rtt_after_s, rounds * rtt_after_s, notes
+    if back is None:
+        return math.inf, 0.0, notes
+    rounds = recovery_rounds(lost)
+    notes.update(resumed_by="loss probe" if back == pto else "retransmission time-out",
+                 recovery_rounds=rounds)
+    return max(0.0, start + back), rounds * rtt_after_s, notes
+
+
+def phase_effect(cut: CutPhase | None, *, phase: float, steady_s: float, outage_s: float,
+                 rtt_s: float, rtt_after_s: float, workers: WorkerModel,
+                 restarts_used: int = 0) -> Effect:
+    """outage_effect with the transport's wait and recovery from the cut's phase (TCP);
+    without a phase, or with the ideal transport, outage_effect itself. A wait past the
+    collective time-out (or TCP giving up) fails or restarts as outage_effect says."""
+    kw = dict(phase=phase, steady_s=steady_s, outage_s=outage_s, rtt_s=rtt_s,
+              rtt_after_s=rtt_after_s, workers=workers, restarts_used=restarts_used)
+    if cut is None or workers.transport != "tcp" or not math.isfinite(outage_s):
+        return outage_effect(**kw)  # type: ignore[arg-type]
+    wait, recovery, notes = cut_transport(cut, outage_s=outage_s, rtt_s=rtt_s,
+                                          rtt_after_s=rtt_after_s,
+                                          rto_min_s=workers.tcp_rto_min_s)
+    give_up = tcp_give_up_s(workers.tcp_rto_min_s)
+    if math.isfinite(wait) and wait <= workers.collective_timeout_s and wait <= give_up:
+        return Effect(True, wait + recovery, wait_s=wait, recovery_s=recovery,
+                      rto0_s=tcp_rto0_s(rtt_s, workers.tcp_rto_min_s), notes=notes)
+    base = outage_effect(**kw)  # type: ignore[arg-type]
+    return dataclasses.replace(base, notes={**base.notes, **notes})

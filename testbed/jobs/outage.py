@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from testbed.errors import InputError
+from testbed.jobs.faults import TCP_TIMEOUT_MIN_S, CutPhase
 from testbed.spec.models import PPJobsWorkload, Scenario
+from testbed.traces import generate_jobs
 
 
 def _outages(scenario: Scenario, outage_s: float | Mapping[int, float] | None
@@ -41,19 +43,69 @@ def _outages(scenario: Scenario, outage_s: float | Mapping[int, float] | None
     return out
 
 
+PhaseArg = CutPhase | Mapping[str, Any] | str
+PhasesArg = Mapping[str, Mapping[int, PhaseArg]] | Mapping[int, PhaseArg]
+
+
+def _cut_phases(scenario: Scenario, phases: PhasesArg | None, as_emulated: bool
+                ) -> dict[tuple[int, int], CutPhase]:
+    """(job id, spec event index) -> CutPhase. `phases`: per job name (job<id>) and
+    spec event index, or per event index for every job; each a CutPhase, its as_dict()
+    or a kind. As emulated, the loss probe's constant (a constant of the kernel's clock,
+    which the time dilation does not stretch) is TCP_TIMEOUT_MIN_S / time_factor of
+    scenario time; for the real world TCP_TIMEOUT_MIN_S."""
+    if not phases:
+        return {}
+    n_jobs = len(generate_jobs(scenario.workload))  # type: ignore[arg-type]
+    per_job: dict[int, Mapping[int, PhaseArg]] = {}
+    if all(isinstance(k, int) for k in phases):
+        per_job = {j: phases for j in range(n_jobs)}  # type: ignore[misc]
+    else:
+        for name, evs in phases.items():
+            if not isinstance(name, str) or not name.startswith("job") \
+                    or not name[3:].isdigit():
+                raise InputError("phases", f"job {name!r} is not a job<id> name")
+            per_job[int(name[3:])] = evs  # type: ignore[assignment]
+    slack = TCP_TIMEOUT_MIN_S / scenario.emulation.time_factor if as_emulated \
+        else TCP_TIMEOUT_MIN_S
+    out: dict[tuple[int, int], CutPhase] = {}
+    for job, evs in per_job.items():
+        for i, v in evs.items():
+            i = int(i)
+            if not 0 <= i < len(scenario.events):
+                raise InputError("phases", f"event index {i!r} is not one of the "
+                                 f"scenario's {len(scenario.events)} events")
+            try:
+                cut = CutPhase.of(v)
+            except (TypeError, ValueError) as exc:
+                raise InputError("phases", f"job{job} events[{i}]: {exc}") from exc
+            out[(job, i)] = dataclasses.replace(cut, tlp_slack_s=slack)
+    return out
+
+
+def _phases_out(cuts: Mapping[tuple[int, int], CutPhase]) -> dict[str, dict[int, Any]]:
+    out: dict[str, dict[int, Any]] = {}
+    for (job, i), cut in sorted(cuts.items()):
+        out.setdefault(f"job{job}", {})[i] = cut.as_dict()
+    return out
+
+
 def predict_outage(scenario: Scenario, outage_s: float | Mapping[int, float] | None = None,
-                   *, as_emulated: bool = True, rto_min_s: float | None = None
-                   ) -> dict[str, Any]:
+                   *, as_emulated: bool = True, rto_min_s: float | None = None,
+                   phases: PhasesArg | None = None) -> dict[str, Any]:
     """The simulator's per-job figures for the scenario's events (docs/faults.md, "The
     job's side"): {"source": "sim", "fault_impact": rows, "iterations": rows of
     fault_iterations.csv, "jobs": per job its iteration time, failure and reason,
     "model": the stated model}. `outage_s`: one outage for every event, or per spec
     event index (None: policy.protection's). `rto_min_s` overrides
     policy.workers.tcp_rto_min_s (an emulation's kernel keeps 200 ms of wall time:
-    0.2 / time_factor on the scenario clock)."""
+    0.2 / time_factor on the scenario clock). `phases`: what each hit lightpath carried
+    at the cut (testbed.jobs.faults.CutPhase: idle, control or bulk, the flight lost),
+    per job name and spec event index or per event index; the transport model of that
+    hit then follows it (docs/faults.md, "The cut's phase"); without one, the
+    phase-free model."""
     from testbed.jobs.impact import hit_records, job_name
     from testbed.jobs.sim import simulate
-    from testbed.traces import generate_jobs
 
     wl = scenario.workload
     if not isinstance(wl, PPJobsWorkload):
@@ -74,13 +126,15 @@ def predict_outage(scenario: Scenario, outage_s: float | Mapping[int, float] | N
     if as_emulated:
         reqs = [dataclasses.replace(r, arrival_s=0.0)
                 for r in reqs[:scenario.emulation.max_jobs]]
-    states, summary = simulate(scenario, requests=reqs, outages_s=outages)
+    cuts = _cut_phases(scenario, phases, as_emulated)
+    states, summary = simulate(scenario, requests=reqs, outages_s=outages, cut_phases=cuts)
     rows, its = hit_records(states, scenario) if scenario.events else ([], [])
     return {
         "source": "sim",
         "scenario": scenario.name,
         "as_emulated": as_emulated,
         "outages_s": outages,
+        "cut_phases": _phases_out(cuts),
         "fault_impact": rows,
         "iterations": its,
         "jobs": {job_name(s): {

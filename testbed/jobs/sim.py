@@ -56,12 +56,15 @@ def simulate(scenario: Scenario, quiet: bool = True,
              requests: Sequence[JobRequest] | None = None,
              timer: Timer | None = None,
              on_done: Callable[[JobState], None] | None = None,
-             outages_s: Mapping[int, float] | None = None
+             outages_s: Mapping[int, float] | None = None,
+             cut_phases: Mapping[tuple[int, int], Any] | None = None
              ) -> tuple[list[JobState], dict[str, Any]]:
     """Run the scenario's jobs through its policy; return (job states, summary).
     `on_done(state)` is called once per job as soon as it ends (finished, blocked or
     interrupted), in the order they end. `outages_s`: spec event index -> the outage a
-    job restored or switched at that event sees (default policy.protection's)."""
+    job restored or switched at that event sees (default policy.protection's);
+    `cut_phases`: (job id, spec event index) -> what the hit lightpath carried at the cut
+    (testbed.jobs.faults.CutPhase; default: the phase-free transport model)."""
     wl = scenario.workload
     if not isinstance(wl, PPJobsWorkload):
         raise InputError("workload.kind", "expected a pp_jobs workload")
@@ -82,7 +85,7 @@ def simulate(scenario: Scenario, quiet: bool = True,
 
     sim = JobSimulator(cluster, planner, scenario.policy.admission, scenario.events,
                        on_change=report_done if on_done is not None else None,
-                       outages_s=outages_s)
+                       outages_s=outages_s, cut_phases=cut_phases)
     with progress(len(jobs), f"jobs ({scenario.policy.placement})", quiet) as bar:
         states = sim.run(jobs, [r.arrival_s for r in reqs], tick=bar.advance)
     report_done(sim)

@@ -81,7 +81,8 @@ def fibre_row(ev: EventSpec, rec: dict[str, Any]) -> dict[str, Any]:
                            "applied": "skipped" not in rec and "error" not in rec}
     if ev.first_slot is not None:
         row["first_slot"], row["slots"] = ev.first_slot, ev.slots
-    for key in ("wall_time", "run_s", "monotonic_s", "via", "skipped", "error", "note",
+    for key in ("wall_time", "run_s", "monotonic_s", "link_set_monotonic_s", "via",
+                "skipped", "error", "note",
                 "loss_to_restored_s", "controller_restoration_s", "moved", "lost_slots"):
         if key in rec:
             row[key] = rec[key]
@@ -471,7 +472,8 @@ class FaultInjector:
             row["monotonic_s"] = rec["monotonic_s"]
         row["applied"] = row["applied"] or ("skipped" not in rec and "error" not in rec)
         if step.kind == "fiber_cut":
-            row["cuts"].append({k: rec[k] for k in ("at_s", "run_s", "cut_to_restored_s",
+            row["cuts"].append({k: rec[k] for k in ("at_s", "run_s", "link_set_monotonic_s",
+                                                   "cut_to_restored_s",
                                                    "lost", "restored", "skipped", "error")
                                 if k in rec})
         elif row["cuts"]:

@@ -28,6 +28,7 @@ from testbed.analysis.faultimpact import (
     window_marks,
 )
 from testbed.emu.scale import Scale
+from testbed.orchestrate.cutphase import phases_at_marks
 from testbed.spec.models import EventSpec, Scenario
 
 log = logging.getLogger(__name__)
@@ -228,15 +229,19 @@ def emu_fault_impact(scenario: Scenario, records: Mapping[str, Sequence[Sequence
         r["applied_at_s"] = r["at_s"]
         r["at_s"] = planned_at.get(r["event"], r["at_s"])
         out = outcomes.get(r["job"], {})
-        t0, t1 = r["applied_at_s"], _next_at(events, r["event"])
+        hits = None if hit is None else hit.get(r["job"], set())
+        t0, t1 = r["applied_at_s"], _next_at(events, r["event"], hits)
         mine = [err for t, err in out.get("restarts", []) if t0 <= t < t1]
         r["restarts"] = len(mine)
         if mine and r.get("error") is None:  # lived through it by a restart: its error
             r["error"] = mine[0]
+    # each (job, event) that hit the job, as the simulator's file (a repair's window would
+    # show the cut's stall again: it is in the cut's, which runs on through the repair)
     its = []
     for job, marks in iterations.items():
         for m in events:
-            its += iteration_rows("emu", job, m.index, window_marks(marks, m.at_s))
+            if hit is None or m.index in hit.get(job, set()):
+                its += iteration_rows("emu", job, m.index, window_marks(marks, m.at_s))
     return {"fault_impact": rows, "fault_iterations": its}
 
 
@@ -269,29 +274,36 @@ def _hits(ev: EventMark, row: Mapping[str, Any], fibres: set[frozenset[str]],
     return frozenset(ev.target.split("-", 1)) in fibres
 
 
-def _next_at(events: Sequence[EventMark], index: int) -> float:
-    """When the next event that takes a lightpath down follows this one (a repair does
-    not end a cut's window; math.inf: none)."""
+def _next_at(events: Sequence[EventMark], index: int,
+             hits: set[int] | None = None) -> float:
+    """When the job's restarts stop being charged to this event: at the next event that
+    hit the job (`hits`: its events; None: every one that takes a lightpath down; a
+    repair does not end a cut's window; math.inf: none). An event that did not hit the
+    job (a repair) is charged no restart."""
     me = next(e for e in events if e.index == index)
-    if me.kind not in HIT_KINDS:
-        return me.at_s  # a repair is charged no restart
-    later = [e.at_s for e in events if e.at_s > me.at_s and e.kind in HIT_KINDS]
+    if me.kind not in HIT_KINDS or (hits is not None and index not in hits):
+        return me.at_s
+    later = [e.at_s for e in events if e.at_s > me.at_s and e.kind in HIT_KINDS
+             and (hits is None or e.index in hits)]
     return min(later) if later else math.inf
 
 
-def fault_agreement(scenario: Scenario, emu_rows: Sequence[Mapping[str, Any]]
-                    ) -> dict[str, Any]:
+def fault_agreement(scenario: Scenario, emu_rows: Sequence[Mapping[str, Any]],
+                    policy: Mapping[str, Any] | None = None,
+                    phases: Mapping[str, Mapping[int, Any]] | None = None) -> dict[str, Any]:
     """The emulated stalls against the simulator's prediction for the same outages
     (testbed.jobs.outage.predict_outage with each event's measured outage; the spec's
     tcp_rto_min_s: the emulation dilates the kernel's, testbed.emu.tcp_tuning): per
-    (job, event) both rows met, the stalls, their difference and the band max(10 %,
-    20 ms). {"rows": [], "note": why} when nothing could be compared."""
+    (job, event) that hit the job (a repair's row is not compared: it hit nothing) the
+    stalls, their difference and the band max(10 %, 20 ms); `collective_timeout_s` the
+    time-out each side applied, scenario seconds (`policy`: summary.json
+    worker_fault_policy). {"rows": [], "note": why} when nothing could be compared."""
     from testbed.jobs.outage import predict_outage
 
     outages = {int(r["event"]): float(r["outage_s"]) for r in emu_rows
                if r.get("outage_s") is not None and r.get("hit", True)}
     try:
-        pred = predict_outage(scenario, outages or None)
+        pred = predict_outage(scenario, outages or None, phases=phases or None)
     except Exception as exc:  # the comparison is a record; the run's figures stand
         log.warning("fault agreement: no prediction: %s", exc)
         return {"rows": [], "note": f"no simulator prediction: {exc}"}
@@ -306,7 +318,8 @@ def fault_agreement(scenario: Scenario, emu_rows: Sequence[Mapping[str, Any]]
             "job": e["job"], "event": e["event"], "kind": e["kind"], "target": e["target"],
             "outage_s": e.get("outage_s"), "emu_stall_s": es, "sim_stall_s": ss,
             "emu_survived": e.get("survived"), "sim_survived": s.get("survived"),
-            "emu_error": e.get("error"), "sim_error": s.get("error")}
+            "emu_error": e.get("error"), "sim_error": s.get("error"),
+            "cut_phase": (phases or {}).get(e["job"], {}).get(int(e["event"]))}
         if es is not None and ss is not None:
             band = agreement_band_s(ss)
             row.update(difference_s=es - ss, band_s=band, within=abs(es - ss) <= band)
@@ -315,9 +328,14 @@ def fault_agreement(scenario: Scenario, emu_rows: Sequence[Mapping[str, Any]]
         row["same_outcome"] = e.get("survived") == s.get("survived")
         rows.append(row)
     checked = [r for r in rows if r["within"] is not None]
+    model = pred.get("model") or {}
     return {"rows": rows, "compared": len(checked),
             "within": sum(1 for r in checked if r["within"]),
             "band": f"max({AGREEMENT_REL:.0%}, {AGREEMENT_ABS_S * 1e3:.0f} ms)",
+            "collective_timeout_s": {
+                "emu": (policy or {}).get("collective_timeout_scenario_s"),
+                "emu_source": (policy or {}).get("collective_timeout_source"),
+                "sim": model.get("collective_timeout_s")},
             "sim_model": pred.get("model")}
 
 
@@ -335,6 +353,7 @@ def record_fault_impact(scenario: Scenario, run_dir: Path, result: Mapping[str, 
     per_job = list(result.get("worker_jobs") or [])
     records: dict[str, list[list[dict[str, Any]]]] = {}
     planned: dict[str, int] = {}
+    plans: dict[str, dict[str, Any]] = {}
     fibres: dict[str, set[frozenset[str]]] = {}
     for s in per_job:
         job = str(s["job"])
@@ -342,7 +361,7 @@ def record_fault_impact(scenario: Scenario, run_dir: Path, result: Mapping[str, 
         stages = sorted(jdir.glob("stage*.jsonl"), key=lambda p: int(p.stem[5:] or 0))
         records[job] = [read_records(p) for p in stages]
         try:
-            plan = json.loads((jdir / "plan.json").read_text())
+            plan = plans[job] = json.loads((jdir / "plan.json").read_text())
             planned[job] = int(plan["iterations"]) + int(plan.get("warmup_iterations", 0))
         except (OSError, ValueError, KeyError, TypeError):
             planned[job] = 0
@@ -355,5 +374,63 @@ def record_fault_impact(scenario: Scenario, run_dir: Path, result: Mapping[str, 
         return {}
     atomic_write_text(Path(run_dir) / "fault_iterations.csv",
                       iterations_csv_text(out.pop("fault_iterations")))
-    out["fault_agreement"] = fault_agreement(scenario, out["fault_impact"])
+    out["fault_agreement"] = fault_agreement(scenario, out["fault_impact"],
+                                             result.get("worker_fault_policy"),
+                                             cut_phases(scenario, records, faults, tf, plans))
     return out
+
+
+def cut_phases(scenario: Scenario, records: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+               faults: Mapping[str, Any], time_factor: float,
+               plans: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Per job and applied network event (spec index): the phase of its worst hit
+    boundary (the most segments lost) at the event's first cut, as CutPhase.as_dict()
+    (predict_outage's `phases`). Boundaries: those between stages in different DCs
+    (plan.json info.stage_dcs; all when unknown). The outage: the event's measured one
+    (testbed.orchestrate.impact.event_marks). {} (logged) when the records do not tell:
+    the prediction is then the phase-free one, the run's figures stand."""
+    zero = faults.get("events_clock_zero_monotonic_s")
+    if zero is None:
+        return {}
+    try:
+        marks = event_marks(scenario, faults, float(zero), time_factor,
+                            static=scenario.emulation.forwarding == "static")
+        return phases_at_marks(marks, records, time_factor, plans)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        log.warning("cut phases: not from these records: %s", exc)
+        return {}
+
+
+def run_phases(run_dir: Path, scenario: Scenario) -> dict[str, dict[int, dict[str, Any]]]:
+    """cut_phases of an emulation's run directory (summary.json, workers/JOB/)."""
+    from testbed.orchestrate.results import read_records as _read_records
+
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    records: dict[str, list[list[dict[str, Any]]]] = {}
+    plans: dict[str, dict[str, Any]] = {}
+    for s in summary.get("worker_jobs") or []:
+        job = str(s["job"])
+        jdir = Path(run_dir) / "workers" / job
+        paths = sorted(jdir.glob("stage*.jsonl"), key=lambda p: int(p.stem[5:] or 0))
+        records[job] = [_read_records(p) for p in paths]
+        try:
+            plans[job] = json.loads((jdir / "plan.json").read_text())
+        except (OSError, ValueError):
+            plans[job] = {}
+    tf = Scale.of_record(summary, f"{run_dir}/summary.json").time_factor
+    return cut_phases(scenario, records, summary, tf, plans)
+
+
+def reagree(run_dir: Path, scenario: Scenario | None = None) -> dict[str, Any]:
+    """The run's fault_agreement computed again with today's model from its own records
+    (the emulated rows as recorded, the phases of its cuts): for runs made before the
+    phase was recorded, or to compare models. The scenario: the run's manifest spec."""
+    from testbed.spec.load import parse_scenario
+
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    if scenario is None:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+        scenario = parse_scenario(manifest["spec"])
+    phases = run_phases(run_dir, scenario)
+    return fault_agreement(scenario, summary.get("fault_impact") or [],
+                           summary.get("worker_fault_policy"), phases)

@@ -55,23 +55,32 @@ class Host:
 @dataclass(frozen=True)
 class FaultPolicy:
     """How the workers live through a network fault (spec policy.workers), in wall-clock
-    seconds (the scenario's x time_factor): the training collectives' time-out (None:
-    the launcher's time-out, also the start-up's), fail or retry, restarts allowed and
-    the stand-in reload time after each (workloads.faulttol)."""
+    seconds (the scenario's x time_factor): the training collectives' time-out, fail or
+    retry, restarts allowed and the stand-in reload time after each (workloads.faulttol).
+
+    A scenario's `collective_timeout_s: null` is torch's gloo default, 1800 s, as the
+    simulator takes it (testbed.analysis.faultimpact.effective_timeout_s): 1800 s x
+    time_factor here (`timeout_source` "gloo default"). A policy made without a scenario
+    (FaultPolicy()) has none: the workers keep their start-up time-out for training."""
 
     collective_timeout_s: float | None = None
     on_fault: str = "fail"
     max_restarts: int = 3
     restart_s: float = 0.0
+    timeout_source: str = "launcher"  # "spec", "gloo default" or "launcher" (given here)
+    time_factor: float = 1.0
 
     @classmethod
     def of(cls, spec: Any, time_factor: float) -> FaultPolicy:
         """From a scenario's policy.workers (a WorkersFaultSpec, or None: the defaults)."""
+        from testbed.analysis.faultimpact import effective_timeout_s
+
         if spec is None:
             return cls()
         timeout = spec.collective_timeout_s
-        return cls(None if timeout is None else timeout * time_factor, spec.on_fault,
-                   spec.max_restarts, spec.restart_s * time_factor)
+        return cls(effective_timeout_s(timeout) * time_factor, spec.on_fault,
+                   spec.max_restarts, spec.restart_s * time_factor,
+                   "gloo default" if timeout is None else "spec", time_factor)
 
     def argv(self) -> list[str]:
         """The worker's options for it (workloads.worker)."""
@@ -81,8 +90,30 @@ class FaultPolicy:
             out += ["--collective-timeout-s", f"{self.collective_timeout_s:.6g}"]
         return out
 
+    def as_order(self) -> dict[str, Any]:
+        """The same options as a worker agent's `start` message carries them
+        (testbed.cluster.agent.parse_start: a stage on another machine)."""
+        return {"collective_timeout_s": self.collective_timeout_s, "on_fault": self.on_fault,
+                "max_restarts": self.max_restarts, "restart_s": self.restart_s}
+
     def as_record(self) -> dict[str, Any]:
-        return {"collective_timeout_s": self.collective_timeout_s,
+        """summary.json `worker_fault_policy`: wall seconds, and which time-out applied
+        (`collective_timeout_source`; `collective_timeout_scenario_s`: the scenario's,
+        what the simulator's model uses)."""
+        t = self.collective_timeout_s
+        scenario = self.timeout_source in ("spec", "gloo default")
+        if t is None:
+            source = "none given: the workers' start-up time-out (--timeout-s)"
+        elif self.timeout_source == "gloo default":
+            source = "null in the scenario: torch's gloo default (1800 s) x time_factor"
+        elif self.timeout_source == "spec":
+            source = "the scenario's policy.workers.collective_timeout_s x time_factor"
+        else:
+            source = "given to the launcher (wall seconds)"
+        return {"collective_timeout_s": t,
+                "collective_timeout_scenario_s": t / self.time_factor
+                if t is not None and scenario else None,
+                "collective_timeout_source": source,
                 "on_fault": self.on_fault, "max_restarts": self.max_restarts,
                 "restart_s": self.restart_s}
 
@@ -194,8 +225,9 @@ class Launcher:
         worker's --go-on-until); a job with a stage on another machine, which cannot see
         the file, runs its plan's iterations only. cpus: the cores this machine's CPU
         workers run on (the worker's --cpus; testbed.emu.cpuset's split), default any.
-        fault_policy: the training collectives' time-out and fail/retry (FaultPolicy; a
-        stage on another machine keeps the defaults: its agent does not pass them)."""
+        fault_policy: the training collectives' time-out and fail/retry (FaultPolicy),
+        for every stage: a stage on another machine gets the same options through its
+        worker agent (the `start` message's `fault`)."""
         self.out_dir = Path(out_dir)
         self.fault_policy = fault_policy or FaultPolicy()
         self.go_on_until = go_on_until
@@ -338,7 +370,8 @@ class Launcher:
             host.machine, job=plan.job, stage=stage, host=host.name,
             plan=json.loads(plan.to_json()), master=master, record_path=rec, log_path=logp,
             timeout_s=self.timeout_s, duty=duty, linger_s=self.metrics_linger_s,
-            nice=self.nice, go_on=self.go_on_until is not None)
+            nice=self.nice, go_on=self.go_on_until is not None,
+            fault=self.fault_policy.as_order())
         run.workers.append(Worker(plan.job, stage, host, proc, rec, logp, mport, spawn_s,
                                   metrics_host=mhost))
         log.info("job %s stage %d: pid %d on %s (machine %s)", plan.job, stage, proc.pid,
@@ -496,8 +529,8 @@ class Launcher:
     def kill_stage(self, w: Worker, reason: str) -> bool:
         """SIGKILL one worker by its PID (a fault); `reason` becomes its job's failure
         text. False when it had already exited."""
-        if w.proc.poll() is not None:
-            return False
+        if w.proc.poll() is not None or _exit_unreported(w):
+            return False  # it ended on its own: its own status is its failure, not `reason`
         w.fault = reason
         w.killed_s = time.monotonic()
         _signal(w.proc, signal.SIGKILL)

@@ -238,6 +238,7 @@ def apply_event(ev: EventSpec, client: Client, live: dict[int, int],
         if cut:
             rec["controller_restoration_s"] = body["restoration_s"]
     else:
+        rec["link_set_monotonic_s"] = round(t_start, 6)  # the data plane's cut, clock()
         set_link(u, v, not cut)
         rec["via"] = "port_status"
         while True:  # /topology takes the core's lock: failed shows once restoration is done

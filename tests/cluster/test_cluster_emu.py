@@ -116,6 +116,11 @@ def test_emu_cluster_runs_a_job_on_both_machines(machines: tuple[list[StandIn], 
                 (out / "workers" / job["job"] / f"stage{st}.jsonl").read_text().splitlines()]
         kinds = [r["type"] for r in recs]
         assert kinds[0] == "start" and kinds[-1] == "done" and kinds.count("iteration") == 7
+        # the launcher's fault options through the agents (null: gloo's 1800 s x 10)
+        col = recs[0]["collective"]
+        assert (col["timeout_ms"], col["on_fault"], col["max_restarts"]) == (
+            18_000_000, "fail", 3), col
+    assert s["worker_fault_policy"]["collective_timeout_scenario_s"] == 1800.0
     rows = list(csv.DictReader((out / "iterations.csv").open()))
     assert len(rows) == 7 and all(float(r["wall_time_s"]) > 0 for r in rows)
     for name in ("trace.json", "cluster_run.json", "cluster_rtt.json",
@@ -163,6 +168,8 @@ def test_emu_cluster_plays_events_during_training(machines: tuple[list[StandIn],
                       {"at_s": 0.3, "kind": "fiber_repair", "link": ["n2", "n3"]},
                       {"at_s": 0.5, "kind": "controller_kill", "down_s": 0.2}]
     data["emulation"]["iterate_through_events"] = True
+    data["policy"]["workers"] = {"collective_timeout_s": 30, "on_fault": "retry",
+                                 "max_restarts": 2, "restart_s": 0.1}
     spec.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
     _run_on_both(f, spec, out)
@@ -187,6 +194,12 @@ def test_emu_cluster_plays_events_during_training(machines: tuple[list[StandIn],
     assert s["controller_run"]["caps"]["failed"] == 0, s["controller_run"]["caps"]
     job = s["worker_jobs"][0]
     assert job["ok"] and s["failed_jobs"] == [], job
+    for st in range(4):  # the scenario's fault options reached every stage's worker
+        start = json.loads((out / "workers" / job["job"] / f"stage{st}.jsonl"
+                            ).read_text().splitlines()[0])
+        col = start["collective"]
+        assert (col["timeout_ms"], col["on_fault"], col["max_restarts"],
+                col["restart_s"]) == (300_000, "retry", 2, 1.0), col
     assert all(v == "ok" for v in s["teardown"].values()), s["teardown"]
     assert a.left() == [] and b.left() == []
 
