@@ -40,8 +40,6 @@ import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
-ON_FAULT = ("fail", "retry")
-
 
 def is_comm_error(exc: BaseException) -> bool:
     """An error of a collective, a send/recv or the store: what a network fault raises

@@ -21,7 +21,7 @@ from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
 
-from workloads.faulttol import ON_FAULT  # noqa: E402  (torch-free names)
+from workloads.faultargs import ON_FAULT  # noqa: E402  (torch-free)
 
 log = logging.getLogger("workloads.worker")
 # --go-on-until: at most this many iterations beyond the plan's (the spec's own maximum).

@@ -65,6 +65,7 @@ from typing import Any, BinaryIO
 from testbed import names
 from testbed.cluster.ofrelay import OPS as OF_OPS
 from testbed.errors import InputError
+from workloads.faultargs import ON_FAULT, fault_argv
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +118,11 @@ class FaultOrder:
 
     def argv(self) -> list[str]:
         """workloads.worker's options for it."""
-        out = ["--on-fault", self.on_fault, "--max-restarts", str(self.max_restarts),
-               "--restart-s", f"{self.restart_s:.6g}"]
-        if self.collective_timeout_s is not None:
-            out += ["--collective-timeout-s", f"{self.collective_timeout_s:.6g}"]
-        return out
+        return fault_argv(self.collective_timeout_s, self.on_fault, self.max_restarts,
+                          self.restart_s)
 
 
 FAULT_KEYS = ("collective_timeout_s", "on_fault", "max_restarts", "restart_s")
-ON_FAULT = ("fail", "retry")
-"""workloads.faulttol.ON_FAULT (that module imports torch, which the agent does not)."""
 MAX_WALL_TIMEOUT_S = 604_800.0 * 1e6
 """A fault option's largest wall time: the spec's largest time-out x the largest
 time_factor (testbed.spec.models.MAX_TIMEOUT_S, testbed.emu.scale.MAX_TIME_FACTOR)."""

@@ -34,6 +34,7 @@ from testbed.io.atomic import atomic_write_json, atomic_write_text
 from testbed.metrics.hostload import HostLoad, free_cores
 from testbed.orchestrate.results import read_records
 from workloads import zygote
+from workloads.faultargs import fault_argv
 from workloads.plan import JobPlan
 from workloads.zygote import ZygoteProc
 
@@ -84,11 +85,8 @@ class FaultPolicy:
 
     def argv(self) -> list[str]:
         """The worker's options for it (workloads.worker)."""
-        out = ["--on-fault", self.on_fault, "--max-restarts", str(self.max_restarts),
-               "--restart-s", f"{self.restart_s:.6g}"]
-        if self.collective_timeout_s is not None:
-            out += ["--collective-timeout-s", f"{self.collective_timeout_s:.6g}"]
-        return out
+        return fault_argv(self.collective_timeout_s, self.on_fault, self.max_restarts,
+                          self.restart_s)
 
     def as_order(self) -> dict[str, Any]:
         """The same options as a worker agent's `start` message carries them
