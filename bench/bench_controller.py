@@ -62,36 +62,6 @@ def metric(ctl: Any, name: str) -> float:
     return float(next(x for x in text.splitlines() if x.startswith(name + " ")).split()[-1])
 
 
-def runqueue_wait_s() -> float:
-    """How long this thread has waited for a CPU while runnable, in all (the scheduler's
-    own count, /proc/thread-self/schedstat: run time, runqueue wait, time slices)."""
-    try:
-        with open("/proc/thread-self/schedstat", encoding="ascii") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def context_switches(pid: int) -> dict[str, int]:
-    """Context switches so far of process pid's threads, summed by thread name."""
-    out: dict[str, int] = {}
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        name = lines[0].split(None, 1)[-1].rstrip("0123456789_-")  # Thread-65 -> Thread
-        n = sum(int(x.split()[1]) for x in lines
-                if x.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
-        out[name] = out.get(name, 0) + n
-    return out
-
-
 def restorable(sc: Any, lps: list[dict[str, Any]], fibre: tuple[str, str]) -> int:
     """How many lightpaths a cut of `fibre` would restore (same decisions, pure core)."""
     from controllers.core import ControllerCore
@@ -166,34 +136,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             out["switches"] = len(net.plan.switches)
             dcs = [d.name for d in sc.dcs]
             pairs = [(a, b) for a in dcs for b in dcs if a < b]
-            lat, ctl_lat, ids, cpu_wait = [], [], [], []
+            lat, ctl_lat, ids = [], [], []
             phases0 = phase_sums(ctl)
-            cs0 = context_switches(ctl.proc.pid)
             for i in range(args.lightpaths):
                 a, b = pairs[i % len(pairs)]
-                w = runqueue_wait_s()
                 t = time.perf_counter()
                 status, lp = ctl.request("POST", "/lightpaths",
                                          {"src_dc": a, "dst_dc": b, "slots": 1})
                 dt = time.perf_counter() - t
-                w = runqueue_wait_s() - w
                 if status != 201:
                     out["decisions"].append(["refused", i, status])
                     continue
                 lat.append(dt * 1e3)
-                cpu_wait.append(w * 1e3)
                 ctl_lat.append(lp["setup_s"] * 1e3)
                 ids.append(lp)
                 out["decisions"].append(_lp_key(lp))
             out["setup_ms"], out["ctl_setup_ms"] = lat, ctl_lat
-            cs1 = context_switches(ctl.proc.pid)
-            out["controller_threads"] = len(os.listdir(f"/proc/{ctl.proc.pid}/task"))
-            by_name = {k: (v - cs0.get(k, 0)) / max(1, len(lat)) for k, v in cs1.items()}
-            out["ctl_context_switches_per_setup"] = sum(by_name.values())
-            out["ctl_context_switches_by_thread"] = by_name
-            # the REST client's own wait for a CPU inside each set-up's time (runnable,
-            # not running: the busy core, the other work on the machine)
-            out["client_cpu_wait_ms"] = cpu_wait
             out["setup_phases_ms"] = per_phase_ms(phases0, phase_sums(ctl), len(lat))
             if args.protection == "on":  # the protection follows the set-ups
                 t = time.perf_counter()
@@ -281,16 +239,6 @@ def print_run(r: dict[str, Any]) -> None:
           f"at request {lat.index(max(lat)) + 1}; target p99 < 20 ms)")
     print("  " + breakdown(r["setup_phases_ms"], statistics.mean(lat),
                            statistics.mean(ctl_lat)))
-    if "controller_threads" in r:
-        print(f"  the controller: {r['controller_threads']} threads, "
-              f"{r['ctl_context_switches_per_setup']:.1f} context switches per set-up (all "
-              "its threads)")
-    if r.get("client_cpu_wait_ms"):
-        w = r["client_cpu_wait_ms"]
-        rest = [a - b for a, b in zip(lat, w, strict=True)]
-        print(f"  the REST client waited for a CPU (runnable, not running) {statistics.mean(w):.2f}"
-              f" ms per set-up (mean; worst {max(w):.2f} ms); set-up less that wait: median "
-              f"{statistics.median(rest):.2f} ms, p99 {pct(rest, 0.99):.2f} ms")
     if "protected_after_ms" in r:
         print(f"  all {len(lat)} protected {r['protected_after_ms']:.0f} ms after the last "
               "set-up's reply")
@@ -352,7 +300,7 @@ def summarize(results: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
     print("\nper code and mode: median [range] over the runs; pooled = all set-ups together")
     head = ("code", "mode", "runs", "set-up median/run", "worst/run", "pooled p50",
             "pooled p99 (n)", "ctl p99 pooled", "restoration ms", "of it send",
-            "REST cut ms", "client CPU wait p99", "less client wait: p50 / p99")
+            "REST cut ms")
     print(" | ".join(head))
     for (code, mode), runs in results.items():
         lat = [x for r in runs for x in r["setup_ms"]]
@@ -364,19 +312,10 @@ def summarize(results: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
                f"{pct(ctl, 0.99):.1f}", _span([r["cut"]["ms"] for r in runs]),
                _span([r["restoration_phases_ms"]["send"] for r in runs]),
                _span([r["rest_cut"]["ms"] for r in runs])]
-        wait = [x for r in runs for x in r.get("client_cpu_wait_ms", [])]
-        if len(wait) == len(lat):
-            rest = [a - b for a, b in zip(lat, wait, strict=True)]
-            row += [f"{pct(wait, 0.99):.1f}",
-                    f"{statistics.median(rest):.1f} / {pct(rest, 0.99):.1f}"]
         print(" | ".join(row))
         print(f"    {code} {mode} mean per set-up: " + ", ".join(
             f"{k} {statistics.mean(r['setup_phases_ms'][k] for r in runs):.2f}"
             for k in PHASES) + f"; load {_span([r['load'] for r in runs])}")
-        if all("controller_threads" in r for r in runs):
-            print(f"    {code} {mode} controller threads "
-                  f"{_span([r['controller_threads'] for r in runs])}, context switches per "
-                  f"set-up {_span([r['ctl_context_switches_per_setup'] for r in runs])}")
         print(f"    {code} {mode} restoration phases: " + ", ".join(
             f"{k} {_span([r['restoration_phases_ms'][k] for r in runs])}"
             for k in ("rules", "send", "barrier")))

@@ -11,7 +11,6 @@ controller has one) with a 4xx status; handlers run in uvicorn's worker threads 
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import ipaddress
 import logging
@@ -495,10 +494,6 @@ class RestApi:
         self.token = token
         self.jobs = jobs if jobs is not None else JobService(core)
         self.sock = sock if sock is not None else bind_listener(host, port)
-        # A connection reaches uvicorn's loop with its request, not before: one wake-up
-        # of the loop thread per request instead of one at connect and one at the data.
-        with contextlib.suppress(OSError, AttributeError):
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 1)
         self.host, self.port = self.sock.getsockname()[:2]
         self.app = create_app(core, self.jobs, token, on_layout or core.set_layout,
                               time.time())

@@ -11,7 +11,6 @@ no emulator import.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +21,6 @@ from controllers.rules import LayoutIndex
 from controllers.store import LightpathRow
 from testbed.optical import OpticalNetwork
 
-log = logging.getLogger("lightpipe.controller.backups")
 MAX_POSTPONE_S = 1.0  # a steady stream of set-ups postpones the pending ones this long at most
 
 
@@ -39,12 +37,7 @@ class Backups:
         self.clock = clock
         self.pending: set[int] = set()  # set up, protection not installed yet
         self._routes: dict[tuple[str, ...], tuple[str, ...] | None] = {}
-        # One timer thread for the protections' installs, started with the first: a set-up
-        # only moves its deadline (no thread started, nothing woken, per set-up).
-        self._cv = threading.Condition()
-        self._due: float | None = None  # time.monotonic() the install is due; None: none
-        self._install: Callable[[], None] | None = None
-        self._timer: threading.Thread | None = None
+        self._timer: threading.Timer | None = None
         self._since = 0.0  # when the oldest pending protection was asked for
 
     def backup(self, ix: LayoutIndex | None,
@@ -89,51 +82,18 @@ class Backups:
         """(Re)start the timer that calls `install` (which takes the core's lock and
         installs the pending protections): `delay_s` after this call, unless the oldest
         pending one has waited MAX_POSTPONE_S already."""
-        assert self.delay_s is not None
         now = self.clock()
-        with self._cv:
-            self._install = install
-            if self._due is not None:
-                if now - self._since >= MAX_POSTPONE_S:
-                    return  # a steady stream of set-ups: do not postpone any more
-                # later than what the timer waits for: it waits on when it wakes
-                self._due = time.monotonic() + self.delay_s
-                return
+        timer = self._timer
+        if timer is not None and timer.is_alive():
+            if now - self._since >= MAX_POSTPONE_S:
+                return  # a steady stream of set-ups: do not postpone any more
+            timer.cancel()
+        else:
             self._since = now
-            self._due = time.monotonic() + self.delay_s
-            if self._timer is None or not self._timer.is_alive():
-                self._timer = threading.Thread(target=self._run, name="protect-timer",
-                                               daemon=True)
-                self._timer.start()
-            else:
-                self._cv.notify()
-
-    def due(self) -> float | None:
-        """When (time.monotonic()) the pending protections' install is due; None: none."""
-        with self._cv:
-            return self._due
-
-    def _run(self) -> None:
-        """The timer thread: sleep until the install is due (as the deadline moved), run
-        it, wait for the next."""
-        with self._cv:
-            while True:
-                if self._due is None:
-                    self._cv.wait()
-                    continue
-                left = self._due - time.monotonic()
-                if left > 0:
-                    self._cv.wait(left)
-                    continue
-                install, self._due = self._install, None
-                self._cv.release()
-                try:
-                    if install is not None:
-                        install()
-                except Exception:
-                    log.exception("installing the pending protections failed")
-                finally:
-                    self._cv.acquire()
+        assert self.delay_s is not None
+        self._timer = threading.Timer(self.delay_s, install)
+        self._timer.daemon = True
+        self._timer.start()
 
     def view(self, ix: LayoutIndex | None, row: LightpathRow) -> dict[str, Any]:
         """The view's protection keys: `backup` (route or None), `protected` (whether the

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 try:  # os-ken 4.x
     from os_ken.base import app_manager
-    from os_ken.controller import controller as of_controller
     from os_ken.controller import ofp_event
     from os_ken.controller.handler import (
         CONFIG_DISPATCHER,
@@ -14,13 +13,12 @@ try:  # os-ken 4.x
     )
     from os_ken.lib import hub
     from os_ken.lib.packet import arp, ethernet, packet
-    from os_ken.ofproto import ofproto_parser, ofproto_v1_3
+    from os_ken.ofproto import ofproto_v1_3
 
     BaseApp = app_manager.OSKenApp
     FRAMEWORK = "os_ken"
 except ImportError:  # pragma: no cover - Ryu on an older Python
     from ryu.base import app_manager  # type: ignore[no-redef]
-    from ryu.controller import controller as of_controller  # type: ignore[no-redef]
     from ryu.controller import ofp_event  # type: ignore[no-redef]
     from ryu.controller.handler import (  # type: ignore[no-redef]
         CONFIG_DISPATCHER,
@@ -30,7 +28,7 @@ except ImportError:  # pragma: no cover - Ryu on an older Python
     )
     from ryu.lib import hub  # type: ignore[no-redef]
     from ryu.lib.packet import arp, ethernet, packet  # type: ignore[no-redef]
-    from ryu.ofproto import ofproto_parser, ofproto_v1_3  # type: ignore[no-redef]
+    from ryu.ofproto import ofproto_v1_3  # type: ignore[no-redef]
 
     BaseApp = app_manager.RyuApp
     FRAMEWORK = "ryu"
@@ -45,9 +43,7 @@ __all__ = [
     "arp",
     "ethernet",
     "hub",
-    "of_controller",
     "ofp_event",
-    "ofproto_parser",
     "ofproto_v1_3",
     "packet",
     "set_ev_cls",

@@ -22,13 +22,10 @@ under LightPipe's launcher, `controllers.launcher`):
     LIGHTPIPE_CTL_PROTECT_DELAY_S  a new lightpath's protection is installed this long after
                            its set-up, with the other pending ones (default 0.05; "none":
                            within the set-up)
-    LIGHTPIPE_CTL_SWITCH_IO   one (default): one I/O thread for all switch connections
-                           (controllers/switchio.py); threads: os-ken's two per switch
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -49,9 +46,7 @@ from controllers.compat import (
     arp,
     ethernet,
     hub,
-    of_controller,
     ofp_event,
-    ofproto_parser,
     ofproto_v1_3,
     packet,
     set_ev_cls,
@@ -64,92 +59,11 @@ from controllers.layout import Layout
 from controllers.placing import PlaceLimits
 from controllers.rules import ETH_ARP, FlowRule, diff_rules
 from controllers.store import Store
-from controllers.switchio import BarrierGroup, Barriers, SwitchIO
 from controllers.tokenfile import new_token_file, read_token
 
 log = logging.getLogger("lightpipe.controller.app")
 
 BARRIER_TIMEOUT_S = 5.0  # default wait for a switch's reply (--switch-timeout-s)
-OFPT_BARRIER_REPLY = 21
-
-
-def switch_io_mode(env: Any = os.environ) -> str:
-    """LIGHTPIPE_CTL_SWITCH_IO: "one" (default): one I/O thread for all switch connections
-    (controllers/switchio.py); "threads": os-ken's sender and receiver thread per switch."""
-    return "threads" if env.get("LIGHTPIPE_CTL_SWITCH_IO", "one") == "threads" else "one"
-
-
-class IODatapath(of_controller.Datapath):  # type: ignore[misc,name-defined]
-    """os-ken's Datapath whose socket the shared I/O thread serves (controllers.switchio):
-    no sender or receiver thread of its own. Writes go straight into the socket from the
-    calling thread; what the switch sends is split and parsed in the I/O thread and
-    dispatched exactly as os-ken's receive loop does (events to the observers, then the
-    ofp_event brick's own handlers for the current state), but for a barrier reply
-    someone waits for, which settles its group there without an os-ken message object."""
-
-    io: SwitchIO
-    pending: Barriers
-    conn: Any = None
-
-    def serve(self) -> None:
-        self.closed_ev = threading.Event()
-        self.conn = self.io.add(self.socket, self._on_message, self._on_closed, name=self)
-        self.send_msg(self.ofproto_parser.OFPHello(self))
-        echo = hub.spawn(self._echo_request_loop) if self.max_unreplied_echo_requests else None
-        try:
-            self.closed_ev.wait()
-        finally:
-            if echo is not None:
-                hub.kill(echo)
-                hub.joinall([echo])
-            self.is_active = False
-
-    def send(self, buf: Any, close_socket: bool = False) -> bool:
-        if self.conn is None:
-            return False
-        return self.conn.send(bytes(buf), close_socket)
-
-    def _close_write(self) -> None:
-        if self.conn is not None:
-            self.conn.send(b"", close_after=True)  # after what is queued, as shutdown(WR)
-
-    def _on_message(self, data: bytes) -> None:
-        """One OpenFlow message from the switch, in the I/O thread."""
-        version, msg_type = data[0], data[1]
-        xid = int.from_bytes(data[4:8], "big")
-        if msg_type == OFPT_BARRIER_REPLY and version == ofproto_v1_3.OFP_VERSION and \
-                self.pending.settle(self, xid):
-            return
-        msg = ofproto_parser.msg(self, version, msg_type, len(data), xid, bytearray(data))
-        if not msg:
-            return
-        ev = ofp_event.ofp_msg_to_ev(msg)
-        brick = self.ofp_brick
-        if brick is not None:
-            brick.send_event_to_observers(ev, self.state)
-            for handler in brick.get_handlers(ev):
-                if self.state in handler.callers[ev.__class__].dispatchers:
-                    handler(ev)
-
-    def _on_closed(self) -> None:
-        """The connection closed (either end), in the I/O thread."""
-        self.pending.drop(self)
-        self.send_q = None  # ends os-ken's echo loop
-        self.closed_ev.set()
-
-
-def io_connection_factory(io: SwitchIO, pending: Barriers) -> Any:
-    """os-ken's datapath_connection_factory, with an IODatapath."""
-    def factory(sock: socket.socket, address: Any) -> None:
-        dp = IODatapath(sock, address)
-        dp.io, dp.pending = io, pending
-        with contextlib.closing(dp):
-            try:
-                dp.serve()
-            except Exception:
-                log.exception("switch at %s: connection failed", address)
-                raise
-    return factory
 
 
 def switch_timeout_s(env: Any = os.environ) -> float:
@@ -242,14 +156,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         # Switches connected before any layout: their tables are left as they are (they
         # may forward on a previous controller's rules) until a layout says what is wanted.
         self.awaiting_layout: set[int] = set()
-        self.pending = Barriers()  # barrier replies awaited, by (datapath, xid)
-        self.io: SwitchIO | None = None
-        self._os_ken_factory = of_controller.datapath_connection_factory
-        self._factory: Any = None
-        if switch_io_mode() == "one":  # before os-ken's OpenFlow listener starts
-            self.io = SwitchIO().start()
-            self._factory = io_connection_factory(self.io, self.pending)
-            of_controller.datapath_connection_factory = self._factory
+        self.barriers: dict[tuple[int, int], threading.Event] = {}
         self.multiparts: dict[tuple[int, int], _Multipart] = {}
         self.sync_lock = threading.RLock()
         self.reply_timeout_s = switch_timeout_s()
@@ -301,10 +208,6 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
 
     def close(self) -> None:
         self.api.close()
-        if self.io is not None:
-            if of_controller.datapath_connection_factory is self._factory:
-                of_controller.datapath_connection_factory = self._os_ken_factory
-            self.io.close()  # every switch connection closed, the I/O thread ended
         self.core.store.close()
 
     # ---- southbound: install what the core wants -------------------------------------
@@ -345,15 +248,16 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
         for batch in rounds:
             if not batch:
                 continue
-            group = BarrierGroup()  # this round's replies, from all its switches
+            waits = []
             with self.sync_lock:
                 for dp, installed, add, delete in batch:
                     if self.datapaths.get(dp.id) is not dp:
                         continue  # reconnected meanwhile: its full sync installs everything
-                    self._barrier(dp, ofwire.changes(installed, add, delete), group)
+                    waits.append((dp.id, self._barrier(
+                        dp, ofwire.changes(installed, add, delete))))
             sent = time.perf_counter()
             phase.labels(phase="send").inc(sent - t)
-            self._wait(group)
+            self._wait(waits)
             t = time.perf_counter()
             phase.labels(phase="barrier").inc(t - sent)
 
@@ -393,11 +297,11 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 stale: tuple[Any, ...] = ()
             else:
                 current, stale = _stale_entries(dp, tables, desired)
-            group = self._barrier(dp, ofwire.changes(
+            ev = self._barrier(dp, ofwire.changes(
                 current, tuple(desired.values()), stale,
                 delete_other=lambda r: delete_by_os_ken(dp, r)))
             self.installed[dp.id] = dict(desired)
-        self._wait(group)
+        self._wait([(dp.id, ev)])
         with self.sync_lock:
             if self.datapaths.get(dp.id) is dp:
                 self.core.synced.add(dp.id)  # type: ignore[attr-defined]
@@ -425,27 +329,24 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
             return None
         return got["flows"][1].body, [g.group_id for g in got["groups"][1].body]
 
-    def _barrier(self, dp: Any, msgs: list[ofwire.Message] | None = None,
-                 group: BarrierGroup | None = None) -> BarrierGroup:
+    def _barrier(self, dp: Any, msgs: list[ofwire.Message] | None = None) -> threading.Event:
         """Send `msgs` and a barrier request behind them in one write (encoded by
-        controllers.ofwire; with the I/O thread, written by this thread straight into the
-        switch's socket); the barrier's reply joins `group` (a new one if None), which is
-        done when every reply it expects came (all of their messages done)."""
+        controllers.ofwire: one hand-over to the switch's sender thread, and a few us per
+        message where os-ken's objects took tens); the event is set when the switch's
+        barrier reply comes (all of them done)."""
         out = [*(msgs or ()), ofwire.barrier()]
         first = reserve_xids(dp, len(out))
-        group = BarrierGroup() if group is None else group
-        self.pending.expect(group, dp, (first + len(out) - 1) & dp.ofproto.MAX_XID, dp.id)
+        ev = threading.Event()
+        self.barriers[(dp.id, (first + len(out) - 1) & dp.ofproto.MAX_XID)] = ev
         dp.send(ofwire.frame(out, first))
-        return group
+        return ev
 
-    def _wait(self, group: BarrierGroup) -> None:
-        """One wait for all the group's replies (the I/O thread wakes this thread once)."""
-        if not group.wait(self.reply_timeout_s):
-            for dpid in group.missing():
+    def _wait(self, waits: list[tuple[int, threading.Event]]) -> None:
+        deadline = time.monotonic() + self.reply_timeout_s
+        for dpid, ev in waits:
+            if not ev.wait(max(0.0, deadline - time.monotonic())):
                 log.warning("switch %#x: no barrier reply within %.0f s", dpid,
                             self.reply_timeout_s)
-        for dpid in group.failed:
-            log.info("switch %#x: disconnected before its barrier reply", dpid)
 
     # ---- events -------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -476,14 +377,15 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 self.awaiting_layout.discard(dp.id)
                 self.core.connected.discard(dp.id)  # type: ignore[attr-defined]
                 self.core.synced.discard(dp.id)  # type: ignore[attr-defined]
-        self.pending.drop(dp)  # its awaited replies will not come
         self.core.metrics.switches.set(len(self.datapaths))
 
     # CONFIG too: the reply may be read before os-ken's handler has read the port list
     # and moved the switch to MAIN.
     @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _barrier_reply(self, ev: Any) -> None:
-        self.pending.settle(ev.msg.datapath, ev.msg.xid)
+        done = self.barriers.pop((ev.msg.datapath.id, ev.msg.xid), None)
+        if done is not None:
+            done.set()
 
     @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPGroupDescStatsReply],
                 [CONFIG_DISPATCHER, MAIN_DISPATCHER])

@@ -107,33 +107,3 @@ def test_no_layout_leaves_the_switch_tables_alone(app: Any) -> None:
     assert 7 not in app.core.synced  # not claimed as holding its rules either
     app._dead(type("Ev", (), {"datapath": dp})())  # it goes away: forgotten
     assert 7 not in app.awaiting_layout and 7 not in app.core.connected
-
-
-def test_the_io_thread_serves_a_connection_and_the_app_closes_it(app: Any) -> None:
-    """The app's factory (installed over os-ken's while it runs) serves an accepted
-    switch socket from the shared I/O thread: Hello goes out, the switch's Hello is
-    dispatched; close() ends the thread, closes the switch's socket, ends the
-    connection's own thread, and gives os-ken its factory back."""
-    import threading
-
-    from controllers.compat import of_controller
-
-    assert app.io is not None and app.io.thread.is_alive()
-    factory = of_controller.datapath_connection_factory
-    assert factory is app._factory and factory is not app._os_ken_factory
-    with socket.create_server(("127.0.0.1", 0)) as srv:
-        switch = socket.create_connection(srv.getsockname())
-        ours, addr = srv.accept()
-    switch.settimeout(10)
-    conn_thread = threading.Thread(target=factory, args=(ours, addr), daemon=True)
-    conn_thread.start()
-    hello = switch.recv(8)
-    assert len(hello) == 8 and hello[1] == 0  # OFPT_HELLO
-    wait_until(lambda: len(app.io.conns) == 1, timeout_s=10, what="the connection served")
-    app.close()
-    assert not app.io.thread.is_alive()
-    assert of_controller.datapath_connection_factory is app._os_ken_factory
-    assert switch.recv(100) == b""  # the controller's end is closed
-    conn_thread.join(10)
-    assert not conn_thread.is_alive()
-    switch.close()

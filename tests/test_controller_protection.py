@@ -258,7 +258,6 @@ def test_sync_is_make_before_break_in_one_write_per_switch(tmp_path: Path) -> No
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
     from controllers.lightpath_app import LightpathApp
-    from controllers.switchio import Barriers
 
     core = make_core(tmp_path, ring_scenario(), protection=False)
     lp = core.request("dc-a", "dc-d", slots=2)
@@ -290,7 +289,7 @@ def test_sync_is_make_before_break_in_one_write_per_switch(tmp_path: Path) -> No
             log.append(("write", self.id, msgs))
 
     app = types.SimpleNamespace(
-        sync_lock=threading.RLock(), awaiting_layout=set(), pending=Barriers(),
+        sync_lock=threading.RLock(), awaiting_layout=set(), barriers={},
         datapaths={d: Dp(d) for d in after}, installed={d: dict(before[d]) for d in after},
         core=core)
     app._barrier = types.MethodType(LightpathApp._barrier, app)

@@ -16,8 +16,8 @@ from tests.test_layers import ROOT, imports_of
 CORE = ("controllers.core", "controllers.errors", "controllers.lightpaths",
         "controllers.backups", "controllers.restoration", "controllers.caps",
         "controllers.traffic")
-# Pure helpers of the app, beside the core: the OpenFlow wire encoding, the switch I/O thread.
-PURE = (*CORE, "controllers.ofwire", "controllers.switchio")
+# Pure helpers of the app, beside the core: the OpenFlow wire encoding.
+PURE = (*CORE, "controllers.ofwire")
 CHANNELS = "controllers.channels"
 FORBIDDEN = ("os_ken", "ryu", "testbed.emu", "mininet", "torch")
 
