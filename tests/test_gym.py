@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import gc
 import warnings
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,7 @@ def test_env_checker_passes_on_bundled_scenarios(env_id: str, name: str) -> None
     """Every workload kind (lightpath_requests, pp_jobs, allreduce_jobs) as either env;
     the default episode lengths, no warning from the checker."""
     env = gym.make(env_id, scenario=str(SCENARIOS / f"{name}.yaml"))
+    gc.collect()  # what earlier tests in this process left (their unclosed sockets' warnings)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env.unwrapped)
