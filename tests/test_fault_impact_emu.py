@@ -320,5 +320,10 @@ def test_injected_events_are_scraped_and_the_annotation_query_finds_them(
 
     first = datetime.fromisoformat(flap["wall_time"].replace("Z", "+00:00")).timestamp()
     assert steps[0][2] / 1e3 == pytest.approx(first, abs=0.05)
-    gaps = [b[2] - a[2] for a, b in itertools.pairwise(steps)]
-    assert all(150 <= g <= 1000 for g in gaps), gaps
+    # each later step at its own applied time (the injector's record of it), in order:
+    # no bound on the gaps, which a loaded machine stretches or squeezes
+    stamps = [datetime.fromisoformat(r["wall_time"].replace("Z", "+00:00")).timestamp()
+              for r in out["events"]]
+    assert len(stamps) == 4
+    assert [v / 1e3 for _, _, v in steps] == pytest.approx(stamps, abs=0.05)
+    assert all(a[2] < b[2] for a, b in itertools.pairwise(steps))
