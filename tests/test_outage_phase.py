@@ -240,3 +240,42 @@ def test_records_that_do_not_tell_give_no_phase(flap):
                     [{"type": "iteration", "iteration": 0}]]}
     assert cut_phases(flap, bad, faults, 10.0, {"job0": PLAN}) == {}
     assert cut_phases(flap, {"job0": records(100.0)}, {}, 10.0, {"job0": PLAN}) == {}
+
+
+def test_a_job_that_failed_in_the_outage_gets_its_interrupted_iteration_projected(flap):
+    # the records stop after iteration 1 (the worker writes an iteration when it ends);
+    # the plan runs 5: the cut at +1.5 ms of iteration 2 caught its F0 on the wire
+    plan = {**PLAN, "iterations": 4, "warmup_iterations": 1}
+
+    def at(cut: float, outage: float = 0.03, plan: dict = plan) -> dict:
+        faults = {"events_clock_zero_monotonic_s": cut - 10.0,
+                  "faults": [{"kind": "link_flap", "target": "A-B", "at_s": 1.0,
+                              "applied": True, "monotonic_s": cut,
+                              "cuts": [{"at_s": 1.0, "link_set_monotonic_s": cut,
+                                        "cut_to_restored_s": outage}]}]}
+        return cut_phases(flap, {"job0": records(100.0)}, faults, 10.0, {"job0": plan})["job0"][0]
+
+    p = at(100.4015)
+    assert p["kind"] == "bulk" and p["projected_stages"] == [0, 1]
+    assert p["lost_segments"] == 2 * message_segments(ACT)
+    q = at(100.4235, outage=0.001)  # after F1 arrived, before B0 leaves stage 1
+    assert q["kind"] == "idle" and q["next_send_s"] == pytest.approx(0.0015 / 10)
+    # all the plan's iterations recorded: nothing after the last one is invented
+    done = at(100.4015, plan={**plan, "iterations": 1})
+    assert done["kind"] == "idle" and done["next_send_s"] is None
+    assert "projected_stages" not in done
+
+
+def test_a_projection_needs_the_steady_period():
+    from testbed.orchestrate.cutphase import with_iteration_in_progress
+
+    one = [[records(100.0)[0][0]], [records(100.0)[1][0]]]
+    assert with_iteration_in_progress(one, 100.5, 5) == (one, [])
+    two = records(100.0)
+    got, which = with_iteration_in_progress(two, 100.41, 5)
+    assert which == [0, 1] and got[0][-1]["start_s"] == pytest.approx(100.4)
+    assert got[0][-1]["waits"] == [] and got[0][-1]["projected"]
+    # the ops under way at the cut and the next: B1 may wait for what the cut holds back
+    assert [o[0] for o in got[0][-1]["ops"]] == ["F0", "F1", "B0"]
+    # a cut inside the recorded span projects nothing
+    assert with_iteration_in_progress(two, 100.25, 5)[1] == []

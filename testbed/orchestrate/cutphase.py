@@ -5,6 +5,8 @@ cut's phase")."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -52,7 +54,9 @@ def transfers(stages: Sequence[Sequence[Mapping[str, Any]]], plan: Mapping[str, 
     ends: dict[int, dict[int, float]] = {}
     for s in (a, b):
         for r in stages[s]:
-            if r.get("type") == "iteration":  # the barrier before the next iteration
+            if r.get("type") == "iteration" and not r.get("projected"):
+                # the barrier before the next iteration (not one that a projected
+                # iteration, stopped by the cut, would reach)
                 ends.setdefault(int(r["iteration"]), {})[s] = float(r["end_s"])
     for it, e in sorted(ends.items()):
         if len(e) == 2:  # each stage enters at its iteration's end
@@ -143,18 +147,76 @@ def phases_at_marks(marks: Sequence[tuple[Any, Any, Mapping[str, Any]]],
         bounds = [b for b in range(len(stages) - 1)
                   if len(dcs) != len(stages) or dcs[b] != dcs[b + 1]]
         per = {b: transfers(stages, plan, b) for b in bounds}
+        total = _total_iterations(plan)
         for mark, _at, row in marks:
             if mark.kind not in ("fiber_cut", "link_flap", "wavelength_loss") \
                     or mark.outage_s is None or row.get("monotonic_s") is None:
                 continue
             cut_mono, outage_wall = _cut_instant(row, float(mark.outage_s) * time_factor)
-            phases = [cut_phase_at(per[b], cut_mono, outage_wall, time_factor) for b in bounds]
+            seen, projected = with_iteration_in_progress(stages, cut_mono, total)
+            wire = per if not projected else {b: transfers(seen, plan, b) for b in bounds}
+            phases = [cut_phase_at(wire[b], cut_mono, outage_wall, time_factor) for b in bounds]
             if not phases:
                 continue
             rank = {"idle": 0, "control": 1, "bulk": 2}
             worst = max(phases, key=lambda c: (rank[c.kind], c.lost_segments))
-            out.setdefault(job, {})[mark.index] = worst.as_dict()
+            phase = worst.as_dict()
+            if projected:
+                phase["projected_stages"] = projected
+            out.setdefault(job, {})[mark.index] = phase
     return out
+
+
+def _total_iterations(plan: Mapping[str, Any]) -> int | None:
+    """The iterations a stage runs, warm-up included (workloads.worker), from plan.json."""
+    try:
+        return int(plan["iterations"]) + int(plan.get("warmup_iterations", 1))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+PERIOD_SAMPLES = 8
+"""Steady iterations whose start-to-start times give the period of a projection."""
+
+
+def with_iteration_in_progress(stages: Sequence[Sequence[Mapping[str, Any]]], cut_mono_s: float,
+                               total: int | None
+                               ) -> tuple[list[list[Mapping[str, Any]]], list[int]]:
+    """The stages' records, each with the iteration it was running at the cut added when
+    its records stop before the cut although it had iterations left (a worker writes an
+    iteration's record when it ends: a job that failed in the outage never wrote the one
+    the cut interrupted): its last iteration shifted by the median period of its steady
+    ones, with the ops under way at the cut and the next one only (no waits: no transit
+    sample; no barrier at its end). Returns (records, the stages projected)."""
+    out: list[list[Mapping[str, Any]]] = []
+    projected: list[int] = []
+    for s, recs in enumerate(stages):
+        its = [r for r in recs if r.get("type") == "iteration"]
+        last = its[-1] if its else None
+        if last is None or total is None or int(last["iteration"]) + 1 >= total \
+                or float(last["end_s"]) >= cut_mono_s:
+            out.append(list(recs))
+            continue
+        starts = [float(r["start_s"]) for r in its if not r.get("warmup")][-PERIOD_SAMPLES - 1:]
+        gaps = [b - a for a, b in itertools.pairwise(starts) if b > a]
+        if not gaps:
+            out.append(list(recs))
+            continue
+        period = statistics.median(gaps)
+        k = max(1, math.ceil((cut_mono_s - float(last["end_s"])) / period))
+        shift = k * period  # the iteration running at the cut (one per period after the last)
+        ops = sorted(([str(name), float(a) + shift, float(b) + shift]
+                      for name, a, b in last.get("ops") or []), key=lambda o: o[1])
+        began = [o for o in ops if o[1] <= cut_mono_s]
+        # the ops under way at the cut and the next one (its inputs came before the cut);
+        # later ones may wait for what the outage holds back
+        ops = began + [o for o in ops if o[1] > cut_mono_s][:1]
+        nxt = {**last, "iteration": int(last["iteration"]) + k, "projected": True,
+               "start_s": float(last["start_s"]) + shift, "end_s": float(last["end_s"]) + shift,
+               "ops": ops, "waits": []}
+        out.append([*recs, nxt])
+        projected.append(s)
+    return out, projected
 
 
 def _cut_instant(row: Mapping[str, Any], outage_wall_s: float) -> tuple[float, float]:
