@@ -18,6 +18,8 @@ from typing import Any
 
 from testbed.emu.fidelity import fault_accounting, verdict, with_fidelity
 from testbed.emu.procstat import ProcSampler
+from testbed.errors import InputError
+from testbed.io.records import read_json_lines
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +96,13 @@ def own_usage_of(t0: float | None, t1: float | None, used: Any) -> dict[str, Any
 def _window_and_usage(record_path: str) -> tuple[float | None, float | None, Any]:
     t0 = t1 = used = None
     try:
-        with open(record_path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill
-                if isinstance(r, dict) and r.get("type") == "start":
-                    t0 = float(r["ready_s"])
-                elif isinstance(r, dict) and r.get("type") == "done":
-                    t1 = float(r["end_s"])
-                    used = r.get("usage")
-    except (OSError, KeyError, TypeError, ValueError):
+        for r in _read_lines(record_path):
+            if r.get("type") == "start":
+                t0 = float(r["ready_s"])
+            elif r.get("type") == "done":
+                t1 = float(r["end_s"])
+                used = r.get("usage")
+    except (KeyError, TypeError, ValueError):
         pass
     return t0, t1, used
 
@@ -265,21 +262,13 @@ def _record_paths(sampler: ProcSampler) -> list[str]:
 
 
 def _read_lines(path: str) -> list[dict[str, Any]]:
-    """A worker's records (JSON lines; a line cut short by a kill, or not an object, is
-    left out); [] where the file cannot be read."""
-    out = []
+    """A worker's records (testbed.io.records.read_json_lines); [] where the file is
+    refused, with a warning."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(r, dict):
-                    out.append(r)
-    except OSError:
+        return read_json_lines(path, "worker records")
+    except InputError as exc:
+        log.warning("fidelity: %s", exc)
         return []
-    return out
 
 
 def judge_run(net: Any, check: Mapping[str, Any], summary: dict[str, Any], mon: Any

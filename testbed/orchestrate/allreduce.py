@@ -13,7 +13,6 @@ simulated round times that the measured ones are compared with.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -24,6 +23,7 @@ from typing import Any
 
 from testbed.errors import RuntimeFailure
 from testbed.io.atomic import atomic_write_json
+from testbed.io.records import read_json_lines
 from testbed.spec.models import Scenario
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,8 @@ class Ranks:
     def events(self) -> list[dict[str, Any]]:
         out = []
         for j, rank, path in self.records:
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    if line.strip():
-                        out.append({**json.loads(line), "job": j, "rank": rank})
+            out.extend({**r, "job": j, "rank": rank}
+                       for r in read_json_lines(path, "all-reduce records"))
         return out
 
     def wait(self, done: Any, timeout_s: float, what: str) -> list[dict[str, Any]]:

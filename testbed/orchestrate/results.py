@@ -7,30 +7,22 @@ machine-wide monotonic clock every worker writes.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from testbed.emu.scale import Scale
+from testbed.io.records import read_json_lines
 
 UNSCALED = Scale()  # records of a run at 1:1
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of one worker; a truncated last line (killed worker) is skipped."""
-    out: list[dict[str, Any]] = []
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return out
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return out
+    """The JSON lines of one worker ([] before it wrote any); a truncated last line
+    (killed worker) is skipped; a link, a non-regular or an oversized file is refused
+    (testbed.io.records)."""
+    return read_json_lines(path, "worker records")
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
