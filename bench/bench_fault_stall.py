@@ -77,6 +77,22 @@ def phase_free(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r["job"], int(r["event"])): r for r in agree.get("rows", [])}
 
 
+def tcp_timers(run_dir: Path) -> str | None:
+    """The run's TCP timer events over its hosts (summary.json fidelity.tcp, nstat):
+    `probes/time-outs`, e.g. `1/2` (None: not measured)."""
+    try:
+        tcp = (json.loads((run_dir / "summary.json").read_text()).get("fidelity") or {}
+               ).get("tcp") or {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(tcp, dict) or not tcp:
+        return None
+    hosts = [c for c in tcp.values() if isinstance(c, dict)]
+    probes = sum(int(c.get("TcpExtTCPLossProbes", 0)) for c in hosts)
+    rtos = sum(int(c.get("TcpExtTCPTimeouts", 0)) for c in hosts)
+    return f"{probes}/{rtos}"
+
+
 def describe(name: str, runs: list[tuple[Path, list[dict[str, Any]]]]) -> dict[str, Any]:
     rows = [(d, r) for d, rs in runs for r in rs]
     if not rows:
@@ -111,6 +127,9 @@ def describe(name: str, runs: list[tuple[Path, list[dict[str, Any]]]]) -> dict[s
             "host_busy": {"min": busy[0], "median": statistics.median(busy),
                           "max": busy[-1]} if busy else None,
             "phases": phases, "phase_free_within": free_within,
+            "tcp_timers": {"within": sorted(str(tcp_timers(d)) for d, r in rows if r["within"]),
+                           "outside": sorted(str(tcp_timers(d)) for d, r in rows
+                                             if not r["within"])},
             "survived": sum(1 for _, r in rows if r.get("emu_survived")),
             "same_outcome": sum(1 for _, r in rows if r.get("same_outcome"))}
 
@@ -133,6 +152,9 @@ def print_result(d: dict[str, Any]) -> None:
         print(f"  cut phase {kind}: {p['within']}/{p['runs']} within; emu {p['emu_ms']} ms, "
               f"sim {p['sim_ms']} ms")
     print(f"  the phase-free prediction: {d.get('phase_free_within')}/{d['compared']} within")
+    t = d.get("tcp_timers") or {}
+    print(f"  TCP loss probes/time-outs per run (nstat, all hosts): within {t.get('within')}; "
+          f"outside {t.get('outside')}")
     print(f"  survived {d['survived']}/{d['compared']}, same outcome as the simulator "
           f"{d['same_outcome']}/{d['compared']}")
     if d.get("host_busy"):
