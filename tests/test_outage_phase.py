@@ -279,3 +279,24 @@ def test_a_projection_needs_the_steady_period():
     assert [o[0] for o in got[0][-1]["ops"]] == ["F0", "F1", "B0"]
     # a cut inside the recorded span projects nothing
     assert with_iteration_in_progress(two, 100.25, 5)[1] == []
+
+
+def test_a_flap_is_judged_by_the_cuts_that_took_a_lightpath_down(flap):
+    from testbed.orchestrate.impact import event_marks
+
+    row = {"kind": "link_flap", "target": "A-B", "at_s": 1.0, "applied": True,
+           "monotonic_s": 100.0,
+           "cuts": [{"at_s": 1.0, "link_set_monotonic_s": 100.002, "cut_to_restored_s": 0.02,
+                     "restored": [1, 2], "lost": []},
+                    # the detour no longer crosses A-B: the second cut hits nothing
+                    {"at_s": 1.4, "link_set_monotonic_s": 104.0, "cut_to_restored_s": 0.04,
+                     "restored": [], "lost": []}]}
+    faults = {"events_clock_zero_monotonic_s": 90.0, "faults": [row]}
+    ((mark, _at, _row),) = event_marks(flap, faults, 90.0, 10.0)
+    assert mark.outage_s == pytest.approx(0.002)  # the first cut's, not the longest
+    assert _cut_instant(row, 0.04) == (100.002, 0.02)
+    # a row that does not say what each cut took: every cut counts
+    bare = {**row, "cuts": [{k: v for k, v in c.items() if k not in ("restored", "lost")}
+                            for c in row["cuts"]]}
+    ((mark, _, _),) = event_marks(flap, {**faults, "faults": [bare]}, 90.0, 10.0)
+    assert mark.outage_s == pytest.approx(0.004)

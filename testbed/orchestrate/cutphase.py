@@ -219,12 +219,21 @@ def with_iteration_in_progress(stages: Sequence[Sequence[Mapping[str, Any]]], cu
     return out, projected
 
 
+def hit_cuts(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A flap's cuts that took down a lightpath (the injector's `restored` or `lost`
+    lists; after the first, the controller's detour may no longer cross the fibre), or
+    every cut where the row does not say."""
+    cuts = list(row.get("cuts") or [])
+    return [c for c in cuts if c.get("restored") or c.get("lost")] or cuts
+
+
 def _cut_instant(row: Mapping[str, Any], outage_wall_s: float) -> tuple[float, float]:
     """(when the data plane went down, monotonic s; for how long, wall s) of an event's
-    first cut: the injector's link_set_monotonic_s (taken as it sets the link down, after
-    its look at the controller's lightpaths) and that cut's own cut_to_restored_s where
+    first cut that took a lightpath down (else its first): the injector's
+    link_set_monotonic_s (taken as it sets the link down, after its look at the
+    controller's lightpaths) and that cut's own cut_to_restored_s where
     the row has them, else the row's stamp and the event's outage."""
-    first = (row.get("cuts") or [row])[0]
+    first = (hit_cuts(row) or [row])[0]
     t = first.get("link_set_monotonic_s", row.get("link_set_monotonic_s"))
     restored = first.get("cut_to_restored_s")
     out = float(restored) if isinstance(restored, int | float) and t is not None \

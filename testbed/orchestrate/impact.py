@@ -28,7 +28,7 @@ from testbed.analysis.faultimpact import (
     window_marks,
 )
 from testbed.emu.scale import Scale
-from testbed.orchestrate.cutphase import phases_at_marks
+from testbed.orchestrate.cutphase import hit_cuts, phases_at_marks
 from testbed.spec.models import EventSpec, Scenario
 
 log = logging.getLogger(__name__)
@@ -115,8 +115,9 @@ def event_marks(scenario: Scenario, faults: Mapping[str, Any], zero_s: float,
     mark's at_s is when the injector applied it (events' clock, scenario s); its outage
     is what the job's traffic saw: a cut restored by the controller its restoration
     (cut_to_restored_s / time_factor), a static circuit's until its fibre's repair, a
-    flap from its first cut to its last repair (static) or its longest restoration; a
-    lost lightpath: none (math.inf is not JSON: None, 'never back')."""
+    flap from its first cut to its last repair (static) or the longest restoration of
+    the cuts that took a lightpath down (hit_cuts); a lost lightpath: none (math.inf is
+    not JSON: None, 'never back')."""
     rows = list(faults.get("faults") or [])
     used: set[int] = set()
     indexed = [(r, _spec_index(scenario, r, used)) for r in rows]
@@ -142,8 +143,7 @@ def _outage_s(row: Mapping[str, Any], later: Sequence[tuple[Mapping[str, Any], i
     if kind in ("fiber_repair", "wavelength_repair"):
         return 0.0
     if kind == "link_flap":
-        cuts = row.get("cuts") or []
-        times = [c["cut_to_restored_s"] for c in cuts if "cut_to_restored_s" in c]
+        times = [c["cut_to_restored_s"] for c in hit_cuts(row) if "cut_to_restored_s" in c]
         return max(times) / time_factor if times else None
     if static and kind == "fiber_cut":
         for nxt, _ in later:  # the fibre's repair (not applied: the jobs ended first,
