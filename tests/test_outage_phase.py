@@ -277,8 +277,10 @@ def test_a_projection_needs_the_steady_period():
     assert got[0][-1]["waits"] == [] and got[0][-1]["projected"]
     # the ops under way at the cut and the next: B1 may wait for what the cut holds back
     assert [o[0] for o in got[0][-1]["ops"]] == ["F0", "F1", "B0"]
-    # a cut inside the recorded span projects nothing
+    # a cut inside the recorded span projects nothing; nor do records that do not tell
     assert with_iteration_in_progress(two, 100.25, 5)[1] == []
+    bad = [[{"type": "iteration", "iteration": 0, "ops": [["F0", 1.0, 2.0]]}], []]
+    assert with_iteration_in_progress(bad, 5.0, 5) == (bad, [])
 
 
 def test_a_flap_is_judged_by_the_cuts_that_took_a_lightpath_down(flap):

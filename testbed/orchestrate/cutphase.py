@@ -193,11 +193,16 @@ def with_iteration_in_progress(stages: Sequence[Sequence[Mapping[str, Any]]], cu
     for s, recs in enumerate(stages):
         its = [r for r in recs if r.get("type") == "iteration"]
         last = its[-1] if its else None
-        if last is None or total is None or int(last["iteration"]) + 1 >= total \
-                or float(last["end_s"]) >= cut_mono_s:
+        try:
+            if last is None or total is None or int(last["iteration"]) + 1 >= total \
+                    or float(last["end_s"]) >= cut_mono_s:
+                raise ValueError("nothing to project")
+            starts = [float(r["start_s"]) for r in its
+                      if not r.get("warmup")][-PERIOD_SAMPLES - 1:]
+            float(last["start_s"])
+        except (KeyError, TypeError, ValueError):  # complete, or records that do not tell
             out.append(list(recs))
             continue
-        starts = [float(r["start_s"]) for r in its if not r.get("warmup")][-PERIOD_SAMPLES - 1:]
         gaps = [b - a for a, b in itertools.pairwise(starts) if b > a]
         if not gaps:
             out.append(list(recs))
