@@ -94,9 +94,15 @@ def own_usage_of(t0: float | None, t1: float | None, used: Any) -> dict[str, Any
 
 
 def _window_and_usage(record_path: str) -> tuple[float | None, float | None, Any]:
+    return _window_and_usage_of(_read_lines(record_path))
+
+
+def _window_and_usage_of(records: list[dict[str, Any]]) -> tuple[float | None, float | None,
+                                                                  Any]:
+    """(ready, end, the done record's usage) of records already read."""
     t0 = t1 = used = None
     try:
-        for r in _read_lines(record_path):
+        for r in records:
             if r.get("type") == "start":
                 t0 = float(r["ready_s"])
             elif r.get("type") == "done":
@@ -200,14 +206,18 @@ def switch_socket_drops(net: Any) -> dict[str, int]:
             "segments_per_frame": math.ceil(GSO_MAX_BYTES / MSS_BYTES)}
 
 
-def worker_records(sampler: ProcSampler) -> list[dict[str, Any]]:
+def worker_records(sampler: ProcSampler,
+                   lines: Mapping[str, list[dict[str, Any]]] | None = None
+                   ) -> list[dict[str, Any]]:
     """The sampler's records (stopped first), a worker's over its iterations (from its
     records' ready to done, not its start-up's imports), exact where the worker read
-    itself, each worker with its compute (cpu: tensor work; device: a stand-in's timer)."""
+    itself, each worker with its compute (cpu: tensor work; device: a stand-in's timer).
+    `lines`: the workers' record files already read, by path (else read here)."""
     sampler.stop()
-    records = {p["pid"]: p["meta"]["records"] for p in sampler.watched()
+    records = {p["pid"]: str(p["meta"]["records"]) for p in sampler.watched()
                if p["role"] == "worker" and p["meta"].get("records")}
-    read = {pid: _window_and_usage(r) for pid, r in records.items()}  # each file once
+    read = {pid: _window_and_usage_of(lines[r]) if lines is not None and r in lines
+            else _window_and_usage(r) for pid, r in records.items()}  # each file once
     procs = sampler.records({pid: (t0, t1) for pid, (t0, t1, _) in read.items()})
     compute = {p["pid"]: p["meta"].get("compute") for p in sampler.watched()
                if p["role"] == "worker" and p["meta"].get("compute")}
@@ -245,14 +255,15 @@ def measure(net: Any, check: Mapping[str, Any], work: Mapping[str, Any],
     """The run's fidelity verdict (testbed.emu.fidelity.verdict) from the live network:
     `check` is the verification record (its final `rtts`), `work` the workload's summary
     (worker_jobs, host_load), `sampler` the run's ProcSampler (stopped here)."""
-    paths = _record_paths(sampler) if sampler is not None else []
-    procs = name_forwarders(worker_records(sampler), net.plan) if sampler is not None else []
+    lines = {p: _read_lines(p) for p in _record_paths(sampler)} if sampler is not None else {}
+    procs = name_forwarders(worker_records(sampler, lines), net.plan) \
+        if sampler is not None else []
     m = network_measurements(net)
     return verdict(net.plan.scale, check.get("rtts", []), procs, m["forwarders"], m["tcp"],
                    list(work.get("worker_jobs", [])),
                    host if host is not None else work.get("host_load"), m["fabric"],
                    m["switch"], m["send_socket"], m["receive_sockets"],
-                   fault_accounting(work, [_read_lines(p) for p in paths]))
+                   fault_accounting(work, list(lines.values())))
 
 
 def _record_paths(sampler: ProcSampler) -> list[str]:

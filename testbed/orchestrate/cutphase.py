@@ -197,9 +197,9 @@ def with_iteration_in_progress(stages: Sequence[Sequence[Mapping[str, Any]]], cu
             if last is None or total is None or int(last["iteration"]) + 1 >= total \
                     or float(last["end_s"]) >= cut_mono_s:
                 raise ValueError("nothing to project")
+            last_start, last_end = float(last["start_s"]), float(last["end_s"])
             starts = [float(r["start_s"]) for r in its
                       if not r.get("warmup")][-PERIOD_SAMPLES - 1:]
-            float(last["start_s"])
         except (KeyError, TypeError, ValueError):  # complete, or records that do not tell
             out.append(list(recs))
             continue
@@ -208,7 +208,7 @@ def with_iteration_in_progress(stages: Sequence[Sequence[Mapping[str, Any]]], cu
             out.append(list(recs))
             continue
         period = statistics.median(gaps)
-        k = max(1, math.ceil((cut_mono_s - float(last["end_s"])) / period))
+        k = max(1, math.ceil((cut_mono_s - last_end) / period))
         shift = k * period  # the iteration running at the cut (one per period after the last)
         ops = sorted(([str(name), float(a) + shift, float(b) + shift]
                       for name, a, b in last.get("ops") or []), key=lambda o: o[1])
@@ -217,7 +217,7 @@ def with_iteration_in_progress(stages: Sequence[Sequence[Mapping[str, Any]]], cu
         # later ones may wait for what the outage holds back
         ops = began + [o for o in ops if o[1] > cut_mono_s][:1]
         nxt = {**last, "iteration": int(last["iteration"]) + k, "projected": True,
-               "start_s": float(last["start_s"]) + shift, "end_s": float(last["end_s"]) + shift,
+               "start_s": last_start + shift, "end_s": last_end + shift,
                "ops": ops, "waits": []}
         out.append([*recs, nxt])
         projected.append(s)
