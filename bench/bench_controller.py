@@ -25,7 +25,7 @@ counters split the port-down cut's restoration.
 --runs N runs it N times, each in a fresh process, with one core kept busy
 (`--mode busy`, bench/busy.py), idle, or both. `--baseline REV` runs the old code beside
 the new: a copy of this working tree whose controller (controllers/, testbed/sim/allreduce.py,
-testbed/routing/paths.py) is as at REV, the two alternating run by run (ABBA). It prints
+testbed/routing/paths.py) and REST client (testbed/orchestrate/ctl_process.py) are as at REV, the two alternating run by run (ABBA). It prints
 per code and mode the medians and ranges over the runs, the p99 of all set-ups pooled,
 and whether every run took the same decisions (routes, slots, VLAN ids, restorations).
 """
@@ -48,8 +48,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PHASES = ("lock", "rmsa", "store", "caps", "rules", "send", "barrier")
-# What the baseline takes from REV (the rest of its tree is this working tree's).
-BASELINE_PATHS = ("controllers", "testbed/sim/allreduce.py", "testbed/routing/paths.py")
+# What the baseline takes from REV (the rest of its tree is this working tree's): the
+# controller and its REST client.
+BASELINE_PATHS = ("controllers", "testbed/sim/allreduce.py", "testbed/routing/paths.py",
+                  "testbed/orchestrate/ctl_process.py")
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -7,16 +7,22 @@ waits until the REST API answers (used by `lightpipe emu`, the tests and the ben
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+MAX_KEPT_CONNECTIONS = 32  # past this, the connections of threads that ended are closed
 
 
 @dataclass
@@ -33,6 +39,12 @@ class ControllerProcess:
     # machines, e.g. a software-emulated VM, need more than 10 s for a lightpath set-up).
     request_timeout_s: float = 10.0
     token_file: Path | None = None  # the controller's 0600 token file
+    # Kept-alive REST connections, one per (thread, network namespace): a set-up's call
+    # then costs no TCP connect, no accept in the server's event loop and no close.
+    _conns: dict[tuple[int, int], http.client.HTTPConnection] = field(
+        default_factory=dict, repr=False, compare=False)
+    _conns_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                        compare=False)
 
     @property
     def openflow(self) -> str:
@@ -43,11 +55,50 @@ class ControllerProcess:
         """One REST call; returns (status, decoded JSON or text)."""
         timeout_s = timeout_s or self.request_timeout_s
         if self.client_netns is None:
-            return rest_call(self.rest_url, method, path, body, self.token, timeout_s)
+            return self._call(method, path, body, timeout_s)
         from testbed.emu.netns import in_netns
 
         with in_netns(self.client_netns):
-            return rest_call(self.rest_url, method, path, body, self.token, timeout_s)
+            return self._call(method, path, body, timeout_s)
+
+    def _call(self, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+        """The call on this thread's kept-alive connection (in the thread's namespace now).
+
+        A connection the server has closed meanwhile (its keep-alive time-out, a refusal
+        sent with `Connection: close`) is seen before the request goes and replaced; one
+        that fails anyway is closed, and only a call that cannot have changed anything
+        (GET, PUT, DELETE: idempotent by HTTP's rules) is sent once more, afresh.
+        """
+        key = (threading.get_ident(), os.stat("/proc/thread-self/ns/net").st_ino)
+        with self._conns_lock:
+            conn = self._conns.get(key)
+            if conn is None:
+                if len(self._conns) >= MAX_KEPT_CONNECTIONS:  # drop those of ended threads
+                    alive = {t.ident for t in threading.enumerate()}
+                    for k in [k for k in self._conns if k[0] not in alive]:
+                        self._conns.pop(k).close()
+                parts = urlsplit(self.rest_url)
+                conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1",
+                                                  parts.port, timeout=timeout_s)
+                self._conns[key] = conn
+        reused = conn.sock is not None
+        if reused and _dropped(conn):
+            conn.close()
+            reused = False
+        try:
+            return _exchange(conn, method, path, body, self.token, timeout_s)
+        except (http.client.HTTPException, OSError):
+            conn.close()
+            if not reused or method.upper() == "POST":
+                raise
+            return _exchange(conn, method, path, body, self.token, timeout_s)
+
+    def close_connections(self) -> None:
+        """Close every kept-alive REST connection (stop does it too)."""
+        with self._conns_lock:
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()
 
     def describe(self) -> dict[str, Any]:
         """What network.json records under `controller`."""
@@ -57,6 +108,7 @@ class ControllerProcess:
                 "log": str(self.log_path)}
 
     def stop(self, kill: bool = False) -> None:
+        self.close_connections()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
             try:
@@ -66,10 +118,41 @@ class ControllerProcess:
                 self.proc.wait(5)
 
 
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle kept-alive connection was closed by the server (or has bytes
+    nobody asked for): readable while no request is out."""
+    sock = conn.sock
+    return sock is None or bool(select.select([sock], [], [], 0)[0])
+
+
+def _encode(body: Any) -> bytes | None:
+    return None if body is None else (body if isinstance(body, bytes)
+                                      else json.dumps(body).encode())
+
+
+def _exchange(conn: http.client.HTTPConnection, method: str, path: str, body: Any,
+              token: str | None, timeout_s: float) -> tuple[int, Any]:
+    """One request and its whole answer on `conn` (left open for the next unless the
+    server said `Connection: close`)."""
+    data = _encode(body)
+    headers = {"Connection": "keep-alive"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.timeout = timeout_s
+    if conn.sock is not None:
+        conn.sock.settimeout(timeout_s)
+    conn.request(method, path, body=data, headers=headers)
+    resp = conn.getresponse()
+    raw, status = resp.read(), resp.status
+    ctype = resp.getheader("Content-Type", "") or ""
+    return status, (json.loads(raw) if "json" in ctype else raw.decode())
+
+
 def rest_call(url: str, method: str, path: str, body: Any = None, token: str | None = None,
               timeout_s: float = 10.0) -> tuple[int, Any]:
-    data = None if body is None else (body if isinstance(body, bytes)
-                                      else json.dumps(body).encode())
+    data = _encode(body)
     req = urllib.request.Request(url + path, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
