@@ -24,10 +24,12 @@ counters split the port-down cut's restoration.
 
 --runs N runs it N times, each in a fresh process, with one core kept busy
 (`--mode busy`, bench/busy.py), idle, or both. `--baseline REV` runs the old code beside
-the new: a copy of this working tree whose controller (controllers/, testbed/sim/allreduce.py,
-testbed/routing/paths.py) and REST client (testbed/orchestrate/ctl_process.py) are as at REV, the two alternating run by run (ABBA). It prints
-per code and mode the medians and ranges over the runs, the p99 of all set-ups pooled,
-and whether every run took the same decisions (routes, slots, VLAN ids, restorations).
+the new: a copy of this working tree whose controller (controllers/,
+testbed/sim/allreduce.py, testbed/routing/paths.py) and REST client
+(testbed/orchestrate/ctl_process.py) are as at REV, the two alternating run by run
+(ABBA). It prints per code and mode the medians and ranges over the runs, the p99 of
+all set-ups pooled, and whether every run took the same decisions (routes, slots, VLAN
+ids, restorations).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PHASES = ("lock", "rmsa", "store", "caps", "rules", "send", "barrier")
+ROUNDS = ("new", "changed", "deleted")  # controllers.lightpath_app.SYNC_ROUNDS
 # What the baseline takes from REV (the rest of its tree is this working tree's): the
 # controller and its REST client.
 BASELINE_PATHS = ("controllers", "testbed/sim/allreduce.py", "testbed/routing/paths.py",
@@ -84,6 +87,16 @@ def phase_sums(ctl: Any) -> dict[str, float]:
         if line.startswith("lightpipe_controller_phase_seconds_total{"):
             name = line.split('phase="')[1].split('"')[0]
             out[name] = float(line.split()[-1])
+    return out
+
+
+def round_sums(ctl: Any) -> dict[str, float]:
+    """The controller's seconds per make-before-break round so far (none in old code)."""
+    text = ctl.request("GET", "/metrics")[1]
+    out = dict.fromkeys(ROUNDS, 0.0)
+    for line in text.splitlines():
+        if line.startswith("lightpipe_controller_sync_round_seconds_sum{"):
+            out[line.split('round="')[1].split('"')[0]] = float(line.split()[-1])
     return out
 
 
@@ -172,7 +185,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             f = net.plan.fibre(u, v)
             emu = net.emulators[f.middle]
             before = metric(ctl, "lightpipe_restoration_seconds_count")
-            phases1 = phase_sums(ctl)
+            phases1, rounds1 = phase_sums(ctl), round_sums(ctl)
             subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set", emu.intf_u,
                             "down"], check=True)
             deadline = time.monotonic() + 10
@@ -180,6 +193,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     metric(ctl, "lightpipe_restoration_seconds_count") == before:
                 time.sleep(0.01)
             out["restoration_phases_ms"] = per_phase_ms(phases1, phase_sums(ctl), 1)
+            rounds2 = round_sums(ctl)
+            out["restoration_rounds_ms"] = {k: (rounds2[k] - rounds1[k]) * 1e3 for k in ROUNDS}
             out["cut"] = {"fibre": [u, v], "on_it": n_on,
                           "ms": metric(ctl, "lightpipe_restoration_seconds_sum") * 1e3,
                           "restored": metric(ctl, "lightpipe_lightpaths_restored_total"),
@@ -252,6 +267,10 @@ def print_run(r: dict[str, Any]) -> None:
     ph = r["restoration_phases_ms"]
     print("  of which " + ", ".join(f"{k} {ph[k]:.2f}" for k in ("rules", "send", "barrier"))
           + f" ms, other {c['ms'] - sum(ph[k] for k in ('rules', 'send', 'barrier')):.2f} ms")
+    rr = r.get("restoration_rounds_ms") or {}
+    if any(rr.values()):
+        print("  its make-before-break rounds (writes to last barrier reply): " + ", ".join(
+            f"{k} {rr[k]:.2f}" for k in ROUNDS) + " ms")
     rc = r["rest_cut"]
     print(f"REST cut of fibre {rc['fibre'][0]}-{rc['fibre'][1]} ({rc['on_it']} lightpaths): "
           f"restored {len(rc['restored'])}, lost {len(rc['lost'])} in {rc['ms']:.1f} ms")
@@ -321,6 +340,10 @@ def summarize(results: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
         print(f"    {code} {mode} restoration phases: " + ", ".join(
             f"{k} {_span([r['restoration_phases_ms'][k] for r in runs])}"
             for k in ("rules", "send", "barrier")))
+        if any(any((r.get("restoration_rounds_ms") or {}).values()) for r in runs):
+            print(f"    {code} {mode} restoration rounds: " + ", ".join(
+                f"{k} {_span([(r.get('restoration_rounds_ms') or {}).get(k, 0.0) for r in runs])}"
+                for k in ROUNDS))
 
 
 def compare(args: argparse.Namespace) -> int:

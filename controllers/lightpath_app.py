@@ -63,6 +63,9 @@ from controllers.tokenfile import new_token_file, read_token
 
 log = logging.getLogger("lightpipe.controller.app")
 
+# A sync's make-before-break rounds (metric label `round`): entries new to a switch, then
+# the changed ones (head ends redirected), then the deleted ones (the old route's).
+SYNC_ROUNDS = ("new", "changed", "deleted")
 BARRIER_TIMEOUT_S = 5.0  # default wait for a switch's reply (--switch-timeout-s)
 
 
@@ -245,7 +248,7 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                 self.installed[dpid] = dict(rules)
         phase.labels(phase="rules").inc(t_diff)
         t = t0 + t_diff
-        for batch in rounds:
+        for name, batch in zip(SYNC_ROUNDS, rounds, strict=True):
             if not batch:
                 continue
             waits = []
@@ -256,10 +259,12 @@ class LightpathApp(BaseApp):  # type: ignore[misc,valid-type]
                     waits.append((dp.id, self._barrier(
                         dp, ofwire.changes(installed, add, delete))))
             sent = time.perf_counter()
+            round_t = t
             phase.labels(phase="send").inc(sent - t)
             self._wait(waits)
             t = time.perf_counter()
             phase.labels(phase="barrier").inc(t - sent)
+            self.core.metrics.sync_round_seconds.labels(round=name).observe(t - round_t)
 
     def _full_sync(self, dp: Any) -> None:
         """A switch (re)connected: bring its tables to the desired rules without a gap.

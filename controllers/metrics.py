@@ -34,6 +34,11 @@ class ControllerMetrics:
         self.restoration_seconds = Histogram("lightpipe_restoration_seconds",
                                              "Fibre cut detected to re-routed rules installed",
                                              buckets=LATENCY_BUCKETS_S, registry=r)
+        self.sync_round_seconds = Histogram(
+            "lightpipe_controller_sync_round_seconds",
+            "One make-before-break round of a rule sync, its writes to the last barrier "
+            "reply (round: new entries, changed head ends, deleted entries)", ["round"],
+            buckets=LATENCY_BUCKETS_S, registry=r)
         self.restored = Counter("lightpipe_lightpaths_restored",
                                 "Lightpaths re-routed after a fibre cut", registry=r)
         self.restored_on_backup = Counter(

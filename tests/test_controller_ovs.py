@@ -174,6 +174,12 @@ def test_fibre_cut_restores_on_other_route(env: dict[str, Any]) -> None:
     print(f"cut-to-restored (controller): {restoration_s * 1e3:.1f} ms; "
           f"seen via REST after {t_seen * 1e3:.0f} ms")
     assert restoration_s > 0
+    # its make-before-break rounds are timed apart: the detour's new entries went in and
+    # the old route's were deleted, each within the restoration
+    rounds = {x.split('round="')[1].split('"')[0]: float(x.split()[-1])
+              for x in metrics.splitlines()
+              if x.startswith("lightpipe_controller_sync_round_seconds_count{")}
+    assert rounds.get("new", 0) >= 1 and rounds.get("deleted", 0) >= 1, rounds
     env["restored"] = lp
     subprocess.run(["mnexec", "-a", str(emu.ns_pid), "ip", "link", "set", emu.intf_u, "up"],
                    check=True)

@@ -26,7 +26,7 @@ def test_a_link_a_fifo_and_an_oversized_file_are_refused_naming_the_field(tmp_pa
     real.write_text('{"a": 1}\n')
     link = tmp_path / "link.jsonl"
     link.symlink_to(real)
-    with pytest.raises(InputError, match="worker records.*symbolic link"):
+    with pytest.raises(InputError, match=r"worker records.*symbolic link"):
         read_records(link)
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)

@@ -23,6 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 MAX_KEPT_CONNECTIONS = 32  # past this, the connections of threads that ended are closed
+MAX_ANSWER_BYTES = 256 << 20  # a REST answer longer than this is refused, not read on
+# How a kept-alive connection the server closed shows under the next request.
+_GONE = (http.client.RemoteDisconnected, http.client.BadStatusLine, ConnectionResetError,
+         BrokenPipeError)
 
 
 @dataclass
@@ -87,11 +91,14 @@ class ControllerProcess:
             reused = False
         try:
             return _exchange(conn, method, path, body, self.token, timeout_s)
-        except (http.client.HTTPException, OSError):
+        except _GONE:  # the server dropped the connection under the request
             conn.close()
             if not reused or method.upper() == "POST":
                 raise
             return _exchange(conn, method, path, body, self.token, timeout_s)
+        except BaseException:  # a time-out, a bad answer: nothing is sent again
+            conn.close()
+            raise
 
     def close_connections(self) -> None:
         """Close every kept-alive REST connection (stop does it too)."""
@@ -145,7 +152,11 @@ def _exchange(conn: http.client.HTTPConnection, method: str, path: str, body: An
         conn.sock.settimeout(timeout_s)
     conn.request(method, path, body=data, headers=headers)
     resp = conn.getresponse()
-    raw, status = resp.read(), resp.status
+    raw, status = resp.read(MAX_ANSWER_BYTES + 1), resp.status
+    if len(raw) > MAX_ANSWER_BYTES:
+        conn.close()
+        raise OSError(f"the controller's answer to {method} {path} is over "
+                      f"{MAX_ANSWER_BYTES >> 20} MiB")
     ctype = resp.getheader("Content-Type", "") or ""
     return status, (json.loads(raw) if "json" in ctype else raw.decode())
 
