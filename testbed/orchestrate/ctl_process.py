@@ -129,7 +129,11 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     """Whether an idle kept-alive connection was closed by the server (or has bytes
     nobody asked for): readable while no request is out."""
     sock = conn.sock
-    return sock is None or bool(select.select([sock], [], [], 0)[0])
+    if sock is None:
+        return True
+    poller = select.poll()  # not select(): a process may hold fds past FD_SETSIZE
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _encode(body: Any) -> bytes | None:
