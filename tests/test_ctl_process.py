@@ -3,10 +3,13 @@ against a real controller process (no root)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from controllers.api import KEEP_ALIVE_TIMEOUT_S
 from testbed.orchestrate.ctl_process import ControllerProcess, start_controller
@@ -74,5 +77,26 @@ def test_each_thread_has_its_own_connection(tmp_path: Path) -> None:
         mine = {t.ident for t in threads}
         assert len([k for k in ctl._conns if k[0] in mine]) == 4
         assert json.dumps(ctl.describe())  # what network.json records still serializes
+    finally:
+        ctl.stop()
+
+
+def test_a_dropped_connection_is_resent_only_for_an_idempotent_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server closes the idle connection and the check before reuse misses it (as in
+    the instant between the check and the send): a GET goes again on a new connection,
+    a POST is never sent twice."""
+    from testbed.orchestrate import ctl_process
+
+    ctl = _start(tmp_path)
+    try:
+        assert ctl.request("GET", "/health")[0] == 200
+        monkeypatch.setattr(ctl_process, "_dropped", lambda conn: False)
+        time.sleep(KEEP_ALIVE_TIMEOUT_S + 1.0)
+        assert ctl.request("GET", "/lightpaths")[0] == 200  # resent, afresh
+        time.sleep(KEEP_ALIVE_TIMEOUT_S + 1.0)
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            ctl.request("POST", "/lightpaths", LP)
+        assert ctl.request("GET", "/lightpaths")[1]["lightpaths"] == []
     finally:
         ctl.stop()

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 MAX_KEPT_CONNECTIONS = 32  # past this, the connections of threads that ended are closed
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})  # RFC 9110
 MAX_ANSWER_BYTES = 256 << 20  # a REST answer longer than this is refused, not read on
 # How a kept-alive connection the server closed shows under the next request.
 _GONE = (http.client.RemoteDisconnected, http.client.BadStatusLine, ConnectionResetError,
@@ -93,10 +94,14 @@ class ControllerProcess:
             return _exchange(conn, method, path, body, self.token, timeout_s)
         except _GONE:  # the server dropped the connection under the request
             conn.close()
-            if not reused or method.upper() == "POST":
+            if not reused or method.upper() not in IDEMPOTENT_METHODS:
                 raise
-            return _exchange(conn, method, path, body, self.token, timeout_s)
         except BaseException:  # a time-out, a bad answer: nothing is sent again
+            conn.close()
+            raise
+        try:  # once more, on a new connection
+            return _exchange(conn, method, path, body, self.token, timeout_s)
+        except BaseException:
             conn.close()
             raise
 
