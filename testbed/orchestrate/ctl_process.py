@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,10 +81,7 @@ class ControllerProcess:
                     alive = {t.ident for t in threading.enumerate()}
                     for k in [k for k in self._conns if k[0] not in alive]:
                         self._conns.pop(k).close()
-                parts = urlsplit(self.rest_url)
-                conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1",
-                                                  parts.port, timeout=timeout_s)
-                self._conns[key] = conn
+                conn = self._conns[key] = _connection(self.rest_url, timeout_s)
         reused = conn.sock is not None
         if reused and _dropped(conn):
             conn.close()
@@ -141,16 +137,12 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(poller.poll(0))
 
 
-def _encode(body: Any) -> bytes | None:
-    return None if body is None else (body if isinstance(body, bytes)
-                                      else json.dumps(body).encode())
-
-
 def _exchange(conn: http.client.HTTPConnection, method: str, path: str, body: Any,
               token: str | None, timeout_s: float) -> tuple[int, Any]:
     """One request and its whole answer on `conn` (left open for the next unless the
     server said `Connection: close`)."""
-    data = _encode(body)
+    data = None if body is None else (body if isinstance(body, bytes)
+                                      else json.dumps(body).encode())
     headers = {"Connection": "keep-alive"}
     if data is not None:
         headers["Content-Type"] = "application/json"
@@ -170,20 +162,21 @@ def _exchange(conn: http.client.HTTPConnection, method: str, path: str, body: An
     return status, (json.loads(raw) if "json" in ctype else raw.decode())
 
 
+def _connection(url: str, timeout_s: float) -> http.client.HTTPConnection:
+    parts = urlsplit(url)
+    return http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
+                                      timeout=timeout_s)
+
+
 def rest_call(url: str, method: str, path: str, body: Any = None, token: str | None = None,
               timeout_s: float = 10.0) -> tuple[int, Any]:
-    data = _encode(body)
-    req = urllib.request.Request(url + path, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
+    """One REST call on a connection of its own (ControllerProcess.request keeps one)."""
+    conn = _connection(url, timeout_s)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            raw, status, ctype = resp.read(), resp.status, resp.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        raw, status, ctype = exc.read(), exc.code, exc.headers.get("Content-Type", "")
-    return status, (json.loads(raw) if "json" in ctype else raw.decode())
+        return _exchange(conn, method, urlsplit(url).path.rstrip("/") + path, body, token,
+                         timeout_s)
+    finally:
+        conn.close()
 
 
 def _kill(proc: subprocess.Popen) -> None:
