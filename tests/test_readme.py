@@ -12,6 +12,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,10 @@ from tests.waiting import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-BIN = ROOT / ".venv" / "bin"
+# The venv that runs these tests (make test's .venv, or another Python's venv as CI's
+# user-install step gives it): its own `lightpipe`, not always the checkout's .venv.
+BIN = next((b for b in (Path(sys.executable).parent, ROOT / ".venv" / "bin")
+            if (b / "lightpipe").exists()), ROOT / ".venv" / "bin")
 
 FAST = "run by test_readme_commands_without_root"
 SLOW = "run by test_readme_slow_commands (slow: make test, not make test-fast)"

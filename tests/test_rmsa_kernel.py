@@ -302,6 +302,29 @@ def test_ahead_of_time_module_loads_without_numba(tmp_path: Path) -> None:
     assert rmsa_kernel.main([]) == 0
 
 
+def test_a_build_removes_only_its_own_older_modules(tmp_path: Path) -> None:
+    """Two venvs of one checkout (3.11 and 3.13) keep a module each: a build removes the
+    same Python build's modules of older versions of the file, and the single-key ones of
+    its extension suffix, never another Python's (which would then rebuild on every run)."""
+    import importlib.machinery
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    name = rmsa_kernel._module_name()
+    own = rmsa_kernel.build_key()
+    other = "0" * 12 if own != "0" * 12 else "1" * 12
+    keep = [f"{name}{suffix}", f"{name}.lock",
+            f"_rmsa_kernel_{other}_{rmsa_kernel.source_key()}.cpython-399-x86_64-linux-gnu.so",
+            f"_rmsa_kernel_{other}_{'a' * 12}.lock",
+            f"_rmsa_kernel_{'b' * 16}.cpython-399-x86_64-linux-gnu.so"]
+    gone = [f"_rmsa_kernel_{own}_{'c' * 12}{suffix}", f"_rmsa_kernel_{own}_{'c' * 12}.lock",
+            f"_rmsa_kernel_{own}_{'d' * 12}.failed", f"_rmsa_kernel_{'e' * 16}{suffix}"]
+    for n in keep + gone:
+        (tmp_path / n).write_text("")
+    removed = rmsa_kernel._remove_older_builds(tmp_path, name)
+    assert sorted(p.name for p in removed) == sorted(gone)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
+
+
 @pytest.fixture(scope="module")
 def recorded() -> dict[str, Any]:
     import json

@@ -22,14 +22,16 @@ How it is loaded (`load()`): numba's own start-up (importing it, then setting up
 target on the first call of a cached function) costs ~0.3 s of CPU per process, as much
 as 1,000,000 requests take in the loop. So the loop is compiled ahead of time (numba.pycc)
 into a small extension module, kept on disk like numba's cache (NUMBA_CACHE_DIR, else
-testbed/sim/__pycache__, else ~/.cache/lightpipe) under a name that hashes this file,
-the Python build and numpy's version; later processes import it without importing
+testbed/sim/__pycache__, else ~/.cache/lightpipe) under a name that hashes the Python
+build and numpy's version, then this file; later processes import it without importing
 numba. The first run on a machine builds it (~5 s of CPU, half of it in the C compiler;
-one process at a time under a lock; an older build of this file in testbed/sim/__pycache__
-is removed then). If that build fails (no C compiler), numba's JIT runs the same functions
-(njit(cache=True), compiled in the process, ~3 s the first time). numba is optional:
-without it (or with LIGHTPIPE_RMSA_KERNEL=0) `load()` returns None and the engine runs
-the Python loop; LIGHTPIPE_RMSA_KERNEL=jit skips the ahead-of-time module.
+one process at a time under a lock); the same Python build's modules of older versions of
+this file in testbed/sim/__pycache__ are removed then, another Python's are kept (venvs of
+one checkout under two Pythons run side by side). If that build fails (no C compiler),
+numba's JIT runs the same functions (njit(cache=True), compiled in the process, ~3 s the
+first time). numba is optional: without it (or with LIGHTPIPE_RMSA_KERNEL=0) `load()`
+returns None and the engine runs the Python loop; LIGHTPIPE_RMSA_KERNEL=jit skips the
+ahead-of-time module.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import logging
 import math
 import os
 import platform
+import re
 import stat
 import sys
 import tempfile
@@ -525,13 +528,24 @@ def _jit_kernel() -> Kernel:
     return Kernel(*fns, how="jit")
 
 
-def aot_key() -> str:
-    """What the ahead-of-time module depends on: this file, the Python build, numpy."""
-    h = hashlib.sha256(Path(__file__).read_bytes())
+def build_key() -> str:
+    """What the ahead-of-time module depends on besides this file: the Python build and
+    numpy's version (two venvs of one checkout differ here, and keep a module each)."""
+    h = hashlib.sha256()
     for part in (sys.version, sys.implementation.cache_tag or "", platform.machine(),
                  np.__version__, str(importlib.machinery.EXTENSION_SUFFIXES)):
         h.update(b"\0" + part.encode())
-    return h.hexdigest()[:16]
+    return h.hexdigest()[:12]
+
+
+def source_key() -> str:
+    """The hash of this file (the compiled functions' source)."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+
+def aot_key() -> str:
+    """What the ahead-of-time module depends on: the Python build and numpy, this file."""
+    return f"{build_key()}_{source_key()}"
 
 
 def _cache_dirs() -> Iterator[Path]:
@@ -601,6 +615,29 @@ def _build_lock(d: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+_LEGACY = re.compile(r"_rmsa_kernel_[0-9a-f]{16}\.")
+
+
+def _remove_older_builds(d: Path, name: str) -> list[Path]:
+    """Remove from d the modules (and their lock and failure files) that this Python build
+    made from older versions of this file, and the single-key modules of this extension
+    suffix from before the key was split; return what was removed. Another Python's or
+    numpy's module is kept: a second venv of the checkout (another Python) runs beside this
+    one, and removing its module would make each rebuild the other's on every run."""
+    own = f"_rmsa_kernel_{build_key()}_"
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    gone = []
+    for old in sorted(d.glob("_rmsa_kernel_*")):
+        if old.name.startswith(name + ".") or old.is_dir():
+            continue
+        if old.name.startswith(own) or (_LEGACY.match(old.name)
+                                        and old.name.endswith(suffix)):
+            with contextlib.suppress(OSError):
+                old.unlink()
+                gone.append(old)
+    return gone
+
+
 def build_aot() -> Path:
     """Compile the entry points ahead of time (numba.pycc) into the first writable cache
     directory; return the module's path. Raises when no directory is writable or the
@@ -630,10 +667,7 @@ def build_aot() -> Path:
                     built = Path(tmp) / f"{name}{suffix}"
                     os.replace(built, target)
                 if d == _tree_cache_dir():  # this checkout's own: older builds go
-                    for old in d.glob("_rmsa_kernel_*"):
-                        if not old.name.startswith(name):
-                            with contextlib.suppress(OSError):
-                                old.unlink()
+                    _remove_older_builds(d, name)
                 return target
         except OSError as exc:
             errors.append(f"{d}: {exc}")
