@@ -21,6 +21,10 @@ import yaml
 from testbed.cli.main import main
 from tests.cpulog import pytest_runtest_protocol  # noqa: F401  (LIGHTPIPE_TEST_CPU_LOG)
 
+# No run guardians (testbed.emu.guardian) unless a test asks for one: the kill -9 tests
+# check what `lightpipe clean` finds after a crash, which a guardian would clean first.
+os.environ.setdefault("LIGHTPIPE_GUARDIAN", "0")
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 

@@ -143,7 +143,12 @@ def test_four_dc_up_verify_down_leaves_nothing(tmp_path: Path) -> None:
 @need_root
 @pytest.mark.slow
 @pytest.mark.untimed  # what clean removes, not how fast packets go: the rootlane
-def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by", ["clean", "guardian"])
+def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path, by: str) -> None:
+    """kill -9 of `lightpipe emu --hold`, then the run's leftovers go and nothing else does:
+    removed by `lightpipe clean` (no guardian), or by the run's guardian with no command."""
+    from testbed.emu.state import state_root
+
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(four_dc()))
     out = tmp_path / "held"
@@ -153,9 +158,10 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
     subprocess.run(["ip", "netns", "add", other_ns], check=True)
     subprocess.run(["ip", "link", "add", other_veth, "type", "veth", "peer", "name",
                     f"{other_veth}p"], check=True)
+    env = {**os.environ, "LIGHTPIPE_GUARDIAN": "1" if by == "guardian" else "0"}
     proc = subprocess.Popen([*LIGHTPIPE, "emu", str(spec), "--out", str(out), "--hold", "-q"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
         wait_until((out / "network.json").exists, "the held network to come up",
                    timeout_s=240, interval_s=0.2,
@@ -168,17 +174,27 @@ def test_clean_after_kill_9_removes_exactly_the_run(tmp_path: Path) -> None:
                             "-o", "-4", "addr"], cwd=REPO, capture_output=True, text=True)
         assert r.returncode == 0 and "10.2.0.2" in r.stdout
         assert any(leftovers(prefix).values())
+        guardian_log = state_root() / f"{prefix}.guardian.log"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        r = subprocess.run([*LIGHTPIPE, "clean", prefix], cwd=REPO, capture_output=True,
-                           text=True)
-        assert r.returncode == 0, r.stderr
+        if by == "clean":
+            r = subprocess.run([*LIGHTPIPE, "clean", prefix], cwd=REPO, capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stderr
         # the kernel finishes some of it after clean returns (a killed process is reaped by
         # init): wait for that instead of sleeping 0.5 s and assuming
         wait_until(lambda: not any(leftovers(prefix).values()),
-                   f"nothing of {prefix} left after lightpipe clean", timeout_s=30)
+                   f"nothing of {prefix} left after the {by}", timeout_s=30)
         wait_until(lambda: not Path(f"/proc/{ctl_pid}").exists(),
-                   "the run's controller gone after lightpipe clean", timeout_s=30)
+                   f"the run's controller gone after the {by}", timeout_s=30)
+        if by == "guardian":
+            wait_until(guardian_log.exists, "the guardian's log line", timeout_s=30)
+            line = guardian_log.read_text()
+            guardian_log.unlink()
+            assert f"the owner of run {prefix} died without taking it down" in line, line
+            assert f"'netns': '{prefix}'" in line and "'skipped'" not in line, line
+        else:
+            assert not guardian_log.exists()
         ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert other_ns in ns
         assert subprocess.run(["ip", "link", "show", other_veth],

@@ -17,6 +17,8 @@ import logging
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -211,7 +213,43 @@ def new_state(prefix: str) -> RunState:
     me = os.getpid()
     st = RunState(prefix, str(d), me, proc_start_ticks(me) or 0)
     st.save()
+    start_guardian(d)  # cleans the run if this process dies without taking it down
     return st
+
+
+def guardian_enabled() -> bool:
+    """Whether runs start a guardian (LIGHTPIPE_GUARDIAN=0: none)."""
+    return os.environ.get("LIGHTPIPE_GUARDIAN", "1") != "0"
+
+
+def start_guardian(state_dir: Path) -> bool:
+    """Start the guardian (testbed.emu.guardian) of the run at state_dir (its state.json
+    written, naming the owner). It is not the caller's child: a shell starts it in the
+    background and exits (waited for here, a few milliseconds), so nothing is left to
+    reap, and the guardian is in a session of its own (a terminal's Ctrl-C does not
+    reach it). False when disabled or when it could not start (logged)."""
+    if not guardian_enabled():
+        return False
+    try:
+        rc = subprocess.run(
+            ["/bin/sh", "-c", '"$0" -m testbed.emu.guardian "$1" "$2" </dev/null '
+             '>/dev/null 2>&1 &', sys.executable, str(state_dir), _dir_ident(state_dir)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            close_fds=True, start_new_session=True, timeout=10, check=False).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        rc, why = -1, str(exc)
+    else:
+        why = f"the shell exited {rc}"
+    if rc != 0:
+        log.warning("no guardian for %s (%s): after a crash, `lightpipe clean` removes "
+                    "what the run left", state_dir, why)
+        return False
+    return True
+
+
+def _dir_ident(path: Path) -> str:
+    st = os.lstat(path)
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def list_runs() -> list[Path]:
