@@ -233,11 +233,11 @@ def _signal_dispositions_intact() -> Any:
 
     from tests.sigstate import SignalDispositionWarning, blocked, mismatches, resync, unblock
 
-    before = {t.ident for t in threading.enumerate()}
+    before = set(threading.enumerate())  # (objects: an ended thread's ident is reused)
     yield
     if threading.current_thread() is not threading.main_thread():
         return
-    left = sorted(t.name for t in threading.enumerate() if t.ident not in before)
+    left = sorted(t.name for t in threading.enumerate() if t not in before)
     if left:  # suspects, should a later test see a disposition change
         _THREADS_LEFT.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0],
                               left))

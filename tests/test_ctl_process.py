@@ -61,12 +61,17 @@ def test_calls_share_one_connection_and_survive_the_server_closing_it(
 
 
 def test_each_thread_has_its_own_connection(tmp_path: Path) -> None:
+    """Four threads alive together (a barrier before their calls and one after: a thread
+    that ended could hand its ident to the next one) keep a connection each."""
     ctl = _start(tmp_path)
     got: list[int] = []
+    together = threading.Barrier(4, timeout=60)
     try:
         def call() -> None:
+            together.wait()
             for _ in range(5):
                 got.append(ctl.request("GET", "/health")[0])
+            together.wait()
 
         threads = [threading.Thread(target=call) for _ in range(4)]
         for t in threads:

@@ -66,7 +66,7 @@ def wait_for_owner(state_dir: Path, ident: tuple[int, int], poll_s: float = POLL
     finally:
         if pfd is not None:
             os.close(pfd)
-    time.sleep(0.05)  # the owner's last state write, if it was in one, is on disk
+    # (A write the owner was in when it died left a temporary file: the reaper knows it.)
     return _same_dir(state_dir, ident)
 
 
