@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emu.state import proc_start_ticks
+from tests.proclist import pids_with_cmdline
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,16 +48,7 @@ def owner(tmp_path: Path, prefix: str, how: str, guardian: str = "1"
 
 def guardians(state_dir: Path) -> list[int]:
     """PIDs of the guardians watching state_dir (by their command line)."""
-    want = f"testbed.emu.guardian\0{state_dir}\0".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if want in (d / "cmdline").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                continue
-    return out
+    return pids_with_cmdline(f"testbed.emu.guardian\0{state_dir}\0".encode())
 
 
 def stop(proc: subprocess.Popen[str], *pids: int) -> None:

@@ -31,6 +31,7 @@ import yaml
 
 from tests.cluster.test_cluster_ssh import WHY as SSH_WHY
 from tests.cluster.test_cluster_ssh import Server, _cluster_file, _free_port, servers
+from tests.proclist import pids_with_cmdline
 from tests.test_cluster import ring
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -86,16 +87,7 @@ class StandIn:
     def procs(self) -> list[int]:
         """Processes whose command line names this machine's state root (OVS, fibre
         emulators, the share holder)."""
-        key = str(self.state).encode()
-        out = []
-        for d in Path("/proc").iterdir():
-            if d.name.isdigit():
-                try:
-                    if key in (d / "cmdline").read_bytes():
-                        out.append(int(d.name))
-                except OSError:
-                    continue
-        return out
+        return pids_with_cmdline(str(self.state).encode())
 
     def left(self) -> list[str]:
         """What a run left on this machine: state, processes, a tunnel's UDP socket."""
